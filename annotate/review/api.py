@@ -1,0 +1,118 @@
+"""Reviewer and admin API for review work (under /api/v1/)."""
+
+import io
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.parsers import MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotate.permissions import CanReview, IsAdmin
+from annotate.review import selectors, services
+from annotate.review.importing import ImportRejected, items_parse
+
+
+def _project_or_404(slug: str):
+    project = selectors.project_for_reviewer(slug=slug)
+    if project is None:
+        raise Http404(f"no project {slug!r}")
+    return project
+
+
+def _error(exc: services.ReviewError) -> Response:
+    return Response({"detail": str(exc)}, status=exc.status)
+
+
+class JudgmentInSerializer(serializers.Serializer):
+    choice = serializers.CharField(help_text="left, right, tie or both_bad")
+    strength = serializers.IntegerField(required=False, allow_null=True, help_text="1-3; needed for left/right")
+    criteria = serializers.DictField(child=serializers.CharField(), help_text='{"<key>": "left|right|tie"}')
+    rationale = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    client_key = serializers.UUIDField(help_text="A fresh UUID per judgment; a retry with the same key is not a second judgment.")
+
+
+class AssignmentNextView(APIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(
+        summary="The reviewer's next assignment",
+        responses={200: OpenApiResponse(description="prompt, criteria, left and right answers, progress"),
+                   204: OpenApiResponse(description="nothing is left for this reviewer")},
+    )
+    def get(self, request, slug: str):
+        project = _project_or_404(slug)
+        try:
+            assignment = services.assignment_next(project=project, reviewer=request.user)
+        except services.ReviewError as exc:
+            return _error(exc)
+        progress = selectors.reviewer_progress(project=project, reviewer=request.user)
+        if assignment is None:
+            return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Judged": str(progress["judged"])})
+        return Response(selectors.assignment_payload(assignment=assignment, progress=progress))
+
+
+class JudgmentSubmitView(APIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(summary="Judge an assignment", request=JudgmentInSerializer,
+                   responses={201: OpenApiResponse(description="the judgment, as left/right")})
+    def post(self, request, assignment_id: int):
+        data = JudgmentInSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = data.validated_data
+        try:
+            judgment, replayed = services.judgment_submit(
+                assignment_id=assignment_id, reviewer=request.user, choice=fields["choice"],
+                strength=fields.get("strength"), criteria=fields["criteria"], rationale=fields["rationale"],
+                client_key=fields["client_key"],
+            )
+        except services.ReviewError as exc:
+            return _error(exc)
+        body = selectors.judgment_payload(judgment=judgment, a_on_left=judgment.assignment.a_on_left)
+        headers = {"Idempotent-Replayed": "true"} if replayed else {}
+        return Response(body, status=status.HTTP_201_CREATED, headers=headers)
+
+
+class JudgmentUndoView(APIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(summary="Undo the reviewer's last judgment in the project", request=None,
+                   responses={200: OpenApiResponse(description="the assignment, open again")})
+    def post(self, request, slug: str):
+        project = _project_or_404(slug)
+        try:
+            assignment = services.judgment_undo_last(project=project, reviewer=request.user)
+        except services.ReviewError as exc:
+            return _error(exc)
+        progress = selectors.reviewer_progress(project=project, reviewer=request.user)
+        return Response(selectors.assignment_payload(assignment=assignment, progress=progress))
+
+
+class ItemsImportView(APIView):
+    """POST a JSONL file (multipart field `file`, or the raw body) of prompts and answers."""
+
+    permission_classes = [IsAdmin]
+    parser_classes = [MultiPartParser]
+
+    @extend_schema(
+        summary="Import prompts with their answers (JSONL)",
+        request={"multipart/form-data": inline_serializer("ItemsUpload", {"file": serializers.FileField()})},
+        responses={201: OpenApiResponse(description="what was stored"),
+                   400: OpenApiResponse(description='{"detail", "errors": ["line N: reason", ...]}')},
+    )
+    def post(self, request, slug: str):
+        project = _project_or_404(slug)
+        upload = request.FILES.get("file")
+        if upload is None:
+            return Response({"detail": "file: attach the JSONL file as the multipart field 'file'"}, status=400)
+        try:
+            items = items_parse(io.TextIOWrapper(upload.file, encoding="utf-8", errors="strict"))
+            summary = services.items_import(project=project, items=items)
+        except ImportRejected as exc:
+            return Response({"detail": f"the file was rejected whole, nothing was stored: {len(exc.errors)} error(s)",
+                             "errors": exc.errors}, status=400)
+        except UnicodeDecodeError:
+            return Response({"detail": "file: not UTF-8 text; nothing was stored"}, status=400)
+        return Response(summary.__dict__, status=201)

@@ -1,0 +1,68 @@
+"""Reading a criteria file (YAML): instructions plus a list of {key, text}. Pure: no database."""
+
+import re
+
+import yaml
+
+KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+
+
+class CriteriaRejected(ValueError):
+    pass
+
+
+def _rejoin_flow_commas(item: dict) -> dict:
+    """Undo YAML's split of `{key: k, text: A, B.}` at the comma into text 'A' and a key 'B.' with no value.
+
+    The documented criteria example writes texts with commas inside flow mappings; YAML reads each
+    comma as a new key. Keys after 'text' that have no value are the rest of the sentence.
+    """
+    keys = list(item)
+    if "text" not in keys or not isinstance(item.get("text"), str):
+        return item
+    tail = keys[keys.index("text") + 1:]
+    if not tail or any(item[k] is not None or k == "key" for k in tail):
+        return item
+    rejoined = {k: v for k, v in item.items() if k not in tail}
+    rejoined["text"] = ", ".join([item["text"], *map(str, tail)])
+    return rejoined
+
+
+def criteria_parse(text: str, *, source: str = "criteria file") -> tuple[str, list[dict]]:
+    """(instructions, items) from a criteria file, or CriteriaRejected saying what to fix."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise CriteriaRejected(f"{source}: not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise CriteriaRejected(f"{source}: expected a mapping with 'instructions' and 'criteria'")
+    unknown = set(data) - {"instructions", "criteria"}
+    if unknown:
+        raise CriteriaRejected(f"{source}: unknown key(s) {sorted(unknown)}; use 'instructions' and 'criteria'")
+    instructions = data.get("instructions") or ""
+    if not isinstance(instructions, str):
+        raise CriteriaRejected(f"{source}: 'instructions' must be text")
+    items = data.get("criteria")
+    if not isinstance(items, list) or not items:
+        raise CriteriaRejected(f"{source}: 'criteria' must be a non-empty list of {{key, text}}")
+    seen: set[str] = set()
+    clean = []
+    for i, item in enumerate(items, start=1):
+        if isinstance(item, dict):
+            item = _rejoin_flow_commas(item)
+        if not isinstance(item, dict) or set(item) != {"key", "text"}:
+            raise CriteriaRejected(f"{source}: criterion {i} must have exactly 'key' and 'text'")
+        key, body = item["key"], item["text"]
+        if not isinstance(key, str) or not KEY_PATTERN.match(key):
+            raise CriteriaRejected(
+                f"{source}: criterion {i} key {key!r} must be lower-case letters, digits or _ (starting with a letter)"
+            )
+        if key in seen:
+            raise CriteriaRejected(f"{source}: criterion key {key!r} appears twice")
+        if not isinstance(body, str) or not body.strip():
+            raise CriteriaRejected(f"{source}: criterion {key!r} needs its text")
+        seen.add(key)
+        clean.append({"key": key, "text": body.strip()})
+    return instructions.strip(), clean

@@ -1,0 +1,34 @@
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from annotate.review import services
+from annotate.review.importing import ImportRejected, items_parse
+from annotate.review.models import Project
+
+
+class Command(BaseCommand):
+    help = "Import prompts with their answers from a JSONL file; a file with any error is rejected whole."
+
+    def add_arguments(self, parser):
+        parser.add_argument("slug")
+        parser.add_argument("path", type=Path)
+
+    def handle(self, *args, slug, path, **options):
+        project = Project.objects.filter(slug=slug).first()
+        if project is None:
+            raise CommandError(f"no project {slug!r}; create it first with manage.py create_project")
+        if not path.is_file():
+            raise CommandError(f"{path}: no such file")
+        try:
+            with path.open("rb") as lines:
+                items = items_parse(lines)
+            summary = services.items_import(project=project, items=items)
+        except ImportRejected as exc:
+            for error in exc.errors:
+                self.stderr.write(f"{path}: {error}")
+            raise CommandError(f"{path}: rejected whole, nothing was stored ({len(exc.errors)} error(s))") from None
+        self.stdout.write(
+            f"{path}: {summary.prompts_created} new prompt(s), {summary.prompts_existing} already known, "
+            f"{summary.responses_created} new response(s), {summary.pairs_created} new pair(s)"
+        )

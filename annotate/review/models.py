@@ -1,0 +1,192 @@
+"""What Pairwise keeps about review work.
+
+Project → CriteriaVersion → Prompt → Response → Pair → Assignment → Judgment. Judgments are stored
+un-swapped ("response a preferred over b"), append-only: an edit or an undo is a new revision row,
+and Assignment.current_judgment points at the revision that counts.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Project(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    overlap = models.PositiveSmallIntegerField(default=3, help_text="Distinct reviewers per pair.")
+    retest_rate = models.FloatField(
+        default=0.1, help_text="Share of each reviewer's judged pairs shown again, left and right exchanged."
+    )
+    retest_gap = models.PositiveSmallIntegerField(
+        default=5, help_text="Judgments a reviewer makes before a retest of an earlier pair comes back."
+    )
+    max_pairs_per_prompt = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Cap on pairs made from one prompt's responses; empty means all pairs."
+    )
+    assignment_minutes = models.PositiveSmallIntegerField(
+        default=30, help_text="Minutes an assignment is held before it returns to the pool."
+    )
+    min_rationale_chars = models.PositiveSmallIntegerField(default=15)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class CriteriaVersion(models.Model):
+    """Written criteria; loading a new file makes a new version and old judgments keep theirs."""
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="criteria_versions")
+    version = models.PositiveIntegerField()
+    instructions = models.TextField(blank=True)
+    items = models.JSONField(help_text='[{"key": "correct", "text": "Every fact and every step is right."}]')
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "version"], name="criteria_version_unique")]
+        ordering = ["project", "-version"]
+
+    def __str__(self) -> str:
+        return f"{self.project.slug} criteria v{self.version}"
+
+    @property
+    def keys(self) -> list[str]:
+        return [item["key"] for item in self.items]
+
+
+class Prompt(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="prompts")
+    external_id = models.CharField(max_length=200, help_text="prompt_id from the import file.")
+    messages = models.JSONField(help_text='Chat messages: [{"role": "user", "content": "..."}]')
+    tags = models.JSONField(default=list, blank=True)
+    gold_response = models.ForeignKey(
+        "Response", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="Honeypot: the response known to be better.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "external_id"], name="prompt_external_id_unique")]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class Response(models.Model):
+    """An answer to a prompt. Its model and version are never shown to reviewers."""
+
+    prompt = models.ForeignKey(Prompt, on_delete=models.PROTECT, related_name="responses")
+    text = models.TextField()
+    text_sha256 = models.CharField(max_length=64)
+    model = models.CharField(max_length=200)
+    model_version = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["prompt", "model", "model_version", "text_sha256"], name="response_unique_per_prompt"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prompt.external_id}: {self.model}@{self.model_version}"
+
+
+class Pair(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="pairs")
+    prompt = models.ForeignKey(Prompt, on_delete=models.PROTECT, related_name="pairs")
+    response_a = models.ForeignKey(Response, on_delete=models.PROTECT, related_name="+")
+    response_b = models.ForeignKey(Response, on_delete=models.PROTECT, related_name="+")
+    # Live (not expired) first-time assignments; changed only under this row's lock.
+    assigned_count = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["response_a", "response_b"], name="pair_unique"),
+            models.CheckConstraint(condition=Q(response_a__lt=models.F("response_b")), name="pair_ordered"),
+        ]
+        indexes = [models.Index(fields=["project", "assigned_count", "id"], name="pair_open_slots")]
+
+    def __str__(self) -> str:
+        return f"pair {self.pk} of {self.prompt.external_id}"
+
+
+class Assignment(models.Model):
+    class Status(models.TextChoices):
+        SCHEDULED = "scheduled"  # a retest waiting for its turn
+        ACTIVE = "active"
+        COMPLETED = "completed"
+        EXPIRED = "expired"
+        CANCELLED = "cancelled"
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="assignments")
+    pair = models.ForeignKey(Pair, on_delete=models.PROTECT, related_name="assignments")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="assignments")
+    a_on_left = models.BooleanField(help_text="Response a was shown on the left.")
+    is_retest = models.BooleanField(default=False)
+    retest_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="retests")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    due_after_judgments = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A scheduled retest is served once the reviewer has judged this many."
+    )
+    criteria_version = models.ForeignKey(
+        CriteriaVersion, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The criteria shown with this assignment; set when it is first served.",
+    )
+    served_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    current_judgment = models.OneToOneField(
+        "Judgment", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # The database itself refuses a second first-time assignment of a pair to one reviewer.
+            models.UniqueConstraint(
+                fields=["pair", "reviewer"], condition=Q(is_retest=False), name="assignment_once_per_reviewer"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["reviewer", "project", "status"], name="assignment_reviewer_status"),
+            models.Index(fields=["status", "expires_at"], name="assignment_expiry"),
+        ]
+
+    def __str__(self) -> str:
+        return f"assignment {self.pk} ({self.status})"
+
+
+class Judgment(models.Model):
+    """One revision of a reviewer's judgment of an assignment; never edited, never deleted."""
+
+    class Winner(models.TextChoices):
+        A = "a"
+        B = "b"
+        TIE = "tie"
+        BOTH_BAD = "both_bad"
+
+    assignment = models.ForeignKey(Assignment, on_delete=models.PROTECT, related_name="judgments")
+    pair = models.ForeignKey(Pair, on_delete=models.PROTECT, related_name="judgments")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="judgments")
+    revision = models.PositiveIntegerField()
+    retracted = models.BooleanField(default=False, help_text="This revision undoes the one before it.")
+    winner = models.CharField(max_length=8, choices=Winner.choices, blank=True)
+    strength = models.PositiveSmallIntegerField(null=True, blank=True)
+    criteria = models.JSONField(default=dict, blank=True, help_text='Un-swapped: {"correct": "a"}')
+    criteria_version = models.ForeignKey(CriteriaVersion, on_delete=models.PROTECT, related_name="judgments")
+    rationale = models.TextField(blank=True)
+    seconds_spent = models.FloatField(null=True, blank=True)
+    client_key = models.UUIDField(unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["assignment", "revision"], name="judgment_revision_unique"),
+        ]
+        indexes = [models.Index(fields=["reviewer", "created_at"], name="judgment_reviewer_time")]
+
+    def __str__(self) -> str:
+        return f"judgment {self.pk} r{self.revision}"

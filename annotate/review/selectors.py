@@ -1,0 +1,91 @@
+"""Reads of the review workflow, shaped for the reviewer API and pages.
+
+What a reviewer is shown never includes a model name, model version, response id, pair id or
+anything else from which the left/right order could be inferred.
+"""
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Exists, OuterRef
+
+from annotate.review.models import Assignment, Pair, Project
+from annotate.review.rendering import markdown_to_safe_html
+
+
+def user_roles(user: AbstractBaseUser) -> set[str]:
+    """The user's Pairwise roles; a superuser counts as admin."""
+    if not user.is_authenticated:
+        return set()
+    cached = getattr(user, "_pairwise_roles", None)
+    if cached is None:
+        cached = set(user.groups.values_list("name", flat=True))
+        if user.is_superuser:
+            cached.add("admin")
+        user._pairwise_roles = cached
+    return cached
+
+
+def project_for_reviewer(*, slug: str) -> Project | None:
+    return Project.objects.filter(slug=slug).first()
+
+
+def reviewer_progress(*, project: Project, reviewer: AbstractBaseUser) -> dict:
+    """How many the reviewer has judged here, and how many more they could be given now."""
+    mine = Assignment.objects.filter(project=project, reviewer=reviewer)
+    judged = mine.filter(status=Assignment.Status.COMPLETED).count()
+    open_pairs = (
+        Pair.objects.filter(project=project, assigned_count__lt=project.overlap)
+        .filter(~Exists(Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)))
+        .count()
+    )
+    waiting = mine.filter(status__in=[Assignment.Status.SCHEDULED, Assignment.Status.ACTIVE]).count()
+    return {"judged": judged, "remaining": open_pairs + waiting}
+
+
+def _text_block(text: str) -> dict:
+    return {"text": text, "html": markdown_to_safe_html(text)}
+
+
+def assignment_payload(*, assignment: Assignment, progress: dict) -> dict:
+    """The reviewer's view of an assignment: prompt, criteria, left and right answers, progress."""
+    pair = (
+        Pair.objects.select_related("prompt", "response_a", "response_b")
+        .only("prompt__messages", "response_a__text", "response_b__text")
+        .get(pk=assignment.pair_id)
+    )
+    a, b = pair.response_a.text, pair.response_b.text
+    left, right = (a, b) if assignment.a_on_left else (b, a)
+    criteria = assignment.criteria_version
+    return {
+        "id": assignment.pk,
+        "prompt": [
+            {"role": m["role"], "content": m["content"], "html": markdown_to_safe_html(m["content"])}
+            for m in pair.prompt.messages
+        ],
+        "criteria": {"version": criteria.version, "instructions": criteria.instructions, "items": criteria.items},
+        "left": _text_block(left),
+        "right": _text_block(right),
+        "expires_at": assignment.expires_at.isoformat(),
+        "progress": progress,
+    }
+
+
+def judgment_payload(*, judgment, a_on_left: bool) -> dict:
+    """A judgment as its reviewer made it: left/right as they saw them, never a/b."""
+
+    def swapped_back(value: str) -> str:
+        if value == "a":
+            return "left" if a_on_left else "right"
+        if value == "b":
+            return "right" if a_on_left else "left"
+        return value
+
+    return {
+        "id": judgment.pk,
+        "assignment": judgment.assignment_id,
+        "revision": judgment.revision,
+        "choice": swapped_back(judgment.winner),
+        "strength": judgment.strength,
+        "criteria": {key: swapped_back(value) for key, value in judgment.criteria.items()},
+        "rationale": judgment.rationale,
+        "created_at": judgment.created_at.isoformat(),
+    }

@@ -1,0 +1,458 @@
+"""Writes of the review workflow: projects, criteria, imports, assignments, judgments, users.
+
+Views and commands validate their input shape, call one function here, and shape the output.
+Every function is keyword-only and raises ReviewError (with an HTTP-like status) for a user's mistake.
+"""
+
+import itertools
+import random
+import secrets
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser, Group
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, F, Max, OuterRef
+from django.utils import timezone
+
+from annotate.review.importing import ImportedItem, ImportRejected
+from annotate.review.models import Assignment, CriteriaVersion, Judgment, Pair, Project, Prompt, Response
+
+ROLES = ("reviewer", "engineer", "admin")
+CHOICES = ("left", "right", "tie", "both_bad")
+CRITERION_CHOICES = ("left", "right", "tie")
+
+
+class ReviewError(Exception):
+    """A mistake the user can fix; `status` is the HTTP status the API answers with."""
+
+    status = 400
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+# --- projects and criteria -------------------------------------------------------------------------
+
+
+def criteria_version_add(*, project: Project, instructions: str, items: list[dict]) -> tuple[CriteriaVersion, bool]:
+    """The project's criteria as given: a new version if they differ from the latest, else the latest.
+
+    Locks the project row so two loads at once cannot both take the same version number.
+    """
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=project.pk).first()
+        latest = project.criteria_versions.order_by("-version").first()
+        if latest and latest.instructions == instructions and latest.items == items:
+            return latest, False
+        version = CriteriaVersion.objects.create(
+            project=project, version=(latest.version + 1) if latest else 1, instructions=instructions, items=items
+        )
+        return version, True
+
+
+def project_create_or_update(
+    *,
+    slug: str,
+    name: str | None,
+    instructions: str,
+    criteria_items: list[dict],
+    overlap: int | None = None,
+    retest_rate: float | None = None,
+    max_pairs_per_prompt: int | None = None,
+    min_rationale_chars: int | None = None,
+) -> tuple[Project, CriteriaVersion, bool]:
+    """Create a project (or update the settings given) and load its criteria; returns (project, criteria, created)."""
+    if overlap is not None and not 1 <= overlap <= 50:
+        raise ReviewError(f"overlap {overlap} must be between 1 and 50 reviewers per pair")
+    if retest_rate is not None and not 0.0 <= retest_rate <= 1.0:
+        raise ReviewError(f"retest rate {retest_rate} must be between 0 and 1")
+    settings = {
+        "overlap": overlap, "retest_rate": retest_rate, "max_pairs_per_prompt": max_pairs_per_prompt,
+        "min_rationale_chars": min_rationale_chars,
+    }
+    settings = {key: value for key, value in settings.items() if value is not None}
+    with transaction.atomic():
+        project = Project.objects.filter(slug=slug).first()
+        created = project is None
+        if created:
+            project = Project.objects.create(slug=slug, name=name or slug, **settings)
+        elif settings or name:
+            for key, value in settings.items():
+                setattr(project, key, value)
+            if name:
+                project.name = name
+            project.save()
+        criteria, _ = criteria_version_add(project=project, instructions=instructions, items=criteria_items)
+    return project, criteria, created
+
+
+# --- import ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportSummary:
+    prompts_created: int
+    prompts_existing: int
+    responses_created: int
+    pairs_created: int
+
+
+def _pairs_for_prompt(*, project: Project, prompt: Prompt) -> int:
+    """Pair every two responses of a prompt whose texts differ, up to the project's cap; returns pairs made."""
+    responses = list(prompt.responses.order_by("id"))
+    existing = set(Pair.objects.filter(prompt=prompt).values_list("response_a_id", "response_b_id"))
+    candidates = [
+        (a, b) for a, b in itertools.combinations(responses, 2)
+        if a.text_sha256 != b.text_sha256 and (a.id, b.id) not in existing
+    ]
+    room = len(candidates)
+    if project.max_pairs_per_prompt is not None:
+        room = max(0, project.max_pairs_per_prompt - len(existing))
+        # The same prompt and answers always give the same pairs, whatever order the file listed them in.
+        candidates.sort(key=lambda pair: (pair[0].text_sha256, pair[1].text_sha256))
+        random.Random(prompt.external_id).shuffle(candidates)
+    Pair.objects.bulk_create(
+        [Pair(project=project, prompt=prompt, response_a=a, response_b=b) for a, b in candidates[:room]]
+    )
+    return min(room, len(candidates))
+
+
+def items_import(*, project: Project, items: list[ImportedItem]) -> ImportSummary:
+    """Store checked items: new prompts, new responses, new pairs; all or nothing.
+
+    Re-importing a prompt_id adds only responses not already there. A prompt_id that exists with a
+    different prompt text rejects the whole file, since judgments already made would lose their meaning.
+    """
+    created = existing = responses_created = pairs_created = 0
+    with transaction.atomic():
+        known = {p.external_id: p for p in Prompt.objects.filter(project=project)}
+        errors = [
+            f"line {item.line}: prompt_id {item.prompt_id!r} already exists with a different prompt; "
+            "give the new prompt its own prompt_id"
+            for item in items
+            if item.prompt_id in known and known[item.prompt_id].messages != item.messages
+        ]
+        if errors:
+            raise ImportRejected(errors)
+        for item in items:
+            prompt = known.get(item.prompt_id)
+            if prompt is None:
+                prompt = Prompt.objects.create(
+                    project=project, external_id=item.prompt_id, messages=item.messages, tags=item.tags
+                )
+                created += 1
+            else:
+                existing += 1
+                merged_tags = prompt.tags + [t for t in item.tags if t not in prompt.tags]
+                if merged_tags != prompt.tags:
+                    prompt.tags = merged_tags
+                    prompt.save(update_fields=["tags"])
+            stored = []
+            for response in item.responses:
+                row, was_created = Response.objects.get_or_create(
+                    prompt=prompt, model=response.model, model_version=response.model_version,
+                    text_sha256=response.text_sha256, defaults={"text": response.text},
+                )
+                responses_created += was_created
+                stored.append(row)
+            if item.gold_preferred is not None and prompt.gold_response_id != stored[item.gold_preferred].id:
+                prompt.gold_response = stored[item.gold_preferred]
+                prompt.save(update_fields=["gold_response"])
+            pairs_created += _pairs_for_prompt(project=project, prompt=prompt)
+    return ImportSummary(created, existing, responses_created, pairs_created)
+
+
+# --- assignments -----------------------------------------------------------------------------------
+
+_last_sweep = 0.0
+SWEEP_EVERY_SECONDS = 10.0
+
+
+def assignments_expire_stale(*, now: datetime | None = None, limit: int = 1000) -> int:
+    """Return held-too-long assignments to the pool; returns how many expired.
+
+    Locks the stale assignment rows (SKIP LOCKED: one sweeper takes each), then the pairs' counters.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        stale = list(
+            Assignment.objects.select_for_update(skip_locked=True)
+            .filter(status=Assignment.Status.ACTIVE, expires_at__lte=now)
+            .order_by("id")
+            .values_list("id", "pair_id", "is_retest")[:limit]
+        )
+        if not stale:
+            return 0
+        Assignment.objects.filter(id__in=[row[0] for row in stale]).update(status=Assignment.Status.EXPIRED)
+        released: dict[int, int] = {}
+        for _, pair_id, is_retest in stale:
+            if not is_retest:
+                released[pair_id] = released.get(pair_id, 0) + 1
+        for pair_id in sorted(released):  # a fixed order, so two sweepers cannot deadlock on pairs
+            Pair.objects.filter(pk=pair_id).update(assigned_count=F("assigned_count") - released[pair_id])
+    return len(stale)
+
+
+def _sweep_now_and_then(now: datetime) -> None:
+    global _last_sweep
+    if time.monotonic() - _last_sweep >= SWEEP_EVERY_SECONDS:
+        _last_sweep = time.monotonic()
+        assignments_expire_stale(now=now)
+
+
+def _serve(assignment: Assignment, *, project: Project, now: datetime) -> Assignment:
+    """Hand the assignment out now, under the criteria in force now (the judgment will record them)."""
+    if assignment.criteria_version_id is None:
+        assignment.criteria_version = project.criteria_versions.order_by("-version").first()
+        if assignment.criteria_version is None:
+            raise ReviewError(f"project {project.slug!r} has no criteria yet; an admin must load them first", status=409)
+    assignment.status = Assignment.Status.ACTIVE
+    assignment.served_at = now
+    assignment.expires_at = now + timedelta(minutes=project.assignment_minutes)
+    assignment.save(update_fields=["status", "served_at", "expires_at", "criteria_version"])
+    return assignment
+
+
+def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: datetime | None = None) -> Assignment | None:
+    """The reviewer's next assignment, or None when nothing is left for them.
+
+    Order: an assignment they already hold; a retest that is due; a fresh pair; any waiting retest.
+
+    Locks: the reviewer's user row (so one reviewer's parallel requests cannot each take a pair), then
+    one pair row with FOR UPDATE SKIP LOCKED (so concurrent reviewers take different pairs instead of
+    queueing). The pair's assigned_count only changes under that lock, and the UPDATE re-checks
+    `assigned_count < overlap`, so a pair is never given to more than `overlap` reviewers.
+    SQLite has no row locks; there, its single-writer database lock gives the same guarantee.
+    """
+    now = now or timezone.now()
+    _sweep_now_and_then(now)
+    user_model = get_user_model()
+    with transaction.atomic():
+        user_model.objects.select_for_update().filter(pk=reviewer.pk).first()
+        mine = Assignment.objects.filter(project=project, reviewer=reviewer)
+        held = mine.filter(status=Assignment.Status.ACTIVE, expires_at__gt=now).order_by("id").first()
+        if held is not None:
+            return held
+        judged = mine.filter(status=Assignment.Status.COMPLETED).count()
+        scheduled = mine.filter(status=Assignment.Status.SCHEDULED).order_by("due_after_judgments", "id")
+        due = scheduled.filter(due_after_judgments__lte=judged).first()
+        if due is not None:
+            return _serve(due, project=project, now=now)
+        taken_by_me = Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)
+        open_pairs = (
+            Pair.objects.filter(project=project, assigned_count__lt=project.overlap)
+            .filter(~Exists(taken_by_me))
+            .order_by("-assigned_count", "id")
+            .only("id")
+        )
+        for _ in range(100):
+            # SKIP LOCKED first, so concurrent reviewers spread over pairs instead of queueing on one.
+            pair = open_pairs.select_for_update(skip_locked=True, of=("self",)).first()
+            if pair is None:
+                candidate = open_pairs.first()
+                if candidate is None:
+                    break
+                # Every open pair is locked by someone else right now: wait for one rather than wrongly
+                # answering "nothing left". Waiting on one row by id while holding no other pair lock
+                # cannot deadlock; after the wait, Postgres re-checks the count.
+                pair = (
+                    Pair.objects.select_for_update(of=("self",))
+                    .filter(pk=candidate.pk, assigned_count__lt=project.overlap)
+                    .only("id")
+                    .first()
+                )
+                if pair is None:
+                    continue
+            # Re-checked in the UPDATE itself: a count raised by a transaction that committed after our
+            # snapshot cannot slip past.
+            if Pair.objects.filter(pk=pair.pk, assigned_count__lt=project.overlap).update(
+                assigned_count=F("assigned_count") + 1
+            ):
+                assignment = Assignment(
+                    project=project, pair_id=pair.pk, reviewer=reviewer, a_on_left=secrets.randbelow(2) == 1
+                )
+                assignment.save()
+                return _serve(assignment, project=project, now=now)
+        waiting = scheduled.first()
+        if waiting is not None:
+            return _serve(waiting, project=project, now=now)
+    return None
+
+
+# --- judgments -------------------------------------------------------------------------------------
+
+
+def _unswap(choice: str, *, a_on_left: bool) -> str:
+    """'left'/'right' as the reviewer saw them → 'a'/'b' as stored; ties stay as they are."""
+    if choice == "left":
+        return "a" if a_on_left else "b"
+    if choice == "right":
+        return "b" if a_on_left else "a"
+    return choice
+
+
+def _checked_judgment(
+    *, criteria_version: CriteriaVersion, project: Project, choice, strength, criteria, rationale
+) -> tuple[str, int | None, dict, str]:
+    """The judgment's fields after checking them, or ReviewError naming the first field to fix."""
+    if choice not in CHOICES:
+        raise ReviewError(f"choice: {choice!r} is not one of {', '.join(CHOICES)}")
+    if strength is not None and (isinstance(strength, bool) or not isinstance(strength, int) or not 1 <= strength <= 3):
+        raise ReviewError(f"strength: {strength!r} must be 1, 2 or 3")
+    if strength is None and choice in ("left", "right"):
+        raise ReviewError("strength: say how strongly you prefer it: 1, 2 or 3")
+    if not isinstance(criteria, dict):
+        raise ReviewError("criteria: must be an object mapping each criterion key to left, right or tie")
+    keys = criteria_version.keys
+    unknown = sorted(set(criteria) - set(keys))
+    if unknown:
+        raise ReviewError(f"criteria: unknown key(s) {unknown}; this assignment's criteria are {keys}")
+    for key in keys:
+        if key not in criteria:
+            raise ReviewError(f"criteria: choose left, right or tie for {key!r}")
+        if criteria[key] not in CRITERION_CHOICES:
+            raise ReviewError(f"criteria: {key!r} is {criteria[key]!r}; use left, right or tie")
+    if not isinstance(rationale, str) or len(rationale.strip()) < project.min_rationale_chars:
+        raise ReviewError(
+            f"rationale: write at least {project.min_rationale_chars} characters on why you chose as you did"
+        )
+    if choice in ("tie", "both_bad"):
+        strength = None
+    return choice, strength, criteria, rationale.strip()
+
+
+def _retest_due(*, assignment: Assignment, project: Project) -> bool:
+    """Keep each reviewer's retests at the project's share of the pairs they judged."""
+    if assignment.is_retest or project.retest_rate <= 0:
+        return False
+    mine = Assignment.objects.filter(project=project, reviewer_id=assignment.reviewer_id)
+    judged_once = mine.filter(is_retest=False, status=Assignment.Status.COMPLETED).count()
+    retests = mine.filter(is_retest=True).exclude(status=Assignment.Status.CANCELLED).count()
+    return retests < int(project.retest_rate * judged_once + 1e-9)
+
+
+def judgment_submit(
+    *,
+    assignment_id: int,
+    reviewer: AbstractBaseUser,
+    choice: str,
+    strength: int | None,
+    criteria: dict,
+    rationale: str,
+    client_key: uuid.UUID,
+    now: datetime | None = None,
+) -> tuple[Judgment, bool]:
+    """Record the reviewer's judgment of their assignment; returns (judgment, replayed).
+
+    The same client_key again returns the judgment it first made (replayed=True) instead of a second
+    one. Locks the assignment row, so two submissions for one assignment are taken one at a time.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        assignment = (
+            Assignment.objects.select_for_update(of=("self",))
+            .select_related("project", "criteria_version")
+            .filter(pk=assignment_id, reviewer=reviewer)
+            .first()
+        )
+        if assignment is None:
+            raise ReviewError(f"assignment {assignment_id} is not one of yours", status=404)
+        earlier = Judgment.objects.filter(client_key=client_key).first()
+        if earlier is not None:
+            if earlier.assignment_id != assignment.pk:
+                raise ReviewError("client_key was already used for another judgment; send a new one", status=409)
+            return earlier, True
+        if assignment.status == Assignment.Status.COMPLETED:
+            raise ReviewError(
+                f"assignment {assignment_id} is already judged; undo your last judgment to change it", status=409
+            )
+        if assignment.status != Assignment.Status.ACTIVE or assignment.expires_at <= now:
+            raise ReviewError(
+                f"assignment {assignment_id} expired and went back to the pool; ask for the next one", status=410
+            )
+        project = assignment.project
+        choice, strength, criteria, rationale = _checked_judgment(
+            criteria_version=assignment.criteria_version, project=project, choice=choice, strength=strength,
+            criteria=criteria, rationale=rationale,
+        )
+        last_revision = assignment.judgments.aggregate(last=Max("revision"))["last"] or 0
+        try:
+            with transaction.atomic():
+                judgment = Judgment.objects.create(
+                    assignment=assignment, pair_id=assignment.pair_id, reviewer=reviewer, revision=last_revision + 1,
+                    winner=_unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
+                    criteria={key: _unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
+                    criteria_version=assignment.criteria_version, rationale=rationale,
+                    seconds_spent=(now - assignment.served_at).total_seconds() if assignment.served_at else None,
+                    client_key=client_key,
+                )
+        except IntegrityError:
+            raise ReviewError("client_key was already used for another judgment; send a new one", status=409) from None
+        assignment.status = Assignment.Status.COMPLETED
+        assignment.completed_at = now
+        assignment.current_judgment = judgment
+        assignment.save(update_fields=["status", "completed_at", "current_judgment"])
+        if last_revision == 0 and _retest_due(assignment=assignment, project=project):
+            judged = Assignment.objects.filter(
+                project=project, reviewer=reviewer, status=Assignment.Status.COMPLETED
+            ).count()
+            Assignment.objects.create(
+                project=project, pair_id=assignment.pair_id, reviewer=reviewer, a_on_left=not assignment.a_on_left,
+                is_retest=True, retest_of=assignment, status=Assignment.Status.SCHEDULED,
+                due_after_judgments=judged + project.retest_gap,
+            )
+    return judgment, False
+
+
+def judgment_undo_last(*, project: Project, reviewer: AbstractBaseUser, now: datetime | None = None) -> Assignment:
+    """Withdraw the reviewer's last judgment in the project and give its assignment back to them.
+
+    The withdrawal is a new, retracted revision; the judgment itself stays on record. A retest that
+    the withdrawn judgment scheduled, and that was not yet shown, is cancelled. Locks the reviewer's
+    user row, then the assignment row.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=reviewer.pk).first()
+        last = Judgment.objects.filter(reviewer=reviewer, pair__project=project).order_by("-id").first()
+        if last is None or last.retracted:
+            raise ReviewError("there is no judgment to undo", status=409)
+        assignment = Assignment.objects.select_for_update().get(pk=last.assignment_id)
+        if assignment.current_judgment_id != last.pk:
+            raise ReviewError("there is no judgment to undo", status=409)
+        Judgment.objects.create(
+            assignment=assignment, pair_id=assignment.pair_id, reviewer=reviewer, revision=last.revision + 1,
+            retracted=True, criteria_version=last.criteria_version, client_key=uuid.uuid4(),
+        )
+        assignment.retests.filter(status=Assignment.Status.SCHEDULED).update(status=Assignment.Status.CANCELLED)
+        assignment.current_judgment = None
+        assignment.completed_at = None
+        assignment = _serve(assignment, project=project, now=now)
+        assignment.save(update_fields=["current_judgment", "completed_at"])
+    return assignment
+
+
+# --- users -----------------------------------------------------------------------------------------
+
+
+def user_add(*, username: str, role: str, password: str | None = None) -> tuple[AbstractBaseUser, str, bool]:
+    """Create or update a user with one role; returns (user, password, created). A password is made if none is given."""
+    if role not in ROLES:
+        raise ReviewError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    password = password or secrets.token_urlsafe(12)
+    user_model = get_user_model()
+    with transaction.atomic():
+        user, created = user_model.objects.get_or_create(username=username)
+        user.set_password(password)
+        user.is_staff = role == "admin"
+        user.save()
+        groups = {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}
+        user.groups.remove(*[groups[name] for name in ROLES if name != role])
+        user.groups.add(groups[role])
+    return user, password, created

@@ -1,0 +1,9 @@
+from celery import shared_task
+
+from annotate.review.services import assignments_expire_stale
+
+
+@shared_task
+def expire_stale_assignments() -> int:
+    """Periodic (celery beat): held-too-long assignments go back to the pool."""
+    return assignments_expire_stale()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs everything (Python packages, Debian's Chromium for the browser tests) and runs ruff and the
+# whole test suite. Uses PostgreSQL and Redis on 127.0.0.1 when they answer; otherwise SQLite, and the
+# tests that need Postgres row locks are skipped and listed as skipped. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install.sh
+
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "Installing Debian's chromium and chromium-driver for the browser tests ..."
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+  else
+    echo "note: /usr/bin/chromium is missing; the browser tests will be skipped (sudo apt-get install chromium chromium-driver)"
+  fi
+fi
+
+if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/pairwise}
+elif [ -n "${PAIRWISE_REQUIRE_SERVICES:-}" ]; then
+  echo "PostgreSQL is not answering on 127.0.0.1:5432, and this run requires it" >&2; exit 1
+else
+  echo "note: PostgreSQL is not answering on 127.0.0.1:5432; running on SQLite"
+fi
+if redis-cli -h 127.0.0.1 ping >/dev/null 2>&1; then
+  export PAIRWISE_TEST_REDIS_URL=${PAIRWISE_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}
+elif [ -n "${PAIRWISE_REQUIRE_SERVICES:-}" ]; then
+  echo "Redis is not answering on 127.0.0.1:6379, and this run requires it" >&2; exit 1
+fi
+
+data_dir=$(mktemp -d)
+trap 'rm -rf "$data_dir"' EXIT
+export PAIRWISE_DATA_DIR=$data_dir
+
+.venv/bin/ruff check .
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,108 @@
+"""Shared fixtures: a project with criteria, imported items, reviewers with API tokens."""
+
+import json
+
+import pytest
+from django.db import connection
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from annotate.review import services
+from annotate.review.demo_data import DEMO_CRITERIA
+from annotate.review.importing import items_parse
+
+
+def pytest_collection_modifyitems(config, items):
+    """Say plainly that row-locking tests are skipped when the suite runs on SQLite."""
+    from django.conf import settings
+
+    if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        return
+    skip = pytest.mark.skip(reason="needs PostgreSQL row locks; set DATABASE_URL=postgres://... to run it")
+    for item in items:
+        if "postgres" in item.keywords:
+            item.add_marker(skip)
+
+
+def make_items(count: int, *, responses: int = 2, model_prefix: str = "model") -> list[dict]:
+    return [
+        {
+            "prompt_id": f"p-{i:04d}",
+            "prompt": f"Question {i}: what is {i} + {i}?",
+            "responses": [
+                {"text": f"Answer {k} to question {i}: {2 * i + k}", "model": f"{model_prefix}-{k}", "model_version": f"v{k}"}
+                for k in range(responses)
+            ],
+        }
+        for i in range(count)
+    ]
+
+
+def import_rows(project, rows: list[dict]):
+    return services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+
+
+@pytest.fixture
+def make_project(db):
+    def make(slug: str = "speed", **settings):
+        project, _, _ = services.project_create_or_update(
+            slug=slug, name=slug.title(), instructions=DEMO_CRITERIA["instructions"],
+            criteria_items=DEMO_CRITERIA["criteria"], **settings,
+        )
+        return project
+
+    return make
+
+
+@pytest.fixture
+def project(make_project):
+    project = make_project()
+    import_rows(project, make_items(5))
+    return project
+
+
+@pytest.fixture
+def make_user(db):
+    def make(username: str, role: str = "reviewer"):
+        user, _, _ = services.user_add(username=username, role=role, password="a-long-test-password")
+        return user
+
+    return make
+
+
+@pytest.fixture
+def client_for(db):
+    def make(user) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def valid_judgment():
+    def make(choice: str = "left", **overrides) -> dict:
+        import uuid
+
+        body = {
+            "choice": choice, "strength": 2, "criteria": {"correct": choice if choice in ("left", "right") else "tie",
+                                                          "complete": "tie"},
+            "rationale": "The left one shows every step and gets the unit right.",
+            "client_key": str(uuid.uuid4()),
+        }
+        body.update(overrides)
+        return body
+
+    return make
+
+
+@pytest.fixture
+def on_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Tests make many users; the production hasher is slow on purpose."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

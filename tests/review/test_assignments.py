@@ -1,0 +1,84 @@
+"""The assignment queue: overlap, no repeats, retests swapped, expiry, random stored order."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from annotate.review import services
+from annotate.review.models import Assignment, Pair
+from tests.conftest import import_rows, make_items
+
+
+def judge(assignment, reviewer, choice="left"):
+    return services.judgment_submit(
+        assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+        criteria={"correct": "left", "complete": "tie"}, rationale="Left is right and explains it fully.",
+        client_key=__import__("uuid").uuid4(),
+    )[0]
+
+
+def test_each_pair_gets_overlap_distinct_reviewers_and_no_more(make_project, make_user):
+    project = make_project(overlap=2, retest_rate=0)
+    import_rows(project, make_items(3))
+    reviewers = [make_user(f"r{i}") for i in range(4)]
+    for reviewer in reviewers:
+        while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+            judge(assignment, reviewer)
+    per_pair = {p.pk: set(Assignment.objects.filter(pair=p).values_list("reviewer", flat=True)) for p in Pair.objects.all()}
+    assert all(len(reviewers_of_pair) == 2 for reviewers_of_pair in per_pair.values())
+    per_reviewer = Assignment.objects.values_list("reviewer", "pair")
+    assert len(per_reviewer) == len(set(per_reviewer)) == 6  # nobody got a pair twice
+
+
+def test_a_reviewer_reloading_gets_the_assignment_they_hold(project, make_user):
+    reviewer = make_user("rita")
+    first = services.assignment_next(project=project, reviewer=reviewer)
+    again = services.assignment_next(project=project, reviewer=reviewer)
+    assert first.pk == again.pk
+
+
+def test_a_share_of_judged_pairs_comes_back_swapped_after_a_gap(make_project, make_user):
+    project = make_project(overlap=1, retest_rate=0.5)
+    project.retest_gap = 2
+    project.save()
+    import_rows(project, make_items(8))
+    reviewer = make_user("rita")
+    served = []
+    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+        served.append(assignment)
+        judge(assignment, reviewer)
+    retests = [a for a in served if a.is_retest]
+    assert len(retests) == 4  # half of the 8 pairs judged once
+    for retest in retests:
+        original = retest.retest_of
+        assert retest.pair_id == original.pair_id and retest.a_on_left != original.a_on_left
+        fresh_left = any(not a.is_retest for a in served[served.index(retest):])
+        # Not straight after the original, unless no fresh pair was left to put between them.
+        assert served.index(retest) - served.index(original) > 2 or not fresh_left
+
+
+def test_left_and_right_are_random_and_stored(make_project, make_user):
+    project = make_project(overlap=1, retest_rate=0)
+    import_rows(project, make_items(60))
+    reviewer = make_user("rita")
+    sides = []
+    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+        sides.append(assignment.a_on_left)
+        judge(assignment, reviewer)
+    assert 10 < sum(sides) < 50  # 60 fair coin flips; all-one-side has chance 2**-59
+
+
+def test_an_expired_assignment_returns_to_the_pool(make_project, make_user):
+    project = make_project(overlap=1, retest_rate=0)
+    import_rows(project, make_items(1))
+    slow, quick = make_user("slow"), make_user("quick")
+    held = services.assignment_next(project=project, reviewer=slow)
+    assert services.assignment_next(project=project, reviewer=quick) is None
+    later = timezone.now() + timedelta(minutes=project.assignment_minutes + 1)
+    assert services.assignments_expire_stale(now=later) == 1
+    given = services.assignment_next(project=project, reviewer=quick, now=later)
+    assert given is not None and given.pair_id == held.pair_id
+    with pytest.raises(services.ReviewError) as late:
+        judge(held, slow)
+    assert late.value.status == 410 and "expired" in str(late.value)

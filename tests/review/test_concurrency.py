@@ -1,0 +1,89 @@
+"""Many reviewers at once: the queue never gives a pair to more reviewers than the overlap."""
+
+import threading
+import uuid
+from collections import Counter
+
+import pytest
+from django.db import connection, connections
+
+from annotate.review import services
+from annotate.review.models import Assignment, Judgment
+from tests.conftest import import_rows, make_items
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def run_at_once(count: int, work) -> list:
+    """Run work(i) in `count` threads released together; each thread has its own DB connection."""
+    barrier = threading.Barrier(count)
+    results: list = [None] * count
+    errors: list = []
+
+    def body(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = work(i)
+        except Exception as exc:  # collected and re-raised in the test, with its thread
+            errors.append((i, exc))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    return results
+
+
+def test_fifty_reviewers_asking_at_once_never_over_assign(make_project, make_user):
+    assert connection.vendor == "postgresql"
+    project = make_project(overlap=3, retest_rate=0)
+    import_rows(project, make_items(10))  # 10 pairs x 3 = 30 slots for 50 reviewers
+    reviewers = [make_user(f"r{i:02d}") for i in range(50)]
+    given = run_at_once(50, lambda i: services.assignment_next(project=project, reviewer=reviewers[i]))
+    assert sum(a is not None for a in given) == 30
+    per_pair = Counter(Assignment.objects.filter(project=project).values_list("pair_id", flat=True))
+    assert set(per_pair.values()) == {3}
+
+
+def test_reviewers_racing_through_a_project_judge_each_pair_exactly_overlap_times(make_project, make_user):
+    project = make_project(overlap=3, retest_rate=0)
+    import_rows(project, make_items(20))
+    reviewers = [make_user(f"r{i:02d}") for i in range(12)]
+
+    def judge_until_done(i: int) -> int:
+        judged = 0
+        while (assignment := services.assignment_next(project=project, reviewer=reviewers[i])) is not None:
+            services.judgment_submit(
+                assignment_id=assignment.pk, reviewer=reviewers[i], choice="tie", strength=None,
+                criteria={"correct": "tie", "complete": "tie"}, rationale="Both answers are equally good here.",
+                client_key=uuid.uuid4(),
+            )
+            judged += 1
+        return judged
+
+    judged = run_at_once(12, judge_until_done)
+    assert sum(judged) == 60
+    per_pair = Counter(Judgment.objects.values_list("pair_id", flat=True))
+    assert len(per_pair) == 20 and set(per_pair.values()) == {3}
+
+
+def test_the_same_judgment_sent_twice_at_once_is_stored_once(project, make_user):
+    reviewer = make_user("rita")
+    assignment = services.assignment_next(project=project, reviewer=reviewer)
+    key = uuid.uuid4()
+
+    def send(_: int):
+        return services.judgment_submit(
+            assignment_id=assignment.pk, reviewer=reviewer, choice="left", strength=1,
+            criteria={"correct": "left", "complete": "left"}, rationale="Left is right and explains it fully.",
+            client_key=key,
+        )
+
+    results = run_at_once(8, send)
+    assert len({judgment.pk for judgment, _ in results}) == 1
+    assert sorted(replayed for _, replayed in results) == [False] + [True] * 7
+    assert Judgment.objects.count() == 1
