@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from annotate.quality import api as quality_api
 from annotate.review import api as review_api
 from annotate.review import views as review_views
 
@@ -10,6 +11,7 @@ api_v1 = [
     path("projects/<slug:slug>/assignments/next", review_api.AssignmentNextView.as_view(), name="assignment-next"),
     path("projects/<slug:slug>/judgments/undo", review_api.JudgmentUndoView.as_view(), name="judgment-undo"),
     path("projects/<slug:slug>/items", review_api.ItemsImportView.as_view(), name="items-import"),
+    path("projects/<slug:slug>/agreement", quality_api.AgreementReportView.as_view(), name="agreement-report"),
     path("assignments/<int:assignment_id>/judgment", review_api.JudgmentSubmitView.as_view(), name="judgment-submit"),
 ]
 

@@ -31,6 +31,8 @@ fi
 data_dir=$(mktemp -d)
 trap 'rm -rf "$data_dir"' EXIT
 export PAIRWISE_DATA_DIR=$data_dir
+# Tests start servers in threads (browser tests, concurrency tests); closed connections let the test database go.
+export DB_CONN_MAX_AGE=0
 
 .venv/bin/ruff check .
 .venv/bin/python -m pytest "$@"

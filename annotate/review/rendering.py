@@ -5,6 +5,8 @@ text comes out as visible text, and code stays in <pre><code>. nh3 (Ammonia) the
 a second fence: no scripts, no event handlers, no javascript: links, no images that load from outside.
 """
 
+from functools import lru_cache
+
 import nh3
 from markdown_it import MarkdownIt
 
@@ -16,6 +18,7 @@ _allowed_tags = {
 _allowed_attributes = {"a": {"href", "title"}, "code": {"class"}, "ol": {"start"}}
 
 
+@lru_cache(maxsize=4096)  # the same answers are shown to several reviewers
 def markdown_to_safe_html(text: str) -> str:
     return nh3.clean(
         _markdown.render(text),

@@ -5,40 +5,57 @@ anything else from which the left/right order could be inferred.
 """
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, OuterRef
+from django.core.cache import cache
+from django.db.models import Count, Exists, OuterRef, Q
 
 from annotate.review.models import Assignment, Pair, Project
 from annotate.review.rendering import markdown_to_safe_html
+
+ROLES_CACHE_SECONDS = 30  # a role change reaches every worker within this; it saves a query per request
+
+
+def roles_cache_key(user_id: int) -> str:
+    return f"pairwise:roles:{user_id}"
 
 
 def user_roles(user: AbstractBaseUser) -> set[str]:
     """The user's Pairwise roles; a superuser counts as admin."""
     if not user.is_authenticated:
         return set()
-    cached = getattr(user, "_pairwise_roles", None)
-    if cached is None:
-        cached = set(user.groups.values_list("name", flat=True))
+    roles = cache.get(roles_cache_key(user.pk))
+    if roles is None:
+        roles = set(user.groups.values_list("name", flat=True))
         if user.is_superuser:
-            cached.add("admin")
-        user._pairwise_roles = cached
-    return cached
+            roles.add("admin")
+        cache.set(roles_cache_key(user.pk), roles, ROLES_CACHE_SECONDS)
+    return roles
 
 
 def project_for_reviewer(*, slug: str) -> Project | None:
     return Project.objects.filter(slug=slug).first()
 
 
+REMAINING_COUNT_CAP = 500
+
+
 def reviewer_progress(*, project: Project, reviewer: AbstractBaseUser) -> dict:
     """How many the reviewer has judged here, and how many more they could be given now."""
-    mine = Assignment.objects.filter(project=project, reviewer=reviewer)
-    judged = mine.filter(status=Assignment.Status.COMPLETED).count()
+    counts = Assignment.objects.filter(project=project, reviewer=reviewer).aggregate(
+        judged=Count("id", filter=Q(status=Assignment.Status.COMPLETED)),
+        waiting=Count("id", filter=Q(status__in=[Assignment.Status.SCHEDULED, Assignment.Status.ACTIVE])),
+    )
+    # Counting stops at a cap, so a project of a million pairs costs no more per request than a small one.
     open_pairs = (
         Pair.objects.filter(project=project, assigned_count__lt=project.overlap)
         .filter(~Exists(Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)))
+        .values("id")[:REMAINING_COUNT_CAP]
         .count()
     )
-    waiting = mine.filter(status__in=[Assignment.Status.SCHEDULED, Assignment.Status.ACTIVE]).count()
-    return {"judged": judged, "remaining": open_pairs + waiting}
+    return {
+        "judged": counts["judged"],
+        "remaining": open_pairs + counts["waiting"],
+        "remaining_is_at_least": open_pairs >= REMAINING_COUNT_CAP,
+    }
 
 
 def _text_block(text: str) -> dict:

@@ -14,12 +14,14 @@ from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, Max, OuterRef
+from django.db.models import Count, Exists, F, Max, OuterRef, Q
 from django.utils import timezone
 
 from annotate.review.importing import ImportedItem, ImportRejected
 from annotate.review.models import Assignment, CriteriaVersion, Judgment, Pair, Project, Prompt, Response
+from annotate.review.selectors import roles_cache_key
 
 ROLES = ("reviewer", "engineer", "admin")
 CHOICES = ("left", "right", "tie", "both_bad")
@@ -206,12 +208,17 @@ def _sweep_now_and_then(now: datetime) -> None:
         assignments_expire_stale(now=now)
 
 
+def _criteria_in_force(project: Project) -> CriteriaVersion:
+    criteria = project.criteria_versions.order_by("-version").first()
+    if criteria is None:
+        raise ReviewError(f"project {project.slug!r} has no criteria yet; an admin must load them first", status=409)
+    return criteria
+
+
 def _serve(assignment: Assignment, *, project: Project, now: datetime) -> Assignment:
     """Hand the assignment out now, under the criteria in force now (the judgment will record them)."""
     if assignment.criteria_version_id is None:
-        assignment.criteria_version = project.criteria_versions.order_by("-version").first()
-        if assignment.criteria_version is None:
-            raise ReviewError(f"project {project.slug!r} has no criteria yet; an admin must load them first", status=409)
+        assignment.criteria_version = _criteria_in_force(project)
     assignment.status = Assignment.Status.ACTIVE
     assignment.served_at = now
     assignment.expires_at = now + timedelta(minutes=project.assignment_minutes)
@@ -236,19 +243,26 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
     with transaction.atomic():
         user_model.objects.select_for_update().filter(pk=reviewer.pk).first()
         mine = Assignment.objects.filter(project=project, reviewer=reviewer)
-        held = mine.filter(status=Assignment.Status.ACTIVE, expires_at__gt=now).order_by("id").first()
-        if held is not None:
-            return held
-        judged = mine.filter(status=Assignment.Status.COMPLETED).count()
-        scheduled = mine.filter(status=Assignment.Status.SCHEDULED).order_by("due_after_judgments", "id")
-        due = scheduled.filter(due_after_judgments__lte=judged).first()
-        if due is not None:
-            return _serve(due, project=project, now=now)
+        waiting = list(
+            mine.filter(status__in=[Assignment.Status.ACTIVE, Assignment.Status.SCHEDULED]).order_by("id")
+        )
+        held = [a for a in waiting if a.status == Assignment.Status.ACTIVE and a.expires_at > now]
+        if held:
+            return held[0]
+        scheduled = sorted(
+            (a for a in waiting if a.status == Assignment.Status.SCHEDULED), key=lambda a: (a.due_after_judgments, a.pk)
+        )
+        if scheduled:
+            judged = mine.filter(status=Assignment.Status.COMPLETED).count()
+            if scheduled[0].due_after_judgments <= judged:
+                return _serve(scheduled[0], project=project, now=now)
         taken_by_me = Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)
         open_pairs = (
             Pair.objects.filter(project=project, assigned_count__lt=project.overlap)
             .filter(~Exists(taken_by_me))
-            .order_by("-assigned_count", "id")
+            # Fullest pairs first, so pairs reach their overlap (and agreement can be measured) early;
+            # this is the pair_open_slots index read backwards, so no sort is needed.
+            .order_by("-assigned_count", "-id")
             .only("id")
         )
         for _ in range(100):
@@ -274,14 +288,13 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
             if Pair.objects.filter(pk=pair.pk, assigned_count__lt=project.overlap).update(
                 assigned_count=F("assigned_count") + 1
             ):
-                assignment = Assignment(
-                    project=project, pair_id=pair.pk, reviewer=reviewer, a_on_left=secrets.randbelow(2) == 1
+                return Assignment.objects.create(
+                    project=project, pair_id=pair.pk, reviewer=reviewer, a_on_left=secrets.randbelow(2) == 1,
+                    status=Assignment.Status.ACTIVE, criteria_version=_criteria_in_force(project), served_at=now,
+                    expires_at=now + timedelta(minutes=project.assignment_minutes),
                 )
-                assignment.save()
-                return _serve(assignment, project=project, now=now)
-        waiting = scheduled.first()
-        if waiting is not None:
-            return _serve(waiting, project=project, now=now)
+        if scheduled:
+            return _serve(scheduled[0], project=project, now=now)
     return None
 
 
@@ -327,14 +340,21 @@ def _checked_judgment(
     return choice, strength, criteria, rationale.strip()
 
 
-def _retest_due(*, assignment: Assignment, project: Project) -> bool:
-    """Keep each reviewer's retests at the project's share of the pairs they judged."""
+def _retest_due(*, assignment: Assignment, project: Project) -> int | None:
+    """Keep each reviewer's retests at the project's share of the pairs they judged.
+
+    Returns how many the reviewer has judged in all when a retest is due now, else None.
+    """
     if assignment.is_retest or project.retest_rate <= 0:
-        return False
-    mine = Assignment.objects.filter(project=project, reviewer_id=assignment.reviewer_id)
-    judged_once = mine.filter(is_retest=False, status=Assignment.Status.COMPLETED).count()
-    retests = mine.filter(is_retest=True).exclude(status=Assignment.Status.CANCELLED).count()
-    return retests < int(project.retest_rate * judged_once + 1e-9)
+        return None
+    counts = Assignment.objects.filter(project=project, reviewer_id=assignment.reviewer_id).aggregate(
+        judged_once=Count("id", filter=Q(is_retest=False, status=Assignment.Status.COMPLETED)),
+        retests=Count("id", filter=Q(is_retest=True) & ~Q(status=Assignment.Status.CANCELLED)),
+        judged=Count("id", filter=Q(status=Assignment.Status.COMPLETED)),
+    )
+    if counts["retests"] < int(project.retest_rate * counts["judged_once"] + 1e-9):
+        return counts["judged"]
+    return None
 
 
 def judgment_submit(
@@ -354,6 +374,22 @@ def judgment_submit(
     one. Locks the assignment row, so two submissions for one assignment are taken one at a time.
     """
     now = now or timezone.now()
+    try:
+        return _judgment_submit_locked(
+            assignment_id=assignment_id, reviewer=reviewer, choice=choice, strength=strength, criteria=criteria,
+            rationale=rationale, client_key=client_key, now=now,
+        )
+    except IntegrityError:
+        # The same client_key committed by another request between our check and our insert.
+        earlier = Judgment.objects.filter(client_key=client_key).first()
+        if earlier is not None and earlier.assignment_id == assignment_id and earlier.reviewer_id == reviewer.pk:
+            return earlier, True
+        raise ReviewError("client_key was already used for another judgment; send a new one", status=409) from None
+
+
+def _judgment_submit_locked(
+    *, assignment_id, reviewer, choice, strength, criteria, rationale, client_key, now
+) -> tuple[Judgment, bool]:
     with transaction.atomic():
         assignment = (
             Assignment.objects.select_for_update(of=("self",))
@@ -382,26 +418,20 @@ def judgment_submit(
             criteria=criteria, rationale=rationale,
         )
         last_revision = assignment.judgments.aggregate(last=Max("revision"))["last"] or 0
-        try:
-            with transaction.atomic():
-                judgment = Judgment.objects.create(
-                    assignment=assignment, pair_id=assignment.pair_id, reviewer=reviewer, revision=last_revision + 1,
-                    winner=_unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
-                    criteria={key: _unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
-                    criteria_version=assignment.criteria_version, rationale=rationale,
-                    seconds_spent=(now - assignment.served_at).total_seconds() if assignment.served_at else None,
-                    client_key=client_key,
-                )
-        except IntegrityError:
-            raise ReviewError("client_key was already used for another judgment; send a new one", status=409) from None
+        judgment = Judgment.objects.create(
+            assignment=assignment, pair_id=assignment.pair_id, reviewer=reviewer, revision=last_revision + 1,
+            winner=_unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
+            criteria={key: _unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
+            criteria_version=assignment.criteria_version, rationale=rationale,
+            seconds_spent=(now - assignment.served_at).total_seconds() if assignment.served_at else None,
+            client_key=client_key,
+        )
         assignment.status = Assignment.Status.COMPLETED
         assignment.completed_at = now
         assignment.current_judgment = judgment
         assignment.save(update_fields=["status", "completed_at", "current_judgment"])
-        if last_revision == 0 and _retest_due(assignment=assignment, project=project):
-            judged = Assignment.objects.filter(
-                project=project, reviewer=reviewer, status=Assignment.Status.COMPLETED
-            ).count()
+        judged = _retest_due(assignment=assignment, project=project) if last_revision == 0 else None
+        if judged is not None:
             Assignment.objects.create(
                 project=project, pair_id=assignment.pair_id, reviewer=reviewer, a_on_left=not assignment.a_on_left,
                 is_retest=True, retest_of=assignment, status=Assignment.Status.SCHEDULED,
@@ -455,4 +485,5 @@ def user_add(*, username: str, role: str, password: str | None = None) -> tuple[
         groups = {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}
         user.groups.remove(*[groups[name] for name in ROLES if name != role])
         user.groups.add(groups[role])
+    cache.delete(roles_cache_key(user.pk))
     return user, password, created

@@ -43,9 +43,14 @@
     message.className = `message ${kind || ""}`;
   }
 
+  // A complaint about the form is stale once the reviewer changes it.
+  function clearComplaint() {
+    if (message.classList.contains("error") && current) say("");
+  }
+
   function showProgress(progress) {
     document.getElementById("progress").textContent =
-      `Judged ${progress.judged} · ${progress.remaining} left`;
+      `Judged ${progress.judged} · ${progress.remaining}${progress.remaining_is_at_least ? "+" : ""} left`;
   }
 
   function renderCriteria(criteria) {
@@ -85,19 +90,34 @@
     return criteriaList.querySelectorAll(".criterion");
   }
 
-  function moveCursor(index) {
+  function moveCursor(index, { reveal = false } = {}) {
     const rows = criterionRows();
     if (!rows.length) return;
     cursor = Math.max(0, Math.min(rows.length - 1, index));
     rows.forEach((row, i) => row.classList.toggle("cursor", i === cursor));
+    if (reveal) rows[cursor].scrollIntoView({ block: "nearest" });
   }
 
   function show(assignment) {
     current = assignment;
     clientKey = newClientKey();
     form.reset();
-    document.getElementById("prompt").innerHTML = assignment.prompt
-      .map((m) => `<div class="message-${m.role}">${m.html}</div>`).join("");
+    // A chat prompt shows who said each turn; a one-message prompt is just its text.
+    const labelled = assignment.prompt.length > 1;
+    document.getElementById("prompt").replaceChildren(...assignment.prompt.map((m) => {
+      const turn = document.createElement("div");
+      turn.className = "turn";
+      if (labelled) {
+        const role = document.createElement("div");
+        role.className = "turn-role";
+        role.textContent = m.role;
+        turn.append(role);
+      }
+      const body = document.createElement("div");
+      body.innerHTML = m.html; // sanitised on the server
+      turn.append(body);
+      return turn;
+    }));
     document.getElementById("left").innerHTML = assignment.left.html; // sanitised on the server
     document.getElementById("right").innerHTML = assignment.right.html;
     renderCriteria(assignment.criteria);
@@ -106,7 +126,7 @@
     document.getElementById("done").hidden = true;
     // Submitting from the rationale box (Ctrl+Enter) would leave it focused, and the next pair's
     // shortcut keys would be typed into it instead of choosing.
-    // disabled
+    if (form.contains(document.activeElement)) document.activeElement.blur();
     window.scrollTo(0, 0);
   }
 
@@ -187,6 +207,7 @@
   }
 
   form.addEventListener("submit", (event) => { event.preventDefault(); submit(); });
+  form.addEventListener("change", clearComplaint);
   document.getElementById("undo").addEventListener("click", undo);
   document.getElementById("undo-when-done").addEventListener("click", undo);
 
@@ -204,14 +225,15 @@
     if (!current) return;
     if (key in choiceKeys) { setRadio("choice", choiceKeys[key]); }
     else if (["1", "2", "3"].includes(key)) { setRadio("strength", key); }
-    else if (key === "j") { moveCursor(cursor + 1); }
-    else if (key === "k") { moveCursor(cursor - 1); }
+    else if (key === "j") { moveCursor(cursor + 1, { reveal: true }); }
+    else if (key === "k") { moveCursor(cursor - 1, { reveal: true }); }
     else if (key in criterionKeys) {
       const row = criterionRows()[cursor];
-      if (row) { setRadio(`criterion-${row.dataset.key}`, criterionKeys[key]); moveCursor(cursor + 1); }
+      if (row) { setRadio(`criterion-${row.dataset.key}`, criterionKeys[key]); moveCursor(cursor + 1, { reveal: true }); }
     } else if (key === "r") { rationale.focus(); }
     else return;
     event.preventDefault();
+    clearComplaint();
   });
 
   loadNext();

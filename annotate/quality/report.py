@@ -1,0 +1,538 @@
+"""Pairwise's agreement report: every quality figure of a project as one JSON-ready dict.
+
+``agreement_report(table)`` returns the structure of DESIGN.md ("Agreement report") plus the extra
+figures of the dashboard. Rules that hold for any input, including an empty table:
+- a figure that cannot be computed is None, and ``notes`` says why ("<key>: <reason>");
+- no NaN or infinity anywhere: ``json.dumps(report, allow_nan=False)`` succeeds;
+- no exception for small data.
+
+How choices are coded (see also ``report["method"]``):
+- nominal alpha, percent agreement, Fleiss' and Cohen's kappa use four categories of the
+  un-swapped choice: a, b, tie, both_bad. both_bad is its own category: "neither answer is
+  usable" is a different judgment from "both are equally good", and two reviewers who both say it
+  agree.
+- ordinal alpha uses the signed strength -3..+3 (a preferred = positive, b = negative); tie and
+  both_bad are 0, the midpoint: neither says which answer is better.
+- per criterion: nominal a / b / tie; ordinal b < tie < a.
+- retests are left out of agreement, consensus and ratings and used for retest consistency.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any
+
+import numpy as np
+from scipy.stats import binomtest
+
+from annotate.quality import agreement as agreement_stats
+from annotate.quality.consensus import consensus_summary, pair_consensus
+from annotate.quality.ratings import bradley_terry_ratings
+from annotate.quality.reviewers import (
+    RateWithInterval,
+    ReviewerFlagRules,
+    leave_one_out_agreement,
+    match_retests,
+    reviewer_quality,
+    wilson_interval,
+)
+from annotate.quality.table import CRITERION_MISSING, WINNER_B, WINNER_NAMES, JudgmentTable
+
+N_NOMINAL = 4
+N_ORDINAL = 7  # signed strength -3..+3
+_BUCKETS = (("hour", 3600.0), ("day", 86400.0), ("week", 7 * 86400.0), ("30 days", 30 * 86400.0))
+_MAX_BUCKETS = 60
+
+
+class _Notes:
+    """Collects "<key>: <reason>" lines, once each, in the order they arise."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, key: str, reason: str) -> None:
+        line = f"{key}: {reason}"
+        if line not in self.lines:
+            self.lines.append(line)
+
+
+def _number(value: Any) -> float | None:
+    """A finite Python float or None."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _interval(low: Any, high: Any) -> list[float] | None:
+    low, high = _number(low), _number(high)
+    return None if low is None or high is None else [low, high]
+
+
+def _estimate(estimate: agreement_stats.Estimate, key: str, notes: _Notes, *, want_ci: bool) -> dict:
+    if estimate.value is None:
+        notes.add(key, estimate.reason or "cannot be computed")
+    elif want_ci and estimate.ci is None:
+        notes.add(f"{key}.ci", estimate.reason or "no bootstrap resamples were requested")
+    return {
+        "value": _number(estimate.value),
+        "ci": None if estimate.ci is None else _interval(*estimate.ci),
+    }
+
+
+def _agreement_block(
+    *,
+    unit_index: np.ndarray,
+    rater_index: np.ndarray,
+    nominal_index: np.ndarray,
+    ordinal_index: np.ndarray,
+    n_units: int,
+    n_nominal: int,
+    n_ordinal: int,
+    n_raters: int,
+    reviewer_names: list[str],
+    key: str,
+    notes: _Notes,
+    bootstrap: int,
+    rngs: list[np.random.Generator],
+    confidence: float,
+    overlap: int | None,
+    min_shared_pairs: int,
+    list_reviewer_pairs: bool,
+) -> dict:
+    """Percent agreement, alpha (nominal, ordinal), Fleiss' and Cohen's kappa for one coding."""
+    nominal = agreement_stats.unit_value_counts(
+        unit_index=unit_index, value_index=nominal_index, n_units=n_units, n_values=n_nominal
+    )
+    ordinal = agreement_stats.unit_value_counts(
+        unit_index=unit_index, value_index=ordinal_index, n_units=n_units, n_values=n_ordinal
+    )
+    prefix = f"{key}." if key else ""
+    percent = agreement_stats.percent_agreement_with_ci(
+        value_counts=nominal, n_resamples=bootstrap, rng=rngs[0], confidence=confidence
+    )
+    if percent.value is None:
+        notes.add(f"{prefix}percent_agreement", percent.reason or "cannot be computed")
+    alphas = {
+        level: _estimate(
+            agreement_stats.krippendorff_alpha(
+                value_counts=counts, level=level, n_resamples=bootstrap, rng=rng, confidence=confidence
+            ),
+            f"{prefix}krippendorff_alpha.{level}",
+            notes,
+            want_ci=bootstrap > 0,
+        )
+        for level, counts, rng in (("nominal", nominal, rngs[1]), ("ordinal", ordinal, rngs[2]))
+    }
+    fleiss, raters, units = agreement_stats.fleiss_kappa_complete(
+        value_counts=nominal, raters_per_unit=overlap
+    )
+    if fleiss.value is None:
+        notes.add(f"{prefix}fleiss_kappa", fleiss.reason or "cannot be computed")
+
+    kappas = agreement_stats.cohen_kappa_by_rater_pair(
+        unit_index=unit_index,
+        rater_index=rater_index,
+        value_index=nominal_index,
+        n_raters=max(n_raters, 1),
+        n_values=n_nominal,
+        min_shared=min_shared_pairs,
+    )
+    defined = np.isfinite(kappas.kappa)
+    if kappas.kappa.size == 0:
+        notes.add(f"{prefix}cohen_kappa", f"no two reviewers share {min_shared_pairs} or more pairs")
+    elif not defined.all():
+        notes.add(
+            f"{prefix}cohen_kappa.pairs[].kappa",
+            f"null for {int((~defined).sum())} reviewer pairs whose shared judgments all fall in one category",
+        )
+    cohen = {
+        "min_shared_pairs": min_shared_pairs,
+        "reviewer_pairs": int(kappas.kappa.size),
+        "median": _number(np.median(kappas.kappa[defined])) if defined.any() else None,
+    }
+    if list_reviewer_pairs:
+        cohen["pairs"] = [
+            {
+                "reviewer_a": reviewer_names[a],
+                "reviewer_b": reviewer_names[b],
+                "shared": shared,
+                "observed_agreement": _number(observed),
+                "kappa": _number(kappa),
+            }
+            for a, b, shared, observed, kappa in zip(
+                kappas.rater_a.tolist(),
+                kappas.rater_b.tolist(),
+                kappas.shared.tolist(),
+                kappas.observed_agreement.tolist(),
+                kappas.kappa.tolist(),
+                strict=True,
+            )
+        ]
+    return {
+        "pairs_with_overlap": int((nominal.sum(axis=1) >= 2).sum()),
+        "percent_agreement": _number(percent.value),
+        "percent_agreement_ci": None if percent.ci is None else _interval(*percent.ci),
+        "krippendorff_alpha": alphas,
+        "fleiss_kappa": {"value": _number(fleiss.value), "judgments_per_pair": raters, "pairs": units},
+        "cohen_kappa": cohen,
+    }
+
+
+def _coverage(table: JudgmentTable, original: np.ndarray, max_k: int) -> dict:
+    per_pair = np.bincount(table.pair_index[original], minlength=table.pair_ids.size)
+    per_pair = per_pair[per_pair > 0]
+    at_least = {
+        str(k): int((per_pair >= k).sum()) for k in range(1, min(int(per_pair.max(initial=0)), max_k) + 1)
+    }
+    per_reviewer = np.bincount(table.reviewer, minlength=len(table.reviewer_names))
+    active = per_reviewer[per_reviewer > 0]
+    seconds = table.seconds[np.isfinite(table.seconds)]
+    return {
+        "pairs_with_at_least": at_least,
+        "reviewers_with_judgments": int(active.size),
+        "judgments_per_reviewer": (
+            {"min": int(active.min()), "median": float(np.median(active)), "max": int(active.max())}
+            if active.size
+            else None
+        ),
+        "median_seconds": _number(np.median(seconds)) if seconds.size else None,
+        "retest_judgments": int(table.is_retest.sum()),
+        "gold_judgments": int(((table.gold >= 0) & ~table.is_retest).sum()),
+    }
+
+
+def _agreement_over_time(
+    table: JudgmentTable, loo_rows: np.ndarray, counted: np.ndarray, agrees: np.ndarray
+) -> dict:
+    """Agreement with others and left rate per time bucket (hour/day/week/30 days, <= 60 buckets)."""
+    if len(table) == 0:
+        return {"bucket": None, "series": []}
+    start, end = float(table.created_at.min()), float(table.created_at.max())
+    name, width = _BUCKETS[-1]
+    for candidate, seconds in _BUCKETS:
+        if (end - start) / seconds < _MAX_BUCKETS:
+            name, width = candidate, seconds
+            break
+    origin = math.floor(start / width) * width
+    bucket = np.floor((table.created_at - origin) / width).astype(np.int64)
+    n = int(bucket.max()) + 1
+    loo_bucket = bucket[loo_rows]
+    counted_n = np.bincount(loo_bucket[counted], minlength=n)
+    agreed_n = np.bincount(loo_bucket[agrees], minlength=n)
+    originals = np.bincount(loo_bucket, minlength=n)
+    decisive = table.winner <= WINNER_B
+    decisive_n = np.bincount(bucket[decisive], minlength=n)
+    left_n = np.bincount(bucket[decisive & table.clicked_left], minlength=n)
+    series = []
+    for i in np.flatnonzero(np.bincount(bucket, minlength=n)).tolist():
+        series.append(
+            {
+                "start": dt.datetime.fromtimestamp(origin + i * width, tz=dt.UTC).isoformat(),
+                "judgments": int(originals[i]),
+                "agreement_with_others": _number(agreed_n[i] / counted_n[i]) if counted_n[i] else None,
+                "left_rate": _number(left_n[i] / decisive_n[i]) if decisive_n[i] else None,
+            }
+        )
+    return {"bucket": name, "series": series}
+
+
+def _rate_or_none(rate: RateWithInterval, i: int) -> tuple[float | None, list[float] | None]:
+    if rate.total[i] == 0:
+        return None, None
+    return _number(rate.rate[i]), _interval(rate.ci_low[i], rate.ci_high[i])
+
+
+def agreement_report(
+    table: JudgmentTable,
+    *,
+    bootstrap: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+    overlap: int | None = None,
+    min_shared_pairs: int = 20,
+    flag_rules: ReviewerFlagRules | None = None,
+    prior_precision: float = 0.1,
+    max_coverage_k: int = 10,
+) -> dict:
+    """The agreement report of one project's current judgments (see the module docstring).
+
+    bootstrap         resamples of pairs for every CI (0 = no CIs)
+    seed              makes the CIs reproducible; each figure draws from its own stream
+    overlap           judgments per pair that count as complete overlap for Fleiss' kappa
+                      (None = the most common count >= 2)
+    min_shared_pairs  a reviewer pair needs this many shared pairs for Cohen's kappa
+    flag_rules        thresholds of the reviewer flags
+    prior_precision   weak Gaussian prior on Bradley–Terry ratings (logits)
+    """
+    notes = _Notes()
+    if bootstrap <= 0:
+        notes.add("ci", "bootstrap=0: no resamples were requested, so every bootstrap interval is null")
+    streams = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(8)]
+    original = np.flatnonzero(~table.is_retest)
+    n_reviewers = len(table.reviewer_names)
+
+    overall = _agreement_block(
+        unit_index=table.pair_index[original],
+        rater_index=table.reviewer[original],
+        nominal_index=table.winner[original],
+        ordinal_index=table.signed_strength[original].astype(np.int64) + 3,
+        n_units=table.pair_ids.size,
+        n_nominal=N_NOMINAL,
+        n_ordinal=N_ORDINAL,
+        n_raters=n_reviewers,
+        reviewer_names=table.reviewer_names,
+        key="",
+        notes=notes,
+        bootstrap=bootstrap,
+        rngs=streams[0:3],
+        confidence=confidence,
+        overlap=overlap,
+        min_shared_pairs=min_shared_pairs,
+        list_reviewer_pairs=True,
+    )
+
+    per_criterion = {}
+    for index, (criterion, values) in enumerate(sorted(table.criteria.items())):
+        rows = original[values[original] != CRITERION_MISSING]
+        coded = values[rows].astype(np.int64)
+        criterion_rngs = [
+            np.random.default_rng(s) for s in np.random.SeedSequence([seed, 1 + index]).spawn(3)
+        ]
+        block = _agreement_block(
+            unit_index=table.pair_index[rows],
+            rater_index=table.reviewer[rows],
+            nominal_index=coded,
+            # order b < tie < a, i.e. b -> 0, tie -> 1, a -> 2
+            ordinal_index=np.array([2, 0, 1], dtype=np.int64)[coded],
+            n_units=table.pair_ids.size,
+            n_nominal=3,
+            n_ordinal=3,
+            n_raters=n_reviewers,
+            reviewer_names=table.reviewer_names,
+            key=f"per_criterion.{criterion}",
+            notes=notes,
+            bootstrap=bootstrap,
+            rngs=criterion_rngs,
+            confidence=confidence,
+            overlap=overlap,
+            min_shared_pairs=min_shared_pairs,
+            list_reviewer_pairs=False,  # the overall list feeds the matrix chart; this keeps the JSON small
+        )
+        per_criterion[criterion] = {"judgments": int(rows.size), **block}
+
+    # Position bias over every click (retests are separate clicks with their own order).
+    decisive = table.winner <= WINNER_B
+    n_decisive = int(decisive.sum())
+    n_left = int((decisive & table.clicked_left).sum())
+    if n_decisive:
+        low, high = wilson_interval(
+            hits=np.array([n_left]), total=np.array([n_decisive]), confidence=confidence
+        )
+        position_bias = {
+            "left_rate": _number(n_left / n_decisive),
+            "ci": _interval(low[0], high[0]),
+            "p_value": _number(binomtest(n_left, n_decisive, 0.5).pvalue),
+            "left": n_left,
+            "decisive_judgments": n_decisive,
+        }
+    else:
+        notes.add("position_bias", "no judgment chose a side (all ties or both_bad, or none at all)")
+        position_bias = {"left_rate": None, "ci": None, "p_value": None, "left": 0, "decisive_judgments": 0}
+
+    loo = leave_one_out_agreement(table=table)
+    retests = match_retests(table=table)
+    quality = reviewer_quality(table=table, rules=flag_rules, loo=loo, retests=retests)
+    reviewers = []
+    missing = {
+        "agreement_with_others": 0,
+        "left_rate": 0,
+        "retest_consistency": 0,
+        "gold_accuracy": 0,
+        "median_seconds": 0,
+    }
+    for i, username in enumerate(table.reviewer_names):
+        agreement_value, agreement_ci = _rate_or_none(quality.agreement, i)
+        left_value, left_ci = _rate_or_none(quality.left, i)
+        retest_value, retest_ci = _rate_or_none(quality.retest, i)
+        gold_value, gold_ci = _rate_or_none(quality.gold, i)
+        entry = {
+            "username": username,
+            "judgments": int(quality.judgments[i]),
+            "agreement_with_others": agreement_value,
+            "agreement_ci": agreement_ci,
+            "agreement_judgments": int(quality.agreement.total[i]),
+            "left_rate": left_value,
+            "left_ci": left_ci,
+            "left_p_value": _number(quality.left_p_value[i]),
+            "left_p_adjusted": _number(quality.left_p_adjusted[i]),
+            "decisive_judgments": int(quality.left.total[i]),
+            "retest_consistency": retest_value,
+            "retest_ci": retest_ci,
+            "retests": int(quality.retest.total[i]),
+            "gold_accuracy": gold_value,
+            "gold_ci": gold_ci,
+            "gold_judgments": int(quality.gold.total[i]),
+            "median_seconds": _number(quality.median_seconds[i]),
+            "flags": list(quality.flags[i]),
+        }
+        for key in missing:
+            missing[key] += entry[key] is None
+        reviewers.append(entry)
+    reasons = {
+        "agreement_with_others": "no judgment on a pair where the other reviewers have a unique majority",
+        "left_rate": "no a/b choice (only ties or both_bad)",
+        "retest_consistency": "no retest",
+        "gold_accuracy": "no gold item judged",
+        "median_seconds": "no judgment with a recorded time",
+    }
+    for key, count in missing.items():
+        if count:
+            notes.add(f"reviewers[].{key}", f"null for {count} reviewer(s): {reasons[key]}")
+
+    matched = retests.retest_rows.size
+    consistent = int(retests.consistent.sum())
+    if retests.unmatched:
+        notes.add("retest", f"{retests.unmatched} retest(s) have no original judgment and are ignored")
+    if matched:
+        low, high = wilson_interval(
+            hits=np.array([consistent]), total=np.array([matched]), confidence=confidence
+        )
+        retest_block = {
+            "retests": matched,
+            "consistency": _number(consistent / matched),
+            "ci": _interval(low[0], high[0]),
+            "swapped_order_share": _number(retests.swapped.mean()),
+        }
+    else:
+        notes.add("retest.consistency", "no retest judgments")
+        retest_block = {"retests": 0, "consistency": None, "ci": None, "swapped_order_share": None}
+
+    gold_total, gold_hits = int(quality.gold.total.sum()), int(quality.gold.hits.sum())
+    if gold_total:
+        low, high = wilson_interval(
+            hits=np.array([gold_hits]), total=np.array([gold_total]), confidence=confidence
+        )
+        gold_block = {
+            "judgments": gold_total,
+            "accuracy": _number(gold_hits / gold_total),
+            "ci": _interval(low[0], high[0]),
+        }
+    else:
+        notes.add("gold.accuracy", "no gold item judged")
+        gold_block = {"judgments": 0, "accuracy": None, "ci": None}
+
+    consensus = consensus_summary(consensus=pair_consensus(table))
+    if consensus["mean_confidence_with_overlap"] is None:
+        notes.add("consensus.mean_confidence_with_overlap", "no pair has two or more judgments")
+
+    ratings = bradley_terry_ratings(
+        table=table,
+        n_resamples=bootstrap,
+        rng=streams[3],
+        prior_precision=prior_precision,
+        confidence=confidence,
+    )
+    order = np.argsort(-ratings.rating, kind="stable")
+    models = [
+        {
+            "model": table.model_names[ratings.model[i]],
+            "rating": _number(ratings.rating[i]),
+            "ci": _interval(ratings.ci_low[i], ratings.ci_high[i]),
+            "wins": int(ratings.wins[i]),
+            "losses": int(ratings.losses[i]),
+            "ties": int(ratings.ties[i]),
+            "both_bad": int(ratings.both_bad[i]),
+            "comparisons": int(ratings.wins[i] + ratings.losses[i] + ratings.ties[i]),
+        }
+        for i in order.tolist()
+    ]
+    if not models:
+        notes.add("models", "no judgment compares answers from two different models")
+    elif len(models) < 2:
+        notes.add("models", "only one model")
+    elif bootstrap > 0 and any(model["ci"] is None for model in models):
+        notes.add("models[].ci", "bootstrap interval undefined")
+    if ratings.components > 1:
+        notes.add(
+            "models",
+            f"the models fall into {ratings.components} groups never compared with each other; "
+            "ratings are comparable only within a group",
+        )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        win_rate = ratings.score / ratings.comparisons
+    win_rate_matrix = {
+        "models": [table.model_names[ratings.model[i]] for i in order.tolist()],
+        "win_rate": [[_number(win_rate[i, j]) for j in order.tolist()] for i in order.tolist()],
+        "comparisons": [[_number(ratings.comparisons[i, j]) for j in order.tolist()] for i in order.tolist()],
+    }
+
+    over_time = _agreement_over_time(table, loo.rows, loo.counted, loo.agrees)
+    if any(point["agreement_with_others"] is None for point in over_time["series"]):
+        notes.add(
+            "agreement_over_time.series[].agreement_with_others",
+            "null in buckets with no judgment on a pair whose other reviewers have a unique majority",
+        )
+
+    report = {
+        "judgments": len(table),
+        "pairs": int(table.pair_ids.size),
+        "pairs_with_overlap": overall["pairs_with_overlap"],
+        "percent_agreement": overall["percent_agreement"],
+        "percent_agreement_ci": overall["percent_agreement_ci"],
+        "krippendorff_alpha": overall["krippendorff_alpha"],
+        "position_bias": position_bias,
+        "reviewers": reviewers,
+        "models": models,
+        "notes": notes.lines,
+        "coverage": _coverage(table, original, max_coverage_k),
+        "fleiss_kappa": overall["fleiss_kappa"],
+        "cohen_kappa": overall["cohen_kappa"],
+        "per_criterion": per_criterion,
+        "retest": retest_block,
+        "gold": gold_block,
+        "consensus": consensus,
+        "win_rate_matrix": win_rate_matrix,
+        "agreement_over_time": over_time,
+        "flag_thresholds": {
+            "agreement_reference": _number(quality.agreement_reference),
+            "too_fast_below_seconds": _number(quality.too_fast_below),
+        },
+        "method": {
+            "bootstrap_resamples": bootstrap,
+            "seed": seed,
+            "confidence": confidence,
+            "ci": "percentile bootstrap over pairs (alpha, percent agreement, ratings); Wilson (rates)",
+            "percent_agreement": "share in [0, 1] of agreeing reviewer pairs per pair, averaged over pairs",
+            "nominal_categories": list(WINNER_NAMES),
+            "ordinal_scale": "signed strength -3..+3, a preferred positive; tie and both_bad are 0",
+            "criterion_categories": ["a", "b", "tie"],
+            "rating_scale": "Bradley-Terry logits, mean 0; P(i over j) = 1 / (1 + exp(r_j - r_i)); ties half",
+            "retests": "left out of agreement, consensus and ratings; used for retest consistency",
+        },
+    }
+    safe = _json_safe(report, "", notes)
+    safe["notes"] = list(notes.lines)  # again: sanitising may have added one
+    return safe
+
+
+def _json_safe(value: Any, path: str, notes: _Notes) -> Any:
+    """Plain Python types only; a non-finite float becomes None with a note (it should never occur)."""
+    if isinstance(value, dict):
+        return {
+            str(key): _json_safe(item, f"{path}.{key}" if path else str(key), notes)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_json_safe(item, f"{path}[]", notes) for item in value]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        if not math.isfinite(float(value)):
+            notes.add(path, "not a finite number")
+            return None
+        return float(value)
+    return value

@@ -1,0 +1,268 @@
+"""Reviewer load: simulated reviewers over HTTP against gunicorn + PostgreSQL.
+
+Each simulated reviewer loops `next` → `judgment` with its own API token. The run is repeated at
+several concurrency levels; afterwards the database is checked for lost judgments (a 201 whose
+judgment is not stored), duplicates and over-assigned pairs.
+
+    .venv/bin/python bench/review_load.py [--levels 1 8 32] [--seconds 15] [--workers 3]
+
+Needs PostgreSQL on 127.0.0.1:5432 (trust auth) and Redis for the broker setting. It creates and
+drops its own database, `pairwise_bench`. Prints a table and writes bench/results/review_load.json.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DB_NAME = "pairwise_bench"
+PG = "postgres://postgres@127.0.0.1:5432"
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def recreate_database() -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+
+
+def prepare(*, prompts: int, reviewers: int) -> list[str]:
+    """Migrate, import `prompts` prompts (one pair each), make reviewers; returns their tokens."""
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from rest_framework.authtoken.models import Token
+
+    from annotate.review import services
+    from annotate.review.demo_data import DEMO_CRITERIA
+    from annotate.review.importing import items_parse
+
+    call_command("migrate", verbosity=0)
+    project, _, _ = services.project_create_or_update(
+        slug="load", name="Load", instructions=DEMO_CRITERIA["instructions"], criteria_items=DEMO_CRITERIA["criteria"],
+        overlap=3, retest_rate=0.1,
+    )
+    rows = [
+        {"prompt_id": f"q{i}", "prompt": f"A car travels {i} km in 2 hours. What is its average speed?",
+         "responses": [{"text": f"{i / 2:g} km/h: distance over time.", "model": "sft", "model_version": "v3"},
+                       {"text": f"{i * 2} km/h.", "model": "sft", "model_version": "v4"}]}
+        for i in range(1, prompts + 1)
+    ]
+    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # as autovacuum would after a large import
+    tokens = []
+    for i in range(reviewers):
+        user, _, _ = services.user_add(username=f"load{i:03d}", role="reviewer", password=secrets.token_urlsafe(16))
+        tokens.append(Token.objects.get_or_create(user=user)[0].key)
+    return tokens
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_gunicorn(*, env: dict, port: int, workers: int, threads: int) -> subprocess.Popen:
+    command = [
+        str(ROOT / ".venv/bin/gunicorn"), "annotate.wsgi:application", "--bind", f"127.0.0.1:{port}",
+        "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
+        "--backlog", "2048", "--log-level", "warning",
+    ]
+    server = subprocess.Popen(command, cwd=ROOT, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("gunicorn did not start within 30 s")
+
+
+async def reviewer_loop(session, base: str, token: str, stop_at: float, record: dict) -> None:
+    import aiohttp
+
+    headers = {"Authorization": f"Token {token}"}
+    rng = random.Random(token)
+    while time.monotonic() < stop_at:
+        started = time.perf_counter()
+        async with session.get(f"{base}/api/v1/projects/load/assignments/next", headers=headers) as response:
+            body = await response.read()
+            record["next_ms"].append((time.perf_counter() - started) * 1000)
+            if response.status == 204:
+                record["exhausted"] += 1
+                return
+            if response.status != 200:
+                record["errors"].append(f"next {response.status}: {body[:200]!r}")
+                continue
+            assignment = json.loads(body)
+        choice = rng.choice(["left", "right", "left", "right", "tie"])
+        judgment = {
+            "choice": choice, "strength": rng.randint(1, 3),
+            "criteria": {item["key"]: rng.choice(["left", "right", "tie"]) for item in assignment["criteria"]["items"]},
+            "rationale": "The chosen answer divides distance by time correctly.",
+            "client_key": str(uuid.uuid4()),
+        }
+        started = time.perf_counter()
+        try:
+            async with session.post(f"{base}/api/v1/assignments/{assignment['id']}/judgment", json=judgment,
+                                    headers=headers) as response:
+                body = await response.read()
+        except aiohttp.ClientError as exc:
+            record["errors"].append(f"judgment: {exc}")
+            continue
+        record["submit_ms"].append((time.perf_counter() - started) * 1000)
+        if response.status == 201:
+            record["created"].append(json.loads(body)["id"])
+        else:
+            record["errors"].append(f"judgment {response.status}: {body[:200]!r}")
+
+
+async def run_level(base: str, tokens: list[str], seconds: float) -> dict:
+    import aiohttp
+
+    record = {"next_ms": [], "submit_ms": [], "created": [], "errors": [], "exhausted": 0}
+    connector = aiohttp.TCPConnector(limit=len(tokens) + 4)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        started = time.perf_counter()
+        stop_at = time.monotonic() + seconds
+        await asyncio.gather(*(reviewer_loop(session, base, token, stop_at, record) for token in tokens))
+        elapsed = time.perf_counter() - started
+    both = record["next_ms"] + record["submit_ms"]
+    return {
+        "concurrency": len(tokens),
+        "seconds": round(elapsed, 2),
+        "judgments": len(record["created"]),
+        "judgments_per_s": round(len(record["created"]) / elapsed, 1),
+        "p50_ms": round(percentile(both, 50), 1) if both else None,
+        "p99_ms": round(percentile(both, 99), 1) if both else None,
+        "next_p99_ms": round(percentile(record["next_ms"], 99), 1) if record["next_ms"] else None,
+        "submit_p99_ms": round(percentile(record["submit_ms"], 99), 1) if record["submit_ms"] else None,
+        "mean_ms": round(statistics.fmean(both), 1) if both else None,
+        "errors": len(record["errors"]),
+        "first_errors": record["errors"][:3],
+        "_created": record["created"],
+    }
+
+
+def check_database(created_ids: list[int]) -> dict:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM review_judgment WHERE id = ANY(%s)", [created_ids])
+        stored = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*) FROM review_judgment")
+        total = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT a.pair_id, a.reviewer_id FROM review_assignment a "
+            "WHERE NOT a.is_retest GROUP BY 1, 2 HAVING count(*) > 1) d"
+        )
+        duplicate_assignments = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT assignment_id FROM review_judgment WHERE NOT retracted "
+            "GROUP BY 1 HAVING count(*) > 1) d"
+        )
+        duplicate_judgments = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT a.pair_id FROM review_assignment a JOIN review_project p ON p.id = a.project_id "
+            "WHERE NOT a.is_retest AND a.status IN ('active', 'completed') GROUP BY a.pair_id, p.overlap "
+            "HAVING count(*) > p.overlap) o"
+        )
+        over_assigned = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT count(*) FROM review_pair p WHERE p.assigned_count <> (SELECT count(*) FROM review_assignment a "
+            "WHERE a.pair_id = p.id AND NOT a.is_retest AND a.status IN ('active', 'completed'))"
+        )
+        counter_drift = cursor.fetchone()[0]
+    return {
+        "responses_201": len(created_ids), "stored_of_those": stored, "lost": len(created_ids) - stored,
+        "judgments_in_db": total, "duplicate_judgments": duplicate_judgments,
+        "duplicate_assignments": duplicate_assignments, "over_assigned_pairs": over_assigned,
+        "pair_counter_drift": counter_drift,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--seconds", type=float, default=15.0, help="per concurrency level")
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
+    parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker")
+    parser.add_argument("--prompts", type=int, default=6000)
+    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/review_load.json")
+    args = parser.parse_args()
+
+    env = {
+        **os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50),
+        "DATABASE_URL": f"{PG}/{DB_NAME}", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+        "DJANGO_SETTINGS_MODULE": "annotate.settings", "PAIRWISE_DATA_DIR": str(ROOT / "var/bench"),
+    }
+    os.environ.update(env)
+    sys.path.insert(0, str(ROOT))
+    recreate_database()
+    tokens = prepare(prompts=args.prompts, reviewers=sum(args.levels))
+    port = free_port()
+    server = start_gunicorn(env=env, port=port, workers=args.workers, threads=args.threads)
+    base = f"http://127.0.0.1:{port}"
+    results, created = [], []
+    try:
+        offset = 0
+        for level in args.levels:
+            asyncio.run(run_level(base, tokens[offset:offset + 1], 1.0))  # warm the workers
+            result = asyncio.run(run_level(base, tokens[offset:offset + level], args.seconds))
+            offset += level
+            created += result.pop("_created")
+            results.append(result)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    checks = check_database(created)
+
+    print(f"{'concurrency':>11} {'judgments/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'next p99':>9} {'submit p99':>11} {'errors':>7}")
+    for r in results:
+        print(f"{r['concurrency']:>11} {r['judgments_per_s']:>12} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+              f"{r['next_p99_ms']:>9} {r['submit_p99_ms']:>11} {r['errors']:>7}")
+    print("database:", ", ".join(f"{k}={v}" for k, v in checks.items()))
+    for r in results:
+        for error in r["first_errors"]:
+            print("error:", error)
+    report = {
+        "benchmark": "review_load", "levels": results, "database_checks": checks,
+        "gunicorn": {"workers": args.workers, "threads": args.threads}, "seconds_per_level": args.seconds,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    ok = checks["lost"] == checks["duplicate_judgments"] == checks["over_assigned_pairs"] == 0
+    return 0 if ok and all(r["errors"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

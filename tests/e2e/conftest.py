@@ -1,0 +1,44 @@
+"""Browser fixtures: real Chromium (Debian's package) driven by Playwright against pytest-django's live server.
+
+Tests create their data before they ask for the browser.
+"""
+
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+@pytest.fixture(autouse=True)
+def _orm_beside_playwright(monkeypatch):
+    """Playwright's sync API runs an event loop in the test's thread, and Django then refuses ORM calls
+    there (SynchronousOnlyOperation). Django documents this variable for such cases; it is set for the
+    browser tests only, so the rest of the suite keeps the check."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture
+def browser():
+    """One headless Chromium per test; the machine runs one browser at a time."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing; install it with: apt-get install -y chromium chromium-driver")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
+    )
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def artifacts() -> Path:
+    """Where screenshots go for a person to look at; tests/e2e/artifacts/ is kept out of git."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS

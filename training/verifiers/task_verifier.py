@@ -1,0 +1,67 @@
+"""One entry point for every task kind: routes math tasks to MathVerifier and code to CodeVerifier."""
+
+from __future__ import annotations
+
+from training.verifiers.results import VerificationResult, error_result
+
+
+class TaskVerifier:
+    """Scores (task, completion) pairs of any kind. Back ends start on first use; close() stops them."""
+
+    def __init__(self, *, workers: int | None = None, math_config=None):
+        self.workers = workers
+        self.math_config = math_config
+        self._math = None
+        self._code = None
+
+    @property
+    def math(self):
+        if self._math is None:
+            from training.verifiers.math_verifier import DEFAULT_MATH_CONFIG, MathVerifier
+
+            self._math = MathVerifier(self.math_config or DEFAULT_MATH_CONFIG, workers=self.workers)
+        return self._math
+
+    @property
+    def code(self):
+        if self._code is None:
+            from training.verifiers.code_verifier import CodeVerifier
+
+            self._code = CodeVerifier(workers=self.workers)
+        return self._code
+
+    def start_sandbox(self) -> None:
+        """Starts the code sandbox now, raising SandboxUnavailable if it cannot isolate code."""
+        self.code.pool.start()
+
+    def verify_many(self, pairs: list[tuple[dict, str]]) -> list[VerificationResult]:
+        """Results in the order of pairs."""
+        results: list[VerificationResult | None] = [None] * len(pairs)
+        by_kind: dict[str, list[int]] = {"math": [], "code": []}
+        for index, (task, _) in enumerate(pairs):
+            kind = task.get("kind")
+            if kind in by_kind:
+                by_kind[kind].append(index)
+            else:
+                results[index] = error_result(task.get("task_id", ""), "none", f"unknown task kind {kind!r}")
+        for kind, indices in by_kind.items():
+            if indices:
+                backend = self.math if kind == "math" else self.code
+                for index, result in zip(indices, backend.verify_many([pairs[i] for i in indices]), strict=True):
+                    results[index] = result
+        return results
+
+    def verify(self, task: dict, completion: str) -> VerificationResult:
+        return self.verify_many([(task, completion)])[0]
+
+    def close(self) -> None:
+        for backend in (self._math, self._code):
+            if backend is not None:
+                backend.close()
+        self._math = self._code = None
+
+    def __enter__(self) -> TaskVerifier:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
