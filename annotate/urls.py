@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from annotate.quality import api as quality_api
+from annotate.quality import views as quality_views
 from annotate.review import api as review_api
 from annotate.review import views as review_views
 
@@ -18,6 +19,7 @@ api_v1 = [
 urlpatterns = [
     path("", review_views.home, name="home"),
     path("review/<slug:slug>/", review_views.review_page, name="review"),
+    path("projects/<slug:slug>/quality/", quality_views.quality_dashboard, name="quality-dashboard"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -6,9 +6,9 @@ anything else from which the left/right order could be inferred.
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
-from django.db.models import Count, Exists, OuterRef, Q
 
-from annotate.review.models import Assignment, Pair, Project
+from annotate.review import queue_sql
+from annotate.review.models import Assignment, Project
 from annotate.review.rendering import markdown_to_safe_html
 
 ROLES_CACHE_SECONDS = 30  # a role change reaches every worker within this; it saves a query per request
@@ -32,30 +32,21 @@ def user_roles(user: AbstractBaseUser) -> set[str]:
 
 
 def project_for_reviewer(*, slug: str) -> Project | None:
-    return Project.objects.filter(slug=slug).first()
+    return queue_sql.project_by_slug(slug=slug)
 
 
 REMAINING_COUNT_CAP = 500
 
 
 def reviewer_progress(*, project: Project, reviewer: AbstractBaseUser) -> dict:
-    """How many the reviewer has judged here, and how many more they could be given now."""
-    counts = Assignment.objects.filter(project=project, reviewer=reviewer).aggregate(
-        judged=Count("id", filter=Q(status=Assignment.Status.COMPLETED)),
-        waiting=Count("id", filter=Q(status__in=[Assignment.Status.SCHEDULED, Assignment.Status.ACTIVE])),
+    """How many the reviewer has judged here, and how many more they could be given now.
+
+    Counting the pairs still open stops at a cap, so a project of a million pairs costs no more per
+    request than a small one; `remaining_is_at_least` then says the true number is larger.
+    """
+    return queue_sql.reviewer_progress(
+        project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap, cap=REMAINING_COUNT_CAP
     )
-    # Counting stops at a cap, so a project of a million pairs costs no more per request than a small one.
-    open_pairs = (
-        Pair.objects.filter(project=project, assigned_count__lt=project.overlap)
-        .filter(~Exists(Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)))
-        .values("id")[:REMAINING_COUNT_CAP]
-        .count()
-    )
-    return {
-        "judged": counts["judged"],
-        "remaining": open_pairs + counts["waiting"],
-        "remaining_is_at_least": open_pairs >= REMAINING_COUNT_CAP,
-    }
 
 
 def _text_block(text: str) -> dict:
@@ -64,21 +55,15 @@ def _text_block(text: str) -> dict:
 
 def assignment_payload(*, assignment: Assignment, progress: dict) -> dict:
     """The reviewer's view of an assignment: prompt, criteria, left and right answers, progress."""
-    pair = (
-        Pair.objects.select_related("prompt", "response_a", "response_b")
-        .only("prompt__messages", "response_a__text", "response_b__text")
-        .get(pk=assignment.pair_id)
-    )
-    a, b = pair.response_a.text, pair.response_b.text
-    left, right = (a, b) if assignment.a_on_left else (b, a)
-    criteria = assignment.criteria_version
+    texts = queue_sql.assignment_texts(pair_id=assignment.pair_id, criteria_version_id=assignment.criteria_version_id)
+    left, right = (texts["a"], texts["b"]) if assignment.a_on_left else (texts["b"], texts["a"])
     return {
         "id": assignment.pk,
         "prompt": [
             {"role": m["role"], "content": m["content"], "html": markdown_to_safe_html(m["content"])}
-            for m in pair.prompt.messages
+            for m in texts["messages"]
         ],
-        "criteria": {"version": criteria.version, "instructions": criteria.instructions, "items": criteria.items},
+        "criteria": texts["criteria"],
         "left": _text_block(left),
         "right": _text_block(right),
         "expires_at": assignment.expires_at.isoformat(),

@@ -15,10 +15,11 @@ from datetime import datetime, timedelta
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, F, Max, OuterRef, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from annotate.review import queue_sql
 from annotate.review.importing import ImportedItem, ImportRejected
 from annotate.review.models import Assignment, CriteriaVersion, Judgment, Pair, Project, Prompt, Response
 from annotate.review.selectors import roles_cache_key
@@ -26,6 +27,7 @@ from annotate.review.selectors import roles_cache_key
 ROLES = ("reviewer", "engineer", "admin")
 CHOICES = ("left", "right", "tie", "both_bad")
 CRITERION_CHOICES = ("left", "right", "tie")
+_client_key_field = Judgment._meta.get_field("client_key")
 
 
 class ReviewError(Exception):
@@ -239,13 +241,10 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
     """
     now = now or timezone.now()
     _sweep_now_and_then(now)
-    user_model = get_user_model()
     with transaction.atomic():
-        user_model.objects.select_for_update().filter(pk=reviewer.pk).first()
+        queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
         mine = Assignment.objects.filter(project=project, reviewer=reviewer)
-        waiting = list(
-            mine.filter(status__in=[Assignment.Status.ACTIVE, Assignment.Status.SCHEDULED]).order_by("id")
-        )
+        waiting = queue_sql.reviewer_open_assignments(project_id=project.pk, reviewer_id=reviewer.pk)
         held = [a for a in waiting if a.status == Assignment.Status.ACTIVE and a.expires_at > now]
         if held:
             return held[0]
@@ -256,6 +255,15 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
             judged = mine.filter(status=Assignment.Status.COMPLETED).count()
             if scheduled[0].due_after_judgments <= judged:
                 return _serve(scheduled[0], project=project, now=now)
+        if connection.vendor == "postgresql":
+            taken = queue_sql.take_fresh_pair(
+                project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap,
+                a_on_left=secrets.randbelow(2) == 1, now=now,
+                expires_at=now + timedelta(minutes=project.assignment_minutes),
+            )
+            if taken is not None:
+                return taken
+        # The general path: SQLite, and PostgreSQL when every open pair is locked by someone else.
         taken_by_me = Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)
         open_pairs = (
             Pair.objects.filter(project=project, assigned_count__lt=project.overlap)
@@ -311,7 +319,7 @@ def _unswap(choice: str, *, a_on_left: bool) -> str:
 
 
 def _checked_judgment(
-    *, criteria_version: CriteriaVersion, project: Project, choice, strength, criteria, rationale
+    *, criteria_keys: list[str], min_rationale_chars: int, choice, strength, criteria, rationale
 ) -> tuple[str, int | None, dict, str]:
     """The judgment's fields after checking them, or ReviewError naming the first field to fix."""
     if choice not in CHOICES:
@@ -322,7 +330,7 @@ def _checked_judgment(
         raise ReviewError("strength: say how strongly you prefer it: 1, 2 or 3")
     if not isinstance(criteria, dict):
         raise ReviewError("criteria: must be an object mapping each criterion key to left, right or tie")
-    keys = criteria_version.keys
+    keys = criteria_keys
     unknown = sorted(set(criteria) - set(keys))
     if unknown:
         raise ReviewError(f"criteria: unknown key(s) {unknown}; this assignment's criteria are {keys}")
@@ -331,30 +339,11 @@ def _checked_judgment(
             raise ReviewError(f"criteria: choose left, right or tie for {key!r}")
         if criteria[key] not in CRITERION_CHOICES:
             raise ReviewError(f"criteria: {key!r} is {criteria[key]!r}; use left, right or tie")
-    if not isinstance(rationale, str) or len(rationale.strip()) < project.min_rationale_chars:
-        raise ReviewError(
-            f"rationale: write at least {project.min_rationale_chars} characters on why you chose as you did"
-        )
+    if not isinstance(rationale, str) or len(rationale.strip()) < min_rationale_chars:
+        raise ReviewError(f"rationale: write at least {min_rationale_chars} characters on why you chose as you did")
     if choice in ("tie", "both_bad"):
         strength = None
     return choice, strength, criteria, rationale.strip()
-
-
-def _retest_due(*, assignment: Assignment, project: Project) -> int | None:
-    """Keep each reviewer's retests at the project's share of the pairs they judged.
-
-    Returns how many the reviewer has judged in all when a retest is due now, else None.
-    """
-    if assignment.is_retest or project.retest_rate <= 0:
-        return None
-    counts = Assignment.objects.filter(project=project, reviewer_id=assignment.reviewer_id).aggregate(
-        judged_once=Count("id", filter=Q(is_retest=False, status=Assignment.Status.COMPLETED)),
-        retests=Count("id", filter=Q(is_retest=True) & ~Q(status=Assignment.Status.CANCELLED)),
-        judged=Count("id", filter=Q(status=Assignment.Status.COMPLETED)),
-    )
-    if counts["retests"] < int(project.retest_rate * counts["judged_once"] + 1e-9):
-        return counts["judged"]
-    return None
 
 
 def judgment_submit(
@@ -391,16 +380,16 @@ def _judgment_submit_locked(
     *, assignment_id, reviewer, choice, strength, criteria, rationale, client_key, now
 ) -> tuple[Judgment, bool]:
     with transaction.atomic():
-        assignment = (
-            Assignment.objects.select_for_update(of=("self",))
-            .select_related("project", "criteria_version")
-            .filter(pk=assignment_id, reviewer=reviewer)
-            .first()
-        )
-        if assignment is None:
+        locked = queue_sql.lock_assignment_for_judgment(assignment_id=assignment_id, reviewer_id=reviewer.pk)
+        if locked is None:
             raise ReviewError(f"assignment {assignment_id} is not one of yours", status=404)
-        earlier = Judgment.objects.filter(client_key=client_key).first()
-        if earlier is not None:
+        assignment, min_rationale_chars, criteria_keys = locked
+        client_key_db = _client_key_field.get_db_prep_value(client_key, connection)
+        earlier_id, last_revision = queue_sql.judgment_by_key_and_last_revision(
+            client_key_db=client_key_db, assignment_id=assignment.pk
+        )
+        if earlier_id is not None:
+            earlier = Judgment.objects.get(pk=earlier_id)
             if earlier.assignment_id != assignment.pk:
                 raise ReviewError("client_key was already used for another judgment; send a new one", status=409)
             return earlier, True
@@ -412,31 +401,27 @@ def _judgment_submit_locked(
             raise ReviewError(
                 f"assignment {assignment_id} expired and went back to the pool; ask for the next one", status=410
             )
-        project = assignment.project
         choice, strength, criteria, rationale = _checked_judgment(
-            criteria_version=assignment.criteria_version, project=project, choice=choice, strength=strength,
+            criteria_keys=criteria_keys, min_rationale_chars=min_rationale_chars, choice=choice, strength=strength,
             criteria=criteria, rationale=rationale,
         )
-        last_revision = assignment.judgments.aggregate(last=Max("revision"))["last"] or 0
-        judgment = Judgment.objects.create(
-            assignment=assignment, pair_id=assignment.pair_id, reviewer=reviewer, revision=last_revision + 1,
+        judgment = queue_sql.judgment_insert(
+            assignment=assignment, reviewer_id=reviewer.pk, revision=last_revision + 1,
             winner=_unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
             criteria={key: _unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
-            criteria_version=assignment.criteria_version, rationale=rationale,
+            rationale=rationale,
             seconds_spent=(now - assignment.served_at).total_seconds() if assignment.served_at else None,
-            client_key=client_key,
+            client_key_db=client_key_db, now=now,
         )
-        assignment.status = Assignment.Status.COMPLETED
-        assignment.completed_at = now
-        assignment.current_judgment = judgment
-        assignment.save(update_fields=["status", "completed_at", "current_judgment"])
-        judged = _retest_due(assignment=assignment, project=project) if last_revision == 0 else None
-        if judged is not None:
-            Assignment.objects.create(
-                project=project, pair_id=assignment.pair_id, reviewer=reviewer, a_on_left=not assignment.a_on_left,
-                is_retest=True, retest_of=assignment, status=Assignment.Status.SCHEDULED,
-                due_after_judgments=judged + project.retest_gap,
-            )
+        if last_revision == 0 and not assignment.is_retest and assignment._retest_rate > 0:
+            counts = queue_sql.reviewer_judgment_counts(project_id=assignment.project_id, reviewer_id=reviewer.pk)
+            # Keep each reviewer's retests at the project's share of the pairs they judged.
+            if counts["retests"] < int(assignment._retest_rate * counts["judged_once"] + 1e-9):
+                Assignment.objects.create(
+                    project_id=assignment.project_id, pair_id=assignment.pair_id, reviewer=reviewer,
+                    a_on_left=not assignment.a_on_left, is_retest=True, retest_of=assignment,
+                    status=Assignment.Status.SCHEDULED, due_after_judgments=counts["judged"] + assignment._retest_gap,
+                )
     return judgment, False
 
 

@@ -42,3 +42,9 @@ def artifacts() -> Path:
     """Where screenshots go for a person to look at; tests/e2e/artifacts/ is kept out of git."""
     ARTIFACTS.mkdir(exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _database_before_live_server(django_db_setup):
+    """Create the test database before the live server starts, so the server (and its connections)
+    stops first and the database can be dropped cleanly at the end of the run."""

@@ -1,0 +1,204 @@
+"""The quality dashboard page as admins, engineers and reviewers get it, from stored judgments."""
+
+import datetime as dt
+import uuid
+from html.parser import HTMLParser
+
+import pytest
+from django.utils import timezone
+
+from annotate.review import services
+from annotate.review.models import Assignment
+from tests.conftest import import_rows, make_items
+from tests.quality.test_report_from_database import prefers_model_0
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT_NAME = "<script>alert(1)</script>"
+CHART_IDS = ("agreement-over-time", "left-rate", "reviewer-agreement", "model-ratings", "win-rate")
+
+
+class _Page(HTMLParser):
+    """What a reader finds on the page: each chart's contents, and the rows of each table."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.charts: dict[str, list[str]] = {}  # chart id -> tags and texts inside it
+        self.tables: dict[str, list[dict]] = {}  # table id -> rows {"cells": [...], "badges": [...]}
+        self.figures: dict[str, str] = {}  # headline label -> value
+        self._figure_part: str | None = None
+        self._figure_label = ""
+        self._chart: str | None = None
+        self._chart_depth = 0
+        self._table: str | None = None
+        self._row: dict | None = None
+        self._cell: list[str] | None = None
+        self._badge: list[str] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        classes = (attrs.get("class") or "").split()
+        if tag == "div" and ({"figure-label", "figure-value"} & set(classes)):
+            self._figure_part = "label" if "figure-label" in classes else "value"
+        if self._chart:
+            self.charts[self._chart].append(tag)
+            self._chart_depth += tag == "div"
+        elif tag == "div" and (attrs.get("id") or "").startswith("chart-"):
+            self._chart, self._chart_depth = attrs["id"].removeprefix("chart-"), 1
+            self.charts[self._chart] = []
+        if tag == "table":
+            self._table = attrs.get("id")
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self._row = {"cells": [], "badges": []}
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = []
+        elif tag == "span" and "badge" in (attrs.get("class") or "").split():
+            self._badge = []
+
+    def handle_endtag(self, tag):
+        if tag == "div":
+            self._figure_part = None
+        if self._chart and tag == "div":
+            self._chart_depth -= 1
+            if self._chart_depth == 0:
+                self._chart = None
+        if tag == "span" and self._badge is not None:
+            self._row["badges"].append("".join(self._badge).strip())
+            self._badge = None
+        elif tag in ("td", "th") and self._cell is not None:
+            self._row["cells"].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.tables[self._table].append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._figure_part == "label":
+            self._figure_label = data.strip()
+        elif self._figure_part == "value":
+            self.figures[self._figure_label] = data.strip()
+        if self._chart:
+            self.charts[self._chart].append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+        if self._badge is not None:
+            self._badge.append(data)
+
+
+def judge_everything(project, reviewer, pick, *, seconds: float = 30) -> None:
+    """The reviewer judges until nothing is left, taking `seconds` over each pair (so no one is too fast)."""
+    clock = timezone.now()
+    while (assignment := services.assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
+        clock += dt.timedelta(seconds=seconds)
+        choice = pick(assignment)
+        services.judgment_submit(
+            assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+            criteria={"correct": choice, "complete": "tie"}, rationale="Chosen for being right and clear.",
+            client_key=uuid.uuid4(), now=clock,
+        )
+
+
+def read_page(response) -> _Page:
+    page = _Page()
+    page.feed(response.content.decode())
+    return page
+
+
+def body_rows(page: _Page, table: str) -> dict[str, dict]:
+    """Rows under the header, by their first named cell (reviewer, model or criterion)."""
+    rows = page.tables[table][1:]
+    return {row["cells"][0 if table == "reviewer-table" else 1]: row for row in rows}
+
+
+@pytest.fixture
+def judged_project(make_project, make_user):
+    """Thirty pairs judged by three reviewers: two prefer model-0, one always clicks left."""
+    project = make_project(slug="judged", overlap=3, retest_rate=0)
+    import_rows(project, make_items(30))
+    for name in ("ann", "bob"):
+        judge_everything(project, make_user(name), prefers_model_0)
+    judge_everything(project, make_user("lefty"), lambda assignment: "left")
+    return project
+
+
+@pytest.fixture
+def page_for(client, make_user):
+    def get(role: str, slug: str, username: str | None = None):
+        client.force_login(make_user(username or f"someone-{role}", role))
+        return client.get(f"/projects/{slug}/quality/")
+
+    return get
+
+
+def test_admin_sees_figures_charts_and_the_reviewer_table(judged_project, page_for):
+    response = page_for("admin", "judged")
+    assert response.status_code == 200
+    html = response.content.decode()
+    page = read_page(response)
+    for chart in CHART_IDS:
+        assert "svg" in page.charts[chart], f"{chart} is drawn"
+    assert "Not enough data" not in html
+
+    reviewers = body_rows(page, "reviewer-table")
+    assert set(reviewers) == {"ann", "bob", "lefty"}
+    assert reviewers["lefty"]["badges"] == ["position bias"]
+    assert reviewers["ann"]["badges"] == [] and reviewers["bob"]["badges"] == []
+    assert reviewers["lefty"]["cells"][3].startswith("100%"), "left rate column"
+    assert reviewers["ann"]["cells"][1] == "30", "judgments column"
+    assert list(reviewers)[0] == "lefty", "flagged reviewers come first"
+
+    models = page.tables["model-table"][1:]
+    assert models[0]["cells"][1] == "model-0@v0" and models[0]["cells"][2].startswith("+")
+    assert page.figures["Judgments"] == "90" and page.figures["Pairs with overlap"] == "30"
+    clicks = [(winner == "a") == a_on_left for a_on_left, winner in Assignment.objects.filter(
+        project=judged_project, current_judgment__isnull=False).values_list("a_on_left", "current_judgment__winner")]
+    assert page.figures["Left rate"] == f"{100 * sum(clicks) / len(clicks):.1f}%", "every click, lefty's included"
+    assert '/api/v1/projects/judged/agreement' in html
+
+
+def test_engineers_see_it_reviewers_get_403_and_visitors_go_to_login(judged_project, page_for, client):
+    assert client.get("/projects/judged/quality/").status_code == 302
+    assert page_for("engineer", "judged").status_code == 200
+    assert page_for("reviewer", "judged", username="rita").status_code == 403
+    assert page_for("admin", "no-such-project").status_code == 404
+
+
+def test_the_project_list_links_admins_and_engineers_to_the_dashboard(judged_project, client, make_user):
+    link = 'href="/projects/judged/quality/"'
+    for role, sees_link in (("admin", True), ("engineer", True), ("reviewer", False)):
+        client.force_login(make_user(f"home-{role}", role))
+        assert (link in client.get("/").content.decode()) is sees_link, role
+
+
+def test_an_empty_project_renders_with_the_reasons_nothing_can_be_drawn(make_project, page_for):
+    make_project(slug="empty")
+    response = page_for("admin", "empty")
+    assert response.status_code == 200
+    html = response.content.decode()
+    page = read_page(response)
+    for chart in CHART_IDS:
+        assert "svg" not in page.charts[chart]
+        assert "Not enough data." in page.charts[chart], chart
+    assert "no judgment compares answers from two different models" in html
+    assert "no two reviewers share 20 or more pairs" in html
+    assert "krippendorff_alpha.nominal: no pair has two or more judgments" in html, "the notes are listed"
+    assert page.figures["Judgments"] == "0" and page.figures["Percent agreement"] == "—"
+    assert "no judgments yet" in " ".join(page.charts["agreement-over-time"])
+
+
+def test_a_username_with_a_script_tag_is_shown_as_text(make_project, make_user, page_for):
+    project = make_project(slug="xss", overlap=2, retest_rate=0)
+    import_rows(project, make_items(25))
+    judge_everything(project, make_user(SCRIPT_NAME), lambda assignment: "left")
+    judge_everything(project, make_user("ann"), prefers_model_0)
+    response = page_for("admin", "xss")
+    html = response.content.decode()
+    assert "<script>alert(1)" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    page = read_page(response)
+    assert SCRIPT_NAME in body_rows(page, "reviewer-table")
+    assert any(SCRIPT_NAME in text for text in page.charts["left-rate"]), "and in the charts, as text"
+    assert any(SCRIPT_NAME in text for text in page.charts["reviewer-agreement"])
