@@ -88,11 +88,9 @@ def free_port() -> int:
 
 
 def start_gunicorn(*, env: dict, port: int, workers: int, threads: int) -> subprocess.Popen:
-    command = [
-        str(ROOT / ".venv/bin/gunicorn"), "annotate.wsgi:application", "--bind", f"127.0.0.1:{port}",
-        "--workers", str(workers), "--worker-class", "gthread", "--threads", str(threads),
-        "--backlog", "2048", "--log-level", "warning",
-    ]
+    command = [str(ROOT / ".venv/bin/gunicorn"), "-c", str(ROOT / "deploy/gunicorn.conf.py"), "annotate.wsgi:application"]
+    env = {**env, "PAIRWISE_BIND": f"127.0.0.1:{port}", "PAIRWISE_WORKERS": str(workers),
+           "PAIRWISE_THREADS": str(threads)}
     server = subprocess.Popen(command, cwd=ROOT, env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

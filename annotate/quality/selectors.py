@@ -1,7 +1,10 @@
 """The one read that feeds the quality maths: a project's current judgments as a JudgmentTable.
 
-Streams rows with a server-side cursor (iterator), so memory grows with the numpy columns only.
+Streams rows with a server-side cursor (iterator) and converts them a chunk at a time, so memory
+grows with the numpy columns only.
 """
+
+import itertools
 
 import numpy as np
 from django.contrib.auth import get_user_model
@@ -29,29 +32,44 @@ def judgment_table_for_project(*, project: Project, chunk_size: int = 20_000) ->
         .iterator(chunk_size=chunk_size)
     )
     criteria_keys = sorted({key for version in project.criteria_versions.all() for key in version.keys})
-    columns: dict[str, list] = {name: [] for name in (
-        "pair", "reviewer", "winner", "strength", "left_is_a", "is_retest", "seconds", "created_at", "gold",
-        "model_a", "model_b",
-    )}
-    criteria: dict[str, list[int]] = {key: [] for key in criteria_keys}
+    chunks: list[dict[str, np.ndarray]] = []
     reviewer_index: dict[int, int] = {}
     model_index: dict[str, int] = {}
-    for (pair, reviewer, winner, strength, a_on_left, is_retest, seconds, created_at, gold_id, a_id, b_id,
-         a_model, a_version, b_model, b_version, chosen) in rows:
-        columns["pair"].append(pair)
-        columns["reviewer"].append(reviewer_index.setdefault(reviewer, len(reviewer_index)))
-        code = _WINNER_CODES[winner]
-        columns["winner"].append(code)
-        columns["strength"].append((strength or 0) if code <= 1 else 0)
-        columns["left_is_a"].append(a_on_left)
-        columns["is_retest"].append(is_retest)
-        columns["seconds"].append(np.nan if seconds is None else seconds)
-        columns["created_at"].append(created_at.timestamp())
-        columns["gold"].append(0 if gold_id == a_id else 1 if gold_id == b_id else NO_GOLD)
-        columns["model_a"].append(model_index.setdefault(f"{a_model}@{a_version}", len(model_index)))
-        columns["model_b"].append(model_index.setdefault(f"{b_model}@{b_version}", len(model_index)))
+    # Rows are turned into numpy columns a chunk at a time, so a million judgments never sit in memory
+    # as Python objects all at once.
+    for batch in iter(lambda: list(itertools.islice(rows, chunk_size)), []):
+        (pair, reviewer, winner, strength, a_on_left, is_retest, seconds, created_at, gold_id, a_id, b_id,
+         a_model, a_version, b_model, b_version, chosen) = zip(*batch, strict=True)
+        winner_codes = np.array([_WINNER_CODES[w] for w in winner], dtype=np.int8)
+        gold_ids = np.array([-1 if g is None else g for g in gold_id], dtype=np.int64)
+        a_ids, b_ids = np.array(a_id, dtype=np.int64), np.array(b_id, dtype=np.int64)
+        chunk = {
+            "pair": np.array(pair, dtype=np.int64),
+            "reviewer": np.array([reviewer_index.setdefault(r, len(reviewer_index)) for r in reviewer], dtype=np.int32),
+            "winner": winner_codes,
+            "strength": np.where(winner_codes <= 1, np.array([v or 0 for v in strength], dtype=np.int8), 0),
+            "left_is_a": np.array(a_on_left, dtype=bool),
+            "is_retest": np.array(is_retest, dtype=bool),
+            "seconds": np.array([np.nan if v is None else v for v in seconds], dtype=np.float32),
+            "created_at": np.array([t.timestamp() for t in created_at], dtype=np.float64),
+            "gold": np.where(gold_ids == a_ids, 0, np.where(gold_ids == b_ids, 1, NO_GOLD)).astype(np.int8),
+            "model_a": np.array([model_index.setdefault(f"{m}@{v}", len(model_index)) for m, v in zip(a_model, a_version, strict=True)], dtype=np.int32),
+            "model_b": np.array([model_index.setdefault(f"{m}@{v}", len(model_index)) for m, v in zip(b_model, b_version, strict=True)], dtype=np.int32),
+        }
         for key in criteria_keys:
-            criteria[key].append(_CRITERION_CODES.get(chosen.get(key), CRITERION_MISSING))
+            chunk[f"criterion:{key}"] = np.array(
+                [_CRITERION_CODES.get(c.get(key), CRITERION_MISSING) for c in chosen], dtype=np.int8
+            )
+        chunks.append(chunk)
+    names = ["pair", "reviewer", "winner", "strength", "left_is_a", "is_retest", "seconds", "created_at", "gold",
+             "model_a", "model_b"]
+    dtypes = {"pair": np.int64, "reviewer": np.int32, "winner": np.int8, "strength": np.int8, "left_is_a": bool,
+              "is_retest": bool, "seconds": np.float32, "created_at": np.float64, "gold": np.int8,
+              "model_a": np.int32, "model_b": np.int32}
+    columns = {name: np.concatenate([c[name] for c in chunks]) if chunks else np.array([], dtype=dtypes[name])
+               for name in names}
+    criteria = {key: np.concatenate([c[f"criterion:{key}"] for c in chunks]) if chunks else np.array([], dtype=np.int8)
+                for key in criteria_keys}
     # Reviewers of the project who have judged nothing yet still belong in the report.
     usernames = dict(
         get_user_model().objects.filter(assignments__project=project).distinct().values_list("id", "username")
