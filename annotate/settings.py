@@ -91,7 +91,9 @@ DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'pairwise.sqlite3'}"),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# A health check costs a round trip on every request; a connection that went bad fails one request
+# and is then replaced. Turn it on where the database restarts often.
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DB_CONN_HEALTH_CHECKS", default=False)
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     # WAL lets the reviewer page read while a judgment is being written.
