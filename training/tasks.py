@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 KINDS = ("math", "code")
-COMMON_KEYS = {"task_id", "kind", "prompt", "meta", "tags"}
+# `solution` is a worked answer used as the SFT target; it is never shown in a prompt nor used to score.
+COMMON_KEYS = {"task_id", "kind", "prompt", "meta", "tags", "solution"}
 MATH_KEYS = COMMON_KEYS | {"answer", "unit"}
 CODE_KEYS = COMMON_KEYS | {
     "entry_point", "reference_solution", "public_tests", "hidden_tests", "random_tests", "limits",
@@ -139,6 +140,8 @@ def validate_task(task: Any) -> list[str]:
     kind = task.get("kind")
     if kind not in KINDS:
         return errors + [f"kind must be one of {', '.join(KINDS)}, not {kind!r}"]
+    if "solution" in task and not isinstance(task["solution"], str):
+        errors.append("solution must be a string (a worked answer)")
     unknown = set(task) - (MATH_KEYS if kind == "math" else CODE_KEYS)
     if unknown:
         errors.append(f"unknown keys for a {kind} task: {', '.join(sorted(unknown))}")

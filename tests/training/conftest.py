@@ -1,0 +1,37 @@
+"""Fixtures for the training tests: one tiny checkpoint and one synthetic snapshot per test session."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_SFT_STEPS = 20  # enough for a loadable checkpoint; tests never need it to be good
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    from training.tiny import TinySFTConfig, build_tiny_sft
+
+    out = tmp_path_factory.mktemp("tiny") / "sft"
+    build_tiny_sft(out, TinySFTConfig(steps=TEST_SFT_STEPS, warmup_steps=4, eval_tasks=3, train_tasks=400),
+                   log=lambda line: None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_snapshot(tmp_path_factory) -> Path:
+    from training.tiny import write_tiny_snapshot
+
+    out = tmp_path_factory.mktemp("snapshots") / "tiny"
+    write_tiny_snapshot(out, train=24, test=8, seed=0)
+    return out
+
+
+def run_training_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python -m training ARGS` in a fresh process, as a user runs it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
+    return subprocess.run([sys.executable, "-m", "training", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=timeout)

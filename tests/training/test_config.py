@@ -1,0 +1,65 @@
+"""Config files: every mistake is one line naming the key; nothing is silently ignored."""
+
+import pytest
+
+from training.config import ConfigError, load_config
+from training.dpo import DPORunConfig, load_dpo_config
+
+REQUIRED = "base_checkpoint: ckpt\nsnapshot: snap\noutput_dir: run\n"
+
+
+def write(tmp_path, text):
+    path = tmp_path / "dpo.yaml"
+    path.write_text(REQUIRED + text)
+    return path
+
+
+def test_values_are_read_with_trl_names_and_defaults(tmp_path):
+    config = load_dpo_config(write(tmp_path, "learning_rate: 5e-6\nbeta: 0.2\nloss_type: ipo\nmax_steps: 3\n"))
+
+    assert config.learning_rate == 5e-6  # YAML reads 5e-6 as text; it still counts as a number
+    assert config.beta == 0.2
+    assert config.loss_type == ["ipo"]
+    assert config.max_steps == 3
+    assert config.per_device_train_batch_size == DPORunConfig.__dataclass_fields__[
+        "per_device_train_batch_size"].default
+
+
+def test_typo_in_a_key_names_it_and_suggests_the_right_one(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown key 'learnig_rate' \(did you mean 'learning_rate'\?\)"):
+        load_dpo_config(write(tmp_path, "learnig_rate: 1e-5\n"))
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("beta: high\n", "beta must be a number"),
+    ("max_steps: 2.5\n", "max_steps must be a whole number"),
+    ("use_peft: maybe\n", "use_peft must be true or false"),
+    ("loss_type: [sigmoid, hingey]\n", "loss_type must be one of"),
+    ("beta: 0\n", "beta must be above 0"),
+    ("bf16: true\nfp16: true\n", "cannot both be true"),
+])
+def test_bad_values_are_one_clear_line(tmp_path, line, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        load_dpo_config(write(tmp_path, line))
+    assert "\n" not in str(caught.value)
+
+
+def test_missing_required_key_and_missing_file(tmp_path):
+    path = tmp_path / "partial.yaml"
+    path.write_text("snapshot: s\noutput_dir: o\n")
+    with pytest.raises(ConfigError, match="required key 'base_checkpoint' is missing"):
+        load_config(path, DPORunConfig)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml", DPORunConfig)
+
+
+def test_broken_yaml_names_the_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text(REQUIRED + "beta: [0.1\n")
+    with pytest.raises(ConfigError, match="line"):
+        load_config(path, DPORunConfig)
+
+
+def test_every_config_field_has_help():
+    for field in DPORunConfig.__dataclass_fields__.values():
+        assert field.metadata.get("help"), field.name

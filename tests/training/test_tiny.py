@@ -1,0 +1,65 @@
+"""The tiny SFT checkpoint: built offline, loads like any local Hugging Face checkpoint, deterministic."""
+
+import json
+
+import pytest
+
+from training.run_folder import checkpoint_content_hash
+from training.tiny import TinySFTConfig, build_char_tokenizer, build_tiny_sft, extract_final_number
+
+
+def test_checkpoint_loads_through_the_auto_classes(tiny_checkpoint):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_checkpoint, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint, local_files_only=True)
+
+    assert model.config.model_type == "llama"
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 3?"}], tokenize=False,
+                                         add_generation_prompt=True)
+    assert text == "<|user|>What is 2 + 3?<|end|><|assistant|>"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.decode(ids) == text
+    info = json.loads((tiny_checkpoint / "tiny_sft.json").read_text())
+    assert set(info["heldout"]["overall"]) >= {"greedy_accuracy", "pass@1", "pass@4"}
+
+
+def test_tokenizer_is_character_level():
+    tokenizer = build_char_tokenizer()
+    assert len(tokenizer("60 km/h", add_special_tokens=False)["input_ids"]) == len("60 km/h")
+
+
+def test_same_seed_gives_the_same_weights(tmp_path):
+    config = dict(steps=2, warmup_steps=1, eval_tasks=1, train_tasks=64, max_new_tokens=8)
+    for name in ("a", "b"):
+        build_tiny_sft(tmp_path / name, TinySFTConfig(seed=5, **config), log=lambda line: None)
+    assert checkpoint_content_hash(tmp_path / "a") == checkpoint_content_hash(tmp_path / "b")
+
+
+def test_existing_output_folder_is_refused(tmp_path, tiny_checkpoint):
+    from training.errors import PairwiseInputError
+
+    with pytest.raises(PairwiseInputError, match="already exists"):
+        build_tiny_sft(tiny_checkpoint, TinySFTConfig(steps=1))
+
+
+@pytest.mark.parametrize(("completion", "number"), [
+    ("(20 + 40) / 3 = 60 / 3 = 20\nAnswer: 20 km/h", "20"),
+    ("12 - 5 = 7", "7"),
+    ("no idea", None),
+])
+def test_final_answer_extraction(completion, number):
+    assert extract_final_number(completion) == number
+
+
+def test_tiny_sft_command_prints_accuracy_and_pass_at_k(tmp_path):
+    from .conftest import run_training_cli
+
+    out = tmp_path / "tiny"
+    result = run_training_cli("tiny-sft", "--out", str(out), "--steps", "2", "--eval-tasks", "3", timeout=300)
+
+    assert result.returncode == 0, result.stderr[-2000:]
+    for words in ("greedy acc", "pass@1", "pass@4", "wall time"):
+        assert words in result.stdout
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    assert not list(tmp_path.glob(".*partial*"))

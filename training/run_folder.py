@@ -1,0 +1,183 @@
+"""The run folder and lineage: run.json, metrics.jsonl, ledger.json, and checkpoint content hashes.
+
+A checkpoint is identified by what it holds, not where it lies: its content hash covers the weight files
+(names and bytes), so a copied or renamed checkpoint keeps its identity and a retrained one does not.
+"""
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from training.errors import PairwiseInputError
+
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin", "adapter_model.bin")
+RUN_FORMAT = "pairwise.run/1"
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def weight_files(checkpoint: Path) -> list[Path]:
+    found: set[Path] = set()
+    for pattern in WEIGHT_PATTERNS:
+        found.update(p for p in checkpoint.glob(pattern) if p.is_file())
+    return sorted(found)
+
+
+def checkpoint_content_hash(checkpoint: str | os.PathLike) -> str:
+    """sha256 over the weight files of a checkpoint folder: each file's name, then its bytes' sha256."""
+    folder = Path(checkpoint)
+    files = weight_files(folder)
+    if not files:
+        raise PairwiseInputError(f"checkpoint {folder} holds no weight files (*.safetensors or *.bin)")
+    digest = hashlib.sha256()
+    for path in files:
+        file_digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                file_digest.update(chunk)
+        digest.update(path.name.encode() + b"\0" + file_digest.hexdigest().encode() + b"\n")
+    return "sha256:" + digest.hexdigest()
+
+
+def check_causal_lm_checkpoint(path: str | os.PathLike, *, key: str = "base_checkpoint") -> Path:
+    """Raise PairwiseInputError unless `path` is a local Hugging Face causal-LM checkpoint with a tokenizer."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    folder = Path(path)
+    if not folder.is_dir():
+        raise PairwiseInputError(f"{key} {folder} does not exist or is not a folder; give the path of a local "
+                                 "Hugging Face checkpoint (python -m training tiny-sft --out DIR makes one)")
+    if not (folder / "config.json").is_file():
+        raise PairwiseInputError(f"{key} {folder} has no config.json, so it is not a Hugging Face checkpoint; "
+                                 "save the model with save_pretrained")
+    try:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    except Exception as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PairwiseInputError(f"{key} {folder}: config.json cannot be read ({first_line})") from None
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise PairwiseInputError(f"{key} {folder} is a {config.model_type!r} model, not a causal language model; "
+                                 "DPO needs a causal LM (AutoModelForCausalLM)")
+    if not weight_files(folder):
+        raise PairwiseInputError(f"{key} {folder} has no weight files (*.safetensors or *.bin); "
+                                 "was save_pretrained interrupted?")
+    if not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
+        raise PairwiseInputError(f"{key} {folder} has no tokenizer files; save the tokenizer beside the model "
+                                 "with tokenizer.save_pretrained")
+    return folder
+
+
+def code_version() -> dict:
+    """Package version and, when run from a git checkout, the commit and whether the tree had changes."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pairwise")
+    except metadata.PackageNotFoundError:
+        version = None
+    repo = Path(__file__).resolve().parent.parent
+    commit = dirty = None
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip() or None
+        if commit:
+            status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=5).stdout
+            dirty = bool(status.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass  # no git on a GPU node is fine: the package version still says what ran
+    return {"package": version, "git_commit": commit, "git_dirty": dirty}
+
+
+def hardware() -> dict:
+    import torch
+
+    info: dict[str, Any] = {
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cuda_devices": [],
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+    }
+    if torch.cuda.is_available():
+        info["cuda_devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return info
+
+
+def library_versions() -> dict:
+    from importlib import metadata
+
+    versions = {}
+    for name in ("torch", "transformers", "trl", "datasets", "accelerate", "peft"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON through a temporary file and rename, so a reader (the web app polling a run) never sees
+    half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class RunFolder:
+    """One training run's folder: run.json (kept current), metrics.jsonl (appended), ledger.json."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.run_json = self.path / "run.json"
+        self.metrics_jsonl = self.path / "metrics.jsonl"
+        self.ledger_json = self.path / "ledger.json"
+        self.checkpoint = self.path / "checkpoint"
+        self.trainer_checkpoints = self.path / "trainer_checkpoints"
+        self.tensorboard = self.path / "tensorboard"
+        self.record: dict = {}
+
+    def read_record(self) -> dict | None:
+        if not self.run_json.is_file():
+            return None
+        try:
+            return json.loads(self.run_json.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return None
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def update(self, **fields: Any) -> None:
+        self.record.update(fields)
+        write_json_atomic(self.run_json, self.record)
+
+    def append_metrics(self, row: dict) -> None:
+        with open(self.metrics_jsonl, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(row, sort_keys=True) + "\n")
+
+    def write_ledger(self, ledger: dict) -> None:
+        write_json_atomic(self.ledger_json, ledger)
+
+
+def write_parent_json(checkpoint: Path, *, parent_path: str, parent_hash: str, run: str, kind: str,
+                      snapshot_id: str | None, content_hash: str) -> None:
+    """parent.json inside a trained checkpoint: where it came from, by content."""
+    write_json_atomic(checkpoint / "parent.json", {
+        "parent": {"path": str(Path(parent_path).resolve()), "content_hash": parent_hash},
+        "content_hash": content_hash,
+        "run": run,
+        "kind": kind,
+        "snapshot_id": snapshot_id,
+    })

@@ -1,0 +1,403 @@
+"""A tiny SFT checkpoint built from scratch, offline: the stand-in for a real SFT model in tests and the demo.
+
+A character-level tokenizer and a small Llama-architecture model are created in memory, trained with one
+plain loop on worked solutions of the synthetic task families, then saved with `save_pretrained`, so
+`AutoTokenizer` / `AutoModelForCausalLM.from_pretrained(DIR)` load it like any other local checkpoint.
+Nothing is downloaded.
+
+The default recipe aims at the regime where some, not all, samples at temperature 1 are right on held-out
+problems: there is signal left for DPO and GRPO to find.
+"""
+
+import json
+import math
+import random
+import re
+import shutil
+import string
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from training.errors import PairwiseInputError
+from training.task_families import make_tasks
+
+SPECIAL_TOKENS = ["<pad>", "<unk>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
+# Every message renders as <|role|>content<|end|>; the assistant turn ends with <|end|>, which is EOS.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+TRAIN_FAMILIES = "speed,arithmetic,code"
+EVAL_SAMPLES = 4  # pass@4 needs four samples per problem
+
+
+@dataclass
+class TinySFTConfig:
+    """The tiny-sft recipe. The defaults are the demo checkpoint; tests lower `steps`."""
+
+    seed: int = field(default=0, metadata={"help": "Seed for data, initial weights, batches and sampling."})
+    steps: int = field(default=240, metadata={"help": "Optimizer steps of SFT."})
+    batch_size: int = field(default=32, metadata={"help": "Sequences per step."})
+    learning_rate: float = field(default=5e-3, metadata={"help": "Peak AdamW learning rate (cosine decay)."})
+    warmup_steps: int = field(default=30, metadata={"help": "Linear warm-up steps."})
+    train_tasks: int = field(default=6000, metadata={"help": "Training problems drawn across the families."})
+    eval_tasks: int = field(default=48, metadata={"help": "Held-out problems for greedy accuracy and pass@k."})
+    hidden_size: int = field(default=192, metadata={"help": "Model width."})
+    num_layers: int = field(default=2, metadata={"help": "Decoder layers."})
+    num_heads: int = field(default=6, metadata={"help": "Attention heads."})
+    max_new_tokens: int = field(default=64, metadata={"help": "Generation length limit at evaluation."})
+    torch_threads: int = field(default=2, metadata={"help": "CPU threads for torch."})
+
+
+def build_char_tokenizer():
+    """One token per printable ASCII character plus the chat specials; anything else is <unk>."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = [c for c in string.printable if c not in "\r\x0b\x0c"]
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + chars)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    backend.decoder = decoders.Fuse()  # characters join back without spaces
+    backend.add_special_tokens(SPECIAL_TOKENS)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        eos_token="<|end|>",
+        padding_side="left",  # generation pads prompts on the left
+        model_max_length=512,
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(tokenizer, config: TinySFTConfig):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model_config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.hidden_size * 3,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    model = LlamaForCausalLM(model_config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def _chat_prompt(tokenizer, prompt: str) -> str:
+    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+
+
+def _encode_sft_examples(tokenizer, tasks: list[dict]) -> list[tuple[list[int], int]]:
+    """(token ids of prompt + solution + EOS, number of prompt tokens) per task."""
+    examples = []
+    for task in tasks:
+        prompt_ids = tokenizer(_chat_prompt(tokenizer, task["prompt"]), add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(task["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        examples.append((prompt_ids + answer_ids, len(prompt_ids)))
+    return examples
+
+
+def _collate(batch: list[tuple[list[int], int]], pad_id: int):
+    import torch
+
+    width = max(len(ids) for ids, _ in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    for row, (ids, prompt_len) in enumerate(batch):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        attention[row, : len(ids)] = 1
+        # Loss on the answer only: the model learns to answer, not to write questions.
+        labels[row, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
+    return input_ids, attention, labels
+
+
+def train_sft(model, tokenizer, tasks: list[dict], config: TinySFTConfig, log=print) -> list[float]:
+    """One readable SFT loop: AdamW, warm-up then cosine decay, loss on answer tokens. Returns step losses."""
+    import torch
+
+    examples = _encode_sft_examples(tokenizer, tasks)
+    rng = random.Random(config.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
+
+    def lr_at(step: int) -> float:
+        if step < config.warmup_steps:
+            return config.learning_rate * (step + 1) / config.warmup_steps
+        progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+        return config.learning_rate * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+    model.train()
+    losses = []
+    order: list[int] = []
+    log_every = max(1, config.steps // 10)
+    for step in range(config.steps):
+        if len(order) < config.batch_size:
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+        batch = [examples[order.pop()] for _ in range(config.batch_size)]
+        input_ids, attention, labels = _collate(batch, tokenizer.pad_token_id)
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step)
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+        if (step + 1) % log_every == 0 or step == 0:
+            log(f"step {step + 1:>4}/{config.steps}  loss {loss.item():.3f}")
+    model.eval()
+    return losses
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def extract_final_number(completion: str) -> str | None:
+    """The number after the last 'Answer:', else the last number in the text."""
+    tail = completion.rsplit("Answer:", 1)[-1] if "Answer:" in completion else completion
+    numbers = _NUMBER.findall(tail)
+    return (numbers[0] if "Answer:" in completion else numbers[-1]) if numbers else None
+
+
+def score_math_exact(completion: str, task: dict) -> bool:
+    """Exact numeric comparison of the final answer. The full verifier (units, formats) lives in
+    training.verifiers; this is the fallback while that is not installed."""
+    found = extract_final_number(completion)
+    if found is None:
+        return False
+    try:
+        return float(found) == float(task["answer"])
+    except ValueError:
+        return False
+
+
+def score_code_exact(completion: str, task: dict) -> bool:
+    """Without the sandboxed verifier a code completion counts as right only when it is the reference
+    solution up to whitespace; that never runs model-written code."""
+    def normalise(text: str) -> str:
+        return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+    return normalise(completion) == normalise(task["reference_solution"])
+
+
+def score_completions(pairs: list[tuple[dict, str]]) -> tuple[list[bool], str]:
+    """Whether each (task, completion) is right, and which scorer said so.
+
+    Prefers Pairwise's verifiers (math with units, code in a sandbox), imported lazily; where they are not
+    installed or cannot run here, falls back to the exact comparisons above.
+    """
+    try:
+        from training.verifiers.task_verifier import TaskVerifier
+
+        with TaskVerifier(workers=1) as verifier:
+            results = verifier.verify_many(pairs)
+    except Exception:  # verifiers missing or their sandbox unavailable on this machine
+        results = None
+    fallback = [score_code_exact(c, t) if t["kind"] == "code" else score_math_exact(c, t) for t, c in pairs]
+    if results is None:
+        return fallback, "exact-match fallback"
+    verdicts = []
+    for result, exact in zip(results, fallback, strict=True):
+        # "error" means the verifier could not judge (not that the answer is wrong): use the exact check.
+        verdicts.append(exact if result.status == "error" else result.status == "correct")
+    return verdicts, "training.verifiers"
+
+
+def generate_completions(model, tokenizer, prompts: list[str], *, samples: int, temperature: float,
+                         max_new_tokens: int, batch_size: int = 64) -> list[list[str]]:
+    """`samples` completions per prompt; temperature 0 means greedy."""
+    import torch
+
+    results: list[list[str]] = [[] for _ in prompts]
+    flat = [(i, p) for i, p in enumerate(prompts) for _ in range(samples)]
+    for start in range(0, len(flat), batch_size):
+        chunk = flat[start : start + batch_size]
+        texts = [_chat_prompt(tokenizer, p) for _, p in chunk]
+        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        kwargs = {"do_sample": False} if temperature == 0 else {"do_sample": True, "temperature": temperature, "top_k": 0}
+        with torch.no_grad():
+            output = model.generate(**encoded, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
+                                    eos_token_id=tokenizer.eos_token_id, **kwargs)
+        new_tokens = output[:, encoded["input_ids"].shape[1] :]
+        for (index, _), ids in zip(chunk, new_tokens, strict=True):
+            results[index].append(tokenizer.decode(ids, skip_special_tokens=True))
+    return results
+
+
+def evaluate_heldout(model, tokenizer, tasks: list[dict], config: TinySFTConfig) -> dict:
+    """Greedy accuracy, pass@1 and pass@4 (4 samples at temperature 1), overall and per family."""
+    import torch
+
+    torch.manual_seed(config.seed)
+    prompts = [t["prompt"] for t in tasks]
+    greedy = generate_completions(model, tokenizer, prompts, samples=1, temperature=0.0,
+                                  max_new_tokens=config.max_new_tokens)
+    sampled = generate_completions(model, tokenizer, prompts, samples=EVAL_SAMPLES, temperature=1.0,
+                                   max_new_tokens=config.max_new_tokens)
+    pairs = [(task, g[0]) for task, g in zip(tasks, greedy, strict=True)]
+    pairs += [(task, c) for task, s in zip(tasks, sampled, strict=True) for c in s]
+    verdicts, scorer = score_completions(pairs)
+    greedy_right, sampled_right = verdicts[: len(tasks)], verdicts[len(tasks) :]
+    per_task = []
+    for i, task in enumerate(tasks):
+        right = sampled_right[i * EVAL_SAMPLES : (i + 1) * EVAL_SAMPLES]
+        per_task.append({
+            "family": task["task_id"].split("-")[0],
+            "greedy": greedy_right[i],
+            "pass@1": sum(right) / len(right),
+            "pass@4": any(right),
+            "right_of_4": sum(right),
+        })
+
+    def summary(rows: list[dict]) -> dict:
+        n = len(rows)
+        return {
+            "problems": n,
+            "greedy_accuracy": round(sum(r["greedy"] for r in rows) / n, 4),
+            "pass@1": round(sum(r["pass@1"] for r in rows) / n, 4),
+            "pass@4": round(sum(r["pass@4"] for r in rows) / n, 4),
+            "share_1_to_3_of_4": round(sum(1 <= r["right_of_4"] <= 3 for r in rows) / n, 4),
+        }
+
+    families = sorted({r["family"] for r in per_task})
+    return {
+        "overall": summary(per_task),
+        "by_family": {f: summary([r for r in per_task if r["family"] == f]) for f in families},
+        "scorer": scorer,
+        "example": {"prompt": tasks[0]["prompt"], "greedy": greedy[0][0]},
+    }
+
+
+def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
+    """Build, train, evaluate and save the tiny checkpoint into `out` (written aside, then renamed)."""
+    import torch
+    from transformers import set_seed
+
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise PairwiseInputError(f"--out {out} already exists and is not empty; choose a new folder or remove it")
+    if not out.parent.exists():
+        raise PairwiseInputError(f"--out {out}: folder {out.parent} does not exist; create it first")
+    if config.steps < 1:
+        raise PairwiseInputError(f"--steps must be at least 1, got {config.steps}")
+
+    started = time.perf_counter()
+    torch.set_num_threads(config.torch_threads)
+    set_seed(config.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, config)
+    train_tasks = make_tasks(TRAIN_FAMILIES, n=config.train_tasks, seed=config.seed)
+    eval_tasks = make_tasks(TRAIN_FAMILIES, n=config.eval_tasks, seed=config.seed, variant="heldout")
+    parameters = sum(p.numel() for p in model.parameters())
+    log(f"tiny-sft: {parameters:,} parameters, {len(train_tasks)} training problems, {config.steps} steps")
+
+    losses = train_sft(model, tokenizer, train_tasks, config, log=log)
+    train_s = time.perf_counter() - started
+    results = evaluate_heldout(model, tokenizer, eval_tasks, config)
+    wall_s = time.perf_counter() - started
+
+    tmp = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        info = {
+            "recipe": "pairwise.tiny-sft/1",
+            "config": asdict(config),
+            "parameters": parameters,
+            "families": TRAIN_FAMILIES.split(","),
+            "final_loss": round(losses[-1], 4),
+            "heldout": results,
+            "train_s": round(train_s, 1),
+            "wall_s": round(wall_s, 1),
+        }
+        (tmp / "tiny_sft.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        if out.exists():
+            out.rmdir()  # empty, checked above
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return info
+
+
+def format_report(info: dict) -> str:
+    overall = info["heldout"]["overall"]
+    lines = [
+        f"held-out problems: {overall['problems']}  (4 samples each at temperature 1; scored by "
+        f"{info['heldout']['scorer']})",
+        f"{'family':<12}{'greedy acc':>11}{'pass@1':>9}{'pass@4':>9}{'1-3 of 4':>10}",
+    ]
+    rows = [*info["heldout"]["by_family"].items(), ("all", overall)]
+    for name, s in rows:
+        lines.append(f"{name:<12}{s['greedy_accuracy']:>11.3f}{s['pass@1']:>9.3f}{s['pass@4']:>9.3f}"
+                     f"{s['share_1_to_3_of_4']:>10.3f}")
+    lines.append(f"wall time: {info['wall_s']:.1f} s (training {info['train_s']:.1f} s)")
+    return "\n".join(lines)
+
+
+def tiny_sft_main(args) -> int:
+    """`python -m training tiny-sft --out DIR [--seed S] [--steps N]`."""
+    config = TinySFTConfig(seed=args.seed)
+    if args.steps is not None:
+        config.steps = args.steps
+        config.warmup_steps = min(config.warmup_steps, max(1, args.steps // 5))
+    if args.eval_tasks is not None:
+        config.eval_tasks = args.eval_tasks
+    info = build_tiny_sft(Path(args.out), config)
+    print(format_report(info))
+    print(f"saved tiny SFT checkpoint to {args.out}")
+    return 0
+
+
+def _wrong_solution(task: dict, rng: random.Random) -> str:
+    """A plausible but wrong answer to `task`: the final number changed (math), or a constant or the sort
+    order changed (code)."""
+    solution = task["solution"]
+    if task["kind"] == "math":
+        right = task["answer"]
+        wrong = str(int(right) + rng.choice([-20, -10, -2, -1, 1, 2, 10, 20]))
+        head, _, tail = solution.rpartition(right)  # the answer's last mention, in "Answer: ..."
+        work, _, last_line = head.rpartition("\n")
+        return work.replace(f"= {right}", f"= {wrong}") + "\n" + last_line + wrong + tail
+    if "reverse=True" in solution:
+        return solution.replace(", reverse=True", "")
+    if "sorted(xs)" in solution:
+        return solution.replace("sorted(xs)", "sorted(xs, reverse=True)")
+    digits = [i for i, ch in enumerate(solution) if ch.isdigit()]
+    i = digits[-1]
+    return solution[:i] + str((int(solution[i]) + 1) % 10) + solution[i + 1 :]
+
+
+def write_tiny_snapshot(out: Path, *, train: int = 64, test: int = 16, seed: int = 0,
+                        row_format: str = "conversational", file_format: str = "jsonl") -> dict:
+    """A synthetic preference snapshot over the task families: the right worked answer is chosen, a wrong
+    one rejected. For tests, the demo and benchmarks, where no human judgments exist yet."""
+    from training.snapshot import SnapshotWriter
+
+    rng = random.Random(seed)
+    rows = {"train": make_tasks(TRAIN_FAMILIES, n=train, seed=seed),
+            "test": make_tasks(TRAIN_FAMILIES, n=test, seed=seed, variant="heldout")}
+    with SnapshotWriter(out, project="tiny-demo", created_at="2025-01-01T00:00:00Z", criteria_version=1,
+                        filters={"synthetic": True, "seed": seed}, agreement=None,
+                        row_format=row_format, file_format=file_format) as writer:
+        for split, tasks in rows.items():
+            for task in tasks:
+                writer.add_pair(split, prompt=task["prompt"], chosen=task["solution"],
+                                rejected=_wrong_solution(task, rng), meta={"task_id": task["task_id"]})
+    return writer.manifest
