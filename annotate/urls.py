@@ -3,6 +3,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
+from annotate.exports import api as exports_api
+from annotate.exports import views as exports_views
 from annotate.quality import api as quality_api
 from annotate.quality import views as quality_views
 from annotate.review import api as review_api
@@ -14,12 +16,19 @@ api_v1 = [
     path("projects/<slug:slug>/items", review_api.ItemsImportView.as_view(), name="items-import"),
     path("projects/<slug:slug>/agreement", quality_api.AgreementReportView.as_view(), name="agreement-report"),
     path("assignments/<int:assignment_id>/judgment", review_api.JudgmentSubmitView.as_view(), name="judgment-submit"),
+    path("projects/<slug:slug>/exports", exports_api.ProjectExportsView.as_view(), name="project-exports"),
+    path("projects/<slug:slug>/exports/preview", exports_api.ExportPreviewView.as_view(), name="export-preview"),
+    path("exports/<int:export_id>", exports_api.ExportDetailView.as_view(), name="export-detail"),
+    path("exports/<int:export_id>/retry", exports_api.ExportRetryView.as_view(), name="export-retry"),
+    path("exports/<int:export_id>/files/<str:name>", exports_api.ExportFileView.as_view(), name="export-file"),
 ]
 
 urlpatterns = [
     path("", review_views.home, name="home"),
     path("review/<slug:slug>/", review_views.review_page, name="review"),
     path("projects/<slug:slug>/quality/", quality_views.quality_dashboard, name="quality-dashboard"),
+    path("projects/<slug:slug>/exports/", exports_views.exports_page, name="exports-page"),
+    path("projects/<slug:slug>/exports/<int:export_id>/retry", exports_views.export_retry_page, name="exports-retry"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

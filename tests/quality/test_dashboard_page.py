@@ -120,6 +120,13 @@ def judged_project(make_project, make_user):
     import_rows(project, make_items(30))
     for name in ("ann", "bob"):
         judge_everything(project, make_user(name), prefers_model_0)
+    # The queue puts model-0 on the left at random, so by chance alone a careful reviewer's left rate
+    # can look biased. Show it on the left for exactly half of their pairs (their un-swapped choices,
+    # always model-0, do not change), so the page's flags are decided by behaviour, not by luck.
+    for index, assignment in enumerate(
+        Assignment.objects.filter(project=project, reviewer__username__in=["ann", "bob"]).order_by("reviewer", "pair")
+    ):
+        Assignment.objects.filter(pk=assignment.pk).update(a_on_left=index % 2 == 0)
     judge_everything(project, make_user("lefty"), lambda assignment: "left")
     return project
 

@@ -1,0 +1,82 @@
+import json
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from tqdm import tqdm
+
+from annotate.exports import services
+from annotate.exports.filters import GOLD_CHOICES, ExportError, filters_parse
+from annotate.exports.models import Export
+from annotate.exports.pipeline import export_preview
+from annotate.review.models import Project
+from training.snapshot import ROW_FORMATS
+
+
+class Command(BaseCommand):
+    help = ("Export the project's judgments as an immutable DPO snapshot folder (manifest.json, train and test "
+            "files), with a progress bar. The folder appears only when complete.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("slug")
+        parser.add_argument("--out", type=Path, help="the snapshot folder to create (must not exist)")
+        parser.add_argument("--min-judgments", type=int, help="votes a pair needs (default 1)")
+        parser.add_argument("--min-agreement", type=float, help="share of votes for the majority, 0-1 (default 0)")
+        parser.add_argument("--exclude-ties", action="store_true", help="drop pairs with any tie or both_bad vote")
+        parser.add_argument("--criteria-version", type=int, action="append", dest="criteria_versions",
+                            help="count only judgments under this criteria version (repeatable)")
+        parser.add_argument("--tag", action="append", dest="tags", help="keep prompts with this tag (repeatable)")
+        parser.add_argument("--judged-since", help="count only judgments made on or after this day (YYYY-MM-DD, UTC)")
+        parser.add_argument("--judged-until", help="count only judgments made on or before this day (YYYY-MM-DD, UTC)")
+        parser.add_argument("--exclude-flagged", action="store_true",
+                            help="do not count judgments of reviewers the agreement report flags")
+        parser.add_argument("--gold", choices=GOLD_CHOICES, help="gold (honeypot) prompts: include (default), "
+                                                                  "exclude, or only them")
+        parser.add_argument("--max-pairs-per-prompt", type=int, help="keep the N most agreed-on pairs of a prompt")
+        parser.add_argument("--format", choices=ROW_FORMATS, dest="row_format", help="row format (default conversational)")
+        parser.add_argument("--parquet", action="store_true", help="write train.parquet/test.parquet instead of JSONL")
+        parser.add_argument("--test-ratio", type=float, help="share of prompts in the test split (default 0.1)")
+        parser.add_argument("--seed", type=int, help="seed of the train/test split (default 0)")
+        parser.add_argument("--preview", action="store_true", help="print the counts as JSON and write nothing")
+
+    def handle(self, *args, slug, out, preview, parquet, **options):
+        project = Project.objects.filter(slug=slug).first()
+        if project is None:
+            raise CommandError(f"no project {slug!r}; see the projects in the admin or create one with create_project")
+        raw = {key: options.get(key) for key in (
+            "min_judgments", "min_agreement", "criteria_versions", "tags", "judged_since", "judged_until", "gold",
+            "max_pairs_per_prompt", "row_format", "test_ratio", "seed")}
+        raw["exclude_ties"] = options["exclude_ties"]
+        raw["exclude_flagged"] = options["exclude_flagged"]
+        if parquet:
+            raw["file_format"] = "parquet"
+        try:
+            filters = filters_parse(raw)
+        except ExportError as error:
+            field, _, reason = str(error).partition(": ")
+            raise CommandError(f"--{field.replace('_', '-')}: {reason}") from None
+        if preview:
+            self.stdout.write(json.dumps(export_preview(project=project, filters=filters), indent=2))
+            return
+        if out is None:
+            raise CommandError("--out DIR is required: the snapshot folder to create")
+        out = out.absolute()
+        try:
+            export = services.export_create(project=project, filters=filters, created_by=None, out_dir=out,
+                                            enqueue=False)
+        except ExportError as error:
+            raise CommandError(str(error)) from None
+        with tqdm(unit="pair", desc=f"export {export.pk}", file=self.stderr, dynamic_ncols=True) as bar:
+            def progress(done: int, total: int | None) -> None:
+                bar.total = total
+                bar.update(done - bar.n)
+
+            export = services.export_run(export_id=export.pk, attempt=export.attempt, worker="export_snapshot",
+                                         on_progress=progress)
+        if export.status != Export.Status.DONE:
+            raise CommandError(f"export {export.pk} failed, nothing was written: {export.error}")
+        counts = export.counts
+        self.stdout.write(
+            f"{out}: snapshot {export.snapshot_id}, {counts['train']} train and {counts['test']} test row(s) "
+            f"from {counts['pairs_considered']} pair(s); excluded: "
+            + ", ".join(f"{reason} {n}" for reason, n in counts["excluded"].items() if n)
+        )

@@ -1,0 +1,269 @@
+"""The export pipeline: votes per pair → decisions → preference rows → `training.snapshot.SnapshotWriter`.
+
+Kept out of the models and the Celery task: the task and the command call `snapshot_write`, the
+page and the API call `export_preview`; both walk the same stream through `_plan`, so a preview's
+counts are the counts the snapshot gets.
+
+Consensus follows the tie rules of annotate/quality/consensus.py: the winner is the choice (a, b,
+tie, both_bad) with strictly more votes than any other; a shared top count is no consensus and the
+pair is left out. Only an a or b majority makes a row (chosen = the winner's response); a tie or
+both_bad majority is counted in the manifest and left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from array import array
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from annotate.exports.filters import ExportError, ExportFilters
+from annotate.exports.selectors import PairVotes, pair_votes_stream, reviewer_ids_by_username
+from annotate.quality.agreement import krippendorff_alpha, percent_agreement
+from annotate.quality.selectors import agreement_report_for_project
+from annotate.review.models import Project
+from training.snapshot import SnapshotWriter
+
+CHOICES = ("a", "b", "tie", "both_bad")
+CONSENSUS_RULE = ("strict majority of a/b/tie/both_bad over the current judgments of original (non-retest) "
+                  "assignments; a shared top count is no consensus; only an a or b majority makes a row")
+# Why a pair made no row, in the order the checks run; the first that applies is counted.
+EXCLUSIONS = ("tags", "gold", "too_few_judgments", "tie_vote", "no_consensus", "both_bad_majority",
+              "tie_majority", "below_min_agreement", "max_pairs_per_prompt")
+PROGRESS_EVERY = 2000  # pairs between progress reports
+
+ProgressCallback = Callable[[int], None]
+
+
+def consensus(votes: tuple[int, int, int, int]) -> tuple[str | None, float]:
+    """(winner or None for a split top, share of the votes for the top choice)."""
+    top = max(votes)
+    share = top / sum(votes)
+    if votes.count(top) > 1:
+        return None, share
+    return CHOICES[votes.index(top)], share
+
+
+def pair_exclusion(pair: PairVotes, filters: ExportFilters) -> tuple[str | None, str | None, float]:
+    """(why the pair makes no row or None, its winner, its consensus share)."""
+    winner, share = consensus(pair.votes)
+    if filters.tags and not set(filters.tags) & set(pair.tags):
+        return "tags", winner, share
+    if (filters.gold == "exclude" and pair.gold) or (filters.gold == "only" and not pair.gold):
+        return "gold", winner, share
+    if sum(pair.votes) < filters.min_judgments:
+        return "too_few_judgments", winner, share
+    if filters.exclude_ties and (pair.votes[2] or pair.votes[3]):
+        return "tie_vote", winner, share
+    if winner is None:
+        return "no_consensus", winner, share
+    if winner == "both_bad":
+        return "both_bad_majority", winner, share
+    if winner == "tie":
+        return "tie_majority", winner, share
+    if share < filters.min_agreement:
+        return "below_min_agreement", winner, share
+    return None, winner, share
+
+
+def prompt_split(*, prompt_id: str, seed: int, test_ratio: float) -> str:
+    """'train' or 'test' for every pair of a prompt: a hash of (seed, prompt_id), not of the database's ids."""
+    digest = hashlib.sha256(f"{seed}\x00{prompt_id}".encode()).digest()
+    return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_ratio else "train"
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRow:
+    split: str
+    pair: PairVotes
+    winner: str
+    share: float
+
+    @property
+    def meta(self) -> dict:
+        votes = self.pair.votes
+        return {
+            "pair_id": self.pair.pair_id,
+            "prompt_id": self.pair.prompt_id,
+            "votes": dict(zip(CHOICES, votes, strict=True)),
+            "judgments": sum(votes),
+            "consensus_share": round(self.share, 6),
+            "decided_by": "unanimous" if self.share == 1.0 else "strict_majority",
+            "criteria_version": self.pair.criteria_version,
+        }
+
+
+@dataclass
+class Tally:
+    """What the pipeline saw: the manifest's counts, and a digest of every row for the snapshot id."""
+
+    pairs_considered: int = 0
+    judgments_counted: int = 0
+    judgments_in_rows: int = 0
+    excluded: Counter = field(default_factory=Counter)
+    rows: Counter = field(default_factory=Counter)
+    prompts: dict = field(default_factory=lambda: {"train": 0, "test": 0})
+    criteria_versions: set = field(default_factory=set)
+    votes: array = field(default_factory=lambda: array("i"))  # a, b, tie, both_bad of every pair seen
+    digest: object = field(default_factory=hashlib.sha256)
+
+    def counts(self) -> dict:
+        return {
+            "pairs_considered": self.pairs_considered,
+            "judgments_counted": self.judgments_counted,
+            "judgments_in_rows": self.judgments_in_rows,
+            "excluded": {reason: self.excluded[reason] for reason in EXCLUSIONS},
+        }
+
+    def criteria_version(self) -> int | None:
+        """The one criteria version behind every row, or None when rows mix versions (or there are none)."""
+        return next(iter(self.criteria_versions)) if len(self.criteria_versions) == 1 else None
+
+
+def _plan_prompt(group: list[PairVotes], filters: ExportFilters, tally: Tally) -> list[PlannedRow]:
+    keep = []
+    for pair in group:
+        tally.pairs_considered += 1
+        tally.judgments_counted += sum(pair.votes)
+        tally.votes.extend(pair.votes)
+        reason, winner, share = pair_exclusion(pair, filters)
+        if reason is None:
+            keep.append((pair, winner, share))
+        else:
+            tally.excluded[reason] += 1
+    if filters.max_pairs_per_prompt is not None and len(keep) > filters.max_pairs_per_prompt:
+        keep.sort(key=lambda item: (-item[2], -sum(item[0].votes), item[0].pair_id))
+        tally.excluded["max_pairs_per_prompt"] += len(keep) - filters.max_pairs_per_prompt
+        keep = sorted(keep[: filters.max_pairs_per_prompt], key=lambda item: item[0].pair_id)
+    if not keep:
+        return []
+    split = prompt_split(prompt_id=group[0].prompt_id, seed=filters.seed, test_ratio=filters.test_ratio)
+    tally.prompts[split] += 1
+    rows = []
+    for pair, winner, share in keep:
+        tally.rows[split] += 1
+        tally.judgments_in_rows += sum(pair.votes)
+        tally.criteria_versions.add(pair.criteria_version)
+        rows.append(PlannedRow(split=split, pair=pair, winner=winner, share=share))
+    return rows
+
+
+def _plan(stream: Iterable[PairVotes], filters: ExportFilters, tally: Tally,
+          on_progress: ProgressCallback | None) -> Iterator[PlannedRow]:
+    """Rows to write, prompt by prompt (the stream comes ordered by prompt, then pair)."""
+    group: list[PairVotes] = []
+    next_report = PROGRESS_EVERY
+    for pair in stream:
+        if group and pair.prompt_pk != group[0].prompt_pk:
+            yield from _plan_prompt(group, filters, tally)
+            group = []
+            if on_progress is not None and tally.pairs_considered >= next_report:
+                on_progress(tally.pairs_considered)
+                next_report = tally.pairs_considered + PROGRESS_EVERY
+        group.append(pair)
+    if group:
+        yield from _plan_prompt(group, filters, tally)
+    if on_progress is not None:
+        on_progress(tally.pairs_considered)
+
+
+def _flagged_reviewers(*, project: Project) -> list[dict]:
+    """Reviewers the agreement report flags, with their flags. The report holds every judgment of the
+    project in memory, so it is computed only when the export leaves flagged reviewers out."""
+    report = agreement_report_for_project(project=project, bootstrap=0)
+    return [{"username": r["username"], "flags": r["flags"]} for r in report["reviewers"] if r["flags"]]
+
+
+def agreement_summary(*, votes: array, flagged: list[dict] | None) -> dict:
+    """Agreement of the votes this export counted (flat a, b, tie, both_bad per pair), by the quality
+    module's own estimators: the same figures as the agreement report's headline for the same votes."""
+    value_counts = np.frombuffer(votes, dtype=np.int32).reshape(-1, len(CHOICES)) if len(votes) else (
+        np.zeros((0, len(CHOICES)), dtype=np.int32))
+    alpha = krippendorff_alpha(value_counts=value_counts, level="nominal", n_resamples=0,
+                               rng=np.random.default_rng(0))
+    return {
+        "of": "the votes this export counted",
+        "judgments": int(value_counts.sum()),
+        "pairs": int(value_counts.shape[0]),
+        "pairs_with_overlap": int((value_counts.sum(axis=1) >= 2).sum()),
+        "percent_agreement": percent_agreement(value_counts=value_counts),
+        "krippendorff_alpha": {"nominal": {"value": alpha.value, "reason": alpha.reason}},
+        "flagged_reviewers": flagged,
+    }
+
+
+def export_preview(*, project: Project, filters: ExportFilters) -> dict:
+    """The counts a snapshot with these filters would get, without writing anything."""
+    excluded_reviewers = frozenset()
+    if filters.exclude_flagged:
+        flagged = _flagged_reviewers(project=project)
+        excluded_reviewers = reviewer_ids_by_username(usernames=[r["username"] for r in flagged])
+    tally = Tally()
+    stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers,
+                               with_texts=False)
+    for _ in _plan(stream, filters, tally, None):
+        pass
+    return {"train": tally.rows["train"], "test": tally.rows["test"], "prompts": dict(tally.prompts),
+            **tally.counts()}
+
+
+def _row_digest(row: PlannedRow, messages_digest: bytes) -> bytes:
+    pair = row.pair
+    head = json.dumps([row.split, pair.pair_id, pair.prompt_id, row.winner, pair.votes, pair.criteria_version])
+    digest = hashlib.sha256(head.encode())
+    digest.update(messages_digest)
+    for text in (pair.text_a, pair.text_b):
+        digest.update(len(text).to_bytes(8, "big") + text.encode())
+    return digest.digest()
+
+
+def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, created_at: str,
+                   code_version: dict | None = None, on_stage: Callable[[str], None] | None = None,
+                   on_progress: ProgressCallback | None = None) -> dict:
+    """Write the snapshot of `project` under these filters to `out_dir`; return its manifest.
+
+    The folder is claimed first (the writer refuses an existing one before any heavy read) and appears
+    only when complete; on any error nothing is left at `out_dir`. The snapshot id is a hash of the
+    rows and the provenance without `created_at`, so the same data and filters give the same id.
+    """
+    recorded = {**filters.as_dict(), "consensus_rule": CONSENSUS_RULE}
+    if code_version is not None:
+        recorded["code_version"] = code_version  # see docs/exports.md: the manifest has no code_version key yet
+    stage = on_stage or (lambda name: None)
+    with SnapshotWriter(out_dir, project=project.slug, created_at=created_at, criteria_version=None,
+                        filters=recorded, row_format=filters.row_format, file_format=filters.file_format) as writer:
+        flagged, excluded_reviewers = None, frozenset()
+        if filters.exclude_flagged:
+            stage("finding flagged reviewers")
+            flagged = _flagged_reviewers(project=project)
+            excluded_reviewers = reviewer_ids_by_username(usernames=[r["username"] for r in flagged])
+        stage("writing rows")
+        tally = Tally()
+        stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers)
+        messages_digest = (None, b"")
+        for row in _plan(stream, filters, tally, on_progress):
+            pair = row.pair
+            if messages_digest[0] != pair.prompt_pk:
+                messages_digest = (pair.prompt_pk, hashlib.sha256(
+                    json.dumps(pair.messages, sort_keys=True).encode()).digest())
+            chosen, rejected = (pair.text_a, pair.text_b) if row.winner == "a" else (pair.text_b, pair.text_a)
+            try:
+                writer.add_pair(row.split, prompt=pair.messages, chosen=chosen, rejected=rejected, meta=row.meta)
+            except ValueError as error:
+                raise ExportError(f"prompt {pair.prompt_id} (pair {pair.pair_id}): {error}") from None
+            tally.digest.update(_row_digest(row, messages_digest[1]))
+        stage("finishing")
+        # The writer takes these at construction; they are only known once every row is written.
+        writer.extra_counts = tally.counts()
+        summary = agreement_summary(votes=tally.votes, flagged=flagged)
+        writer.agreement = summary
+        writer.criteria_version = tally.criteria_version()
+        provenance = json.dumps([project.slug, recorded, summary, writer.criteria_version], sort_keys=True)
+        writer.snapshot_id = "snap-" + hashlib.sha256(
+            provenance.encode() + tally.digest.digest()).hexdigest()[:16]
+    return writer.manifest

@@ -1,0 +1,133 @@
+"""Reads of the export pipeline: votes per pair straight from SQL, and the export records.
+
+`pair_votes_stream` is the hot path. The database does the counting (GROUP BY pair over current,
+original judgments) and hands back one row per pair through a server-side cursor, so memory stays
+flat however many judgments there are; Python only sees pairs, never judgments.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import QuerySet
+
+from annotate.exports.filters import ExportFilters
+from annotate.exports.models import Export
+from annotate.review.models import Assignment, CriteriaVersion, Judgment, Pair, Project, Prompt, Response
+
+FETCH_ROWS = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class PairVotes:
+    """One pair with its counted votes (a, b, tie, both_bad) and, when asked for, its texts."""
+
+    pair_id: int
+    prompt_pk: int
+    prompt_id: str
+    messages: list | None
+    tags: list
+    gold: bool
+    votes: tuple[int, int, int, int]
+    criteria_version: int
+    text_a: str | None
+    text_b: str | None
+
+
+def _votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], with_texts: bool,
+               project: Project) -> tuple[str, list]:
+    assignment, judgment = Assignment._meta.db_table, Judgment._meta.db_table
+    criteria, pair = CriteriaVersion._meta.db_table, Pair._meta.db_table
+    prompt, response = Prompt._meta.db_table, Response._meta.db_table
+    where = ["a.project_id = %s", "a.is_retest = %s", "j.retracted = %s"]
+    params: list = [project.pk, False, False]
+    if filters.criteria_versions:
+        where.append(f"cv.version IN ({', '.join(['%s'] * len(filters.criteria_versions))})")
+        params += list(filters.criteria_versions)
+    if filters.judged_since_utc is not None:
+        where.append("j.created_at >= %s")
+        params.append(filters.judged_since_utc)
+    if filters.judged_before_utc is not None:
+        where.append("j.created_at < %s")
+        params.append(filters.judged_before_utc)
+    if excluded_reviewers:
+        where.append(f"a.reviewer_id NOT IN ({', '.join(['%s'] * len(excluded_reviewers))})")
+        params += sorted(excluded_reviewers)
+    texts = ("pr.messages, ra.text, rb.text" if with_texts else "NULL, NULL, NULL")
+    joins = (f"JOIN {response} ra ON ra.id = p.response_a_id JOIN {response} rb ON rb.id = p.response_b_id"
+             if with_texts else "")
+    sql = f"""
+        SELECT v.pair_id, pr.id, pr.external_id, pr.tags, pr.gold_response_id,
+               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version, {texts}
+        FROM (
+            SELECT a.pair_id AS pair_id,
+                   SUM(CASE WHEN j.winner = 'a' THEN 1 ELSE 0 END) AS votes_a,
+                   SUM(CASE WHEN j.winner = 'b' THEN 1 ELSE 0 END) AS votes_b,
+                   SUM(CASE WHEN j.winner = 'tie' THEN 1 ELSE 0 END) AS votes_tie,
+                   SUM(CASE WHEN j.winner = 'both_bad' THEN 1 ELSE 0 END) AS votes_both_bad,
+                   MAX(cv.version) AS criteria_version
+            FROM {assignment} a
+            JOIN {judgment} j ON j.id = a.current_judgment_id
+            JOIN {criteria} cv ON cv.id = j.criteria_version_id
+            WHERE {' AND '.join(where)}
+            GROUP BY a.pair_id
+        ) v
+        JOIN {pair} p ON p.id = v.pair_id
+        JOIN {prompt} pr ON pr.id = p.prompt_id
+        {joins}
+        ORDER BY pr.id, v.pair_id
+    """
+    return sql, params
+
+
+def _json(value):
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_reviewers: frozenset[int] = frozenset(),
+                      with_texts: bool = True, fetch_rows: int = FETCH_ROWS) -> Iterator[PairVotes]:
+    """Every pair of the project with at least one counted vote, ordered by prompt then pair.
+
+    Counted votes: the current (not retracted) judgment of each original assignment (retests left
+    out, so nobody votes twice), made under the chosen criteria versions, on the chosen days, by a
+    reviewer not excluded. `criteria_version` is the newest version among the pair's counted votes.
+    On PostgreSQL the rows come through a server-side cursor (outside a transaction it is WITH HOLD,
+    so the export can commit its progress while it reads).
+    """
+    sql, params = _votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
+                             project=project)
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, params)
+        while rows := cursor.fetchmany(fetch_rows):
+            for (pair_id, prompt_pk, prompt_id, tags, gold_id, votes_a, votes_b, votes_tie, votes_both_bad,
+                 version, messages, text_a, text_b) in rows:
+                yield PairVotes(
+                    pair_id=pair_id, prompt_pk=prompt_pk, prompt_id=prompt_id,
+                    messages=_json(messages) if messages is not None else None, tags=_json(tags) or [],
+                    gold=gold_id is not None, votes=(int(votes_a), int(votes_b), int(votes_tie), int(votes_both_bad)),
+                    criteria_version=int(version), text_a=text_a, text_b=text_b,
+                )
+
+
+def pairs_with_votes_count(*, project: Project) -> int:
+    """How many pairs have at least one current original judgment: the progress bar's total."""
+    return (
+        Assignment.objects.filter(project=project, is_retest=False, current_judgment__isnull=False)
+        .values("pair_id").distinct().count()
+    )
+
+
+def reviewer_ids_by_username(*, usernames: list[str]) -> frozenset[int]:
+    return frozenset(get_user_model().objects.filter(username__in=usernames).values_list("id", flat=True))
+
+
+def exports_for_project(*, project: Project) -> QuerySet[Export]:
+    return Export.objects.filter(project=project).select_related("created_by").order_by("-id")
+
+
+def export_get(*, export_id: int) -> Export | None:
+    return Export.objects.select_related("project", "created_by").filter(pk=export_id).first()

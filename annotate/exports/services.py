@@ -1,0 +1,225 @@
+"""Writes of the export workflow: create an export, run it, retry it, and fail the ones a dead worker left.
+
+An export is queued by `export_create` (the Celery task is sent once the row is committed), claimed and
+run by `export_run` (in a worker, in-process in the embedded default, or by `manage.py export_snapshot`),
+and retried by `export_retry`. A worker killed mid-export cannot mark its export failed, so two checks do
+it: a restarted worker fails the exports it held (`exports_fail_orphaned`), and `exports_fail_stale`
+fails running exports with no sign of life for STALE_AFTER. Either way the snapshot folder never
+appeared (the writer renames it into place only when complete) and the half-written hidden folder is
+removed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import shutil
+import subprocess
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from annotate.exports.filters import ExportError, ExportFilters, filters_parse
+from annotate.exports.models import Export
+from annotate.exports.pipeline import snapshot_write
+from annotate.exports.selectors import pairs_with_votes_count
+from annotate.review.models import Project
+
+logger = logging.getLogger(__name__)
+
+STALE_AFTER = dt.timedelta(minutes=10)  # a running export reports progress far more often than this
+
+
+def code_version() -> dict:
+    """The package version and, in a git checkout, the commit and whether tracked files had changes."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pairwise")
+    except metadata.PackageNotFoundError:
+        version = None
+    commit = dirty = None
+    try:
+        git = ["git", "-C", str(settings.BASE_DIR)]
+        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
+        if commit:
+            status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                    text=True, timeout=5).stdout
+            dirty = bool(status.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass  # no git where the app is deployed: the package version still says what ran
+    return {"package": version, "git_commit": commit or None, "git_dirty": dirty}
+
+
+def _send(export_id: int, attempt: int) -> None:
+    """Hand the export to Celery (runs after commit). A broker that cannot be reached fails the export."""
+    from annotate.exports.tasks import export_snapshot
+
+    try:
+        export_snapshot.delay(export_id, attempt)
+    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
+        logger.exception("export %s could not be queued", export_id)
+        Export.objects.filter(pk=export_id, attempt=attempt, status=Export.Status.QUEUED).update(
+            status=Export.Status.FAILED, finished_at=timezone.now(),
+            error=f"the export could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL, then retry it",
+        )
+
+
+def default_out_dir(*, project: Project, export_id: int) -> Path:
+    return Path(settings.SNAPSHOT_ROOT) / project.slug / f"export-{export_id:06d}"
+
+
+def export_create(*, project: Project, filters: ExportFilters, created_by: AbstractBaseUser | None,
+                  out_dir: Path | None = None, enqueue: bool = True) -> Export:
+    """Record a queued export; with `enqueue`, send its task once the row is committed.
+
+    `out_dir` defaults to SNAPSHOT_ROOT/<project>/export-<id>. With no broker configured the task runs
+    in-process at commit, so the export is done (or failed) when this returns outside a transaction.
+    """
+    if out_dir is not None and (out_dir.exists() or out_dir.is_symlink()):
+        raise ExportError(f"{out_dir} already exists; a snapshot is never overwritten, choose a new folder",
+                          status=409)
+    exports_fail_stale()
+    with transaction.atomic():
+        export = Export.objects.create(project=project, filters=filters.as_dict(), created_by=created_by,
+                                       out_dir=str(out_dir or ""))
+        if out_dir is None:
+            export.out_dir = str(default_out_dir(project=project, export_id=export.pk))
+            export.save(update_fields=["out_dir"])
+        if enqueue:
+            transaction.on_commit(partial(_send, export.pk, export.attempt))
+    return export
+
+
+def _touch(export: Export, **fields) -> None:
+    """Record progress (and that the export is alive) unless a retry has taken the export over."""
+    Export.objects.filter(pk=export.pk, attempt=export.attempt).update(heartbeat_at=timezone.now(), **fields)
+
+
+def _claim(*, export_id: int, attempt: int, worker: str) -> Export | None:
+    """Lock the export row and mark it running, unless this delivery is stale or repeated."""
+    now = timezone.now()
+    with transaction.atomic():
+        export = Export.objects.select_for_update().filter(pk=export_id).first()
+        if export is None or export.attempt != attempt or export.status != Export.Status.QUEUED:
+            return None
+        export.status = Export.Status.RUNNING
+        export.started_at = export.heartbeat_at = now
+        export.worker = worker
+        export.stage = "counting pairs"
+        export.save(update_fields=["status", "started_at", "heartbeat_at", "worker", "stage"])
+    return Export.objects.select_related("project").get(pk=export_id)
+
+
+def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
+               on_progress: Callable[[int, int | None], None] | None = None) -> Export | None:
+    """Run one attempt of a queued export; returns the export as it ended, or None for a stale delivery.
+
+    Claims the export under its row lock, so a message delivered twice runs once. Every error ends as
+    status failed with a one-line reason; nothing is raised for a failed export except an interrupt
+    (which is recorded first).
+    """
+    export = _claim(export_id=export_id, attempt=attempt, worker=worker)
+    if export is None:
+        return None
+    try:
+        filters = filters_parse(export.filters)
+        total = pairs_with_votes_count(project=export.project)
+        _touch(export, pairs_total=total)
+
+        def progress(done: int) -> None:
+            _touch(export, pairs_done=done)
+            if on_progress is not None:
+                on_progress(done, total)
+
+        out_dir = Path(export.out_dir)
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        manifest = snapshot_write(
+            project=export.project, filters=filters, out_dir=out_dir,
+            created_at=export.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            code_version=code_version(), on_stage=lambda stage: _touch(export, stage=stage), on_progress=progress,
+        )
+    except BaseException as error:
+        if isinstance(error, ExportError | OSError):
+            message = str(error)
+        else:
+            logger.exception("export %s failed", export.pk)
+            message = f"unexpected error: {type(error).__name__}: {error}"
+        _touch(export, status=Export.Status.FAILED, error=message, stage="", finished_at=timezone.now())
+        if not isinstance(error, Exception):
+            raise  # an interrupt (Ctrl-C, worker shutdown) is recorded, then goes on
+        export.refresh_from_db()
+        return export
+    _touch(export, status=Export.Status.DONE, stage="", snapshot_id=manifest["snapshot_id"],
+           counts=manifest["counts"], pairs_done=manifest["counts"]["pairs_considered"],
+           finished_at=timezone.now())
+    export.refresh_from_db()
+    return export
+
+
+def _discard_partial(out_dir: str) -> None:
+    """Remove what a killed attempt left beside `out_dir`: the writer's hidden `.NAME.partial-*` folder."""
+    if not out_dir:
+        return
+    folder = Path(out_dir)
+    if folder.parent.is_dir():
+        for leftover in folder.parent.glob(f".{folder.name}.partial-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _fail(queryset, reason: Callable[[Export], str]) -> int:
+    failed = 0
+    for export_id in list(queryset.values_list("pk", flat=True)):
+        with transaction.atomic():
+            export = queryset.select_for_update().filter(pk=export_id).first()
+            if export is None:
+                continue  # it reported progress or finished meanwhile
+            export.status = Export.Status.FAILED
+            export.error = reason(export)
+            export.stage = ""
+            export.finished_at = timezone.now()
+            export.save(update_fields=["status", "error", "stage", "finished_at"])
+        _discard_partial(export.out_dir)
+        failed += 1
+    return failed
+
+
+def exports_fail_stale(*, now: dt.datetime | None = None, stale_after: dt.timedelta = STALE_AFTER) -> int:
+    """Fail running exports with no progress for `stale_after` (their worker died); returns how many."""
+    cutoff = (now or timezone.now()) - stale_after
+    stale = Export.objects.filter(status=Export.Status.RUNNING, heartbeat_at__lt=cutoff)
+    return _fail(stale, lambda export: (
+        f"the export stopped without finishing: no progress since "
+        f"{export.heartbeat_at.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC on {export.worker or 'its worker'}; "
+        "nothing was written, retry it"))
+
+
+def exports_fail_orphaned(*, worker: str) -> int:
+    """A worker that starts holds no export yet: fail the running ones recorded under its name."""
+    orphaned = Export.objects.filter(status=Export.Status.RUNNING, worker=worker)
+    return _fail(orphaned, lambda export: (
+        f"the export stopped without finishing: its worker {worker} was restarted; nothing was written, retry it"))
+
+
+def export_retry(*, export: Export) -> Export:
+    """Queue a failed export again under a new attempt number (same filters, same folder)."""
+    exports_fail_stale()
+    with transaction.atomic():
+        export = Export.objects.select_for_update().get(pk=export.pk)
+        if export.status != Export.Status.FAILED:
+            raise ExportError(f"export {export.pk} is {export.status}; only a failed export can be retried",
+                              status=409)
+        export.attempt += 1
+        export.status = Export.Status.QUEUED
+        export.error = export.stage = export.worker = ""
+        export.pairs_done = 0
+        export.started_at = export.heartbeat_at = export.finished_at = None
+        export.save()
+        _discard_partial(export.out_dir)
+        transaction.on_commit(partial(_send, export.pk, export.attempt))
+    return export

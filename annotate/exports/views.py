@@ -1,0 +1,76 @@
+"""The exports page of a project (admins and engineers): filters, a preview of the counts, the snapshots."""
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from annotate.exports import selectors, services
+from annotate.exports.api import export_files
+from annotate.exports.filters import FIELDS, GOLD_CHOICES, ExportError, ExportFilters, filters_parse
+from annotate.exports.models import Export
+from annotate.exports.pipeline import EXCLUSIONS, export_preview
+from annotate.review.models import Project
+from annotate.review.selectors import user_roles
+from training.snapshot import FILE_FORMATS, ROW_FORMATS
+
+CHECKBOXES = ("exclude_ties", "exclude_flagged")
+
+
+def _project_for_staff(request, slug: str) -> Project:
+    if not user_roles(request.user) & {"admin", "engineer"}:
+        raise PermissionDenied("only admins and engineers can export snapshots")
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        raise Http404(f"no project {slug!r}")
+    return project
+
+
+def _form_values(post) -> dict:
+    """Form fields as filters_parse takes them: empty fields mean the default, unticked boxes mean false."""
+    values = {name: post.get(name, "").strip() for name in FIELDS if name not in CHECKBOXES}
+    values = {name: value for name, value in values.items() if value != ""}
+    for name in CHECKBOXES:
+        values[name] = name in post
+    return values
+
+
+def exports_page(request, slug: str):
+    project = _project_for_staff(request, slug)
+    values = ExportFilters().as_dict()
+    preview = error = None
+    if request.method == "POST":
+        raw = _form_values(request.POST)
+        values.update(raw)
+        try:
+            filters = filters_parse(raw)
+            if request.POST.get("action") == "export":
+                export = services.export_create(project=project, filters=filters, created_by=request.user)
+                messages.success(request, f"Export {export.pk} started.")
+                return redirect("exports-page", slug=project.slug)
+            preview = export_preview(project=project, filters=filters)
+        except ExportError as exc:
+            error = str(exc)
+    exports = list(selectors.exports_for_project(project=project)[:50])
+    rows = [{"export": export, "files": export_files(export)} for export in exports]
+    busy = any(export.status in (Export.Status.QUEUED, Export.Status.RUNNING) for export in exports)
+    return render(request, "exports/exports.html", {
+        "project": project, "values": values, "preview": preview, "error": error, "rows": rows, "busy": busy,
+        "exclusions": EXCLUSIONS, "gold_choices": GOLD_CHOICES, "row_formats": ROW_FORMATS,
+        "file_formats": FILE_FORMATS,
+    })
+
+
+@require_POST
+def export_retry_page(request, slug: str, export_id: int):
+    project = _project_for_staff(request, slug)
+    export = selectors.export_get(export_id=export_id)
+    if export is None or export.project_id != project.pk:
+        raise Http404(f"no export {export_id} in {slug!r}")
+    try:
+        services.export_retry(export=export)
+        messages.success(request, f"Export {export.pk} queued again.")
+    except ExportError as exc:
+        messages.error(request, str(exc))
+    return redirect("exports-page", slug=project.slug)

@@ -1,0 +1,216 @@
+"""Snapshot export at scale: 1M judgments → a snapshot, against a plain PostgreSQL COPY of the same rows.
+
+    .venv/bin/python bench/export.py [--judgments 1000000] [--overlap 3]
+
+Creates and drops its own database, `pairwise_bench_export`, and fills it with bulk SQL
+(INSERT ... SELECT generate_series), not through the services: prompts with two answers each, one pair
+per prompt, `overlap` judgments per pair (mostly agreeing, some ties, both-bad and splits). Then, in the
+same run:
+
+- COPY: `COPY (<the export's own votes query>) TO STDOUT`, read and discarded: the floor set by the
+  database for the same rows;
+- export: `manage.py export_snapshot` in a child process (agreement report, votes query, rows, files,
+  hashes, manifest), with its peak RSS.
+
+Needs PostgreSQL on 127.0.0.1:5432 (trust auth). Prints a table and writes bench/results/export.json.
+Targets: export under 60 s, peak RSS under 500 MB, at most 3x the COPY.
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DB_NAME = "pairwise_bench_export"
+PG = "postgres://postgres@127.0.0.1:5432"
+REVIEWERS = 60
+TARGETS = {"seconds": 60.0, "peak_rss_mb": 500.0, "ratio_to_copy": 3.0}
+
+
+def recreate_database() -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DB_NAME}")
+
+
+def drop_database() -> None:
+    import psycopg
+
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+
+
+def fill(*, pairs: int, overlap: int) -> None:
+    """Project, criteria and reviewers through the services; prompts to judgments in bulk SQL."""
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, transaction
+
+    from annotate.review import services
+    from annotate.review.demo_data import DEMO_CRITERIA
+
+    call_command("migrate", verbosity=0)
+    project, criteria, _ = services.project_create_or_update(
+        slug="bench", name="Bench", instructions=DEMO_CRITERIA["instructions"],
+        criteria_items=DEMO_CRITERIA["criteria"], overlap=overlap, retest_rate=0,
+    )
+    params = {"project": project.pk, "criteria": criteria.pk, "pairs": pairs, "overlap": overlap,
+              "reviewers": REVIEWERS}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("""
+            INSERT INTO auth_user (id, password, is_superuser, username, first_name, last_name, email, is_staff,
+                                   is_active, date_joined)
+            SELECT 1000 + r, '!', false, 'bench' || r, '', '', '', false, true, now()
+            FROM generate_series(0, %(reviewers)s - 1) r""", params)
+        cursor.execute("""
+            INSERT INTO review_prompt (id, project_id, external_id, messages, tags, created_at)
+            SELECT i, %(project)s, 'q' || lpad(i::text, 7, '0'),
+                   jsonb_build_array(jsonb_build_object('role', 'user', 'content',
+                       'A car travels ' || i || ' km in 2 hours, then stops for ' || (i %% 7) || ' minutes. '
+                       || 'What is its average speed while moving? ' || md5(i::text))),
+                   jsonb_build_array(CASE WHEN i %% 2 = 0 THEN 'math' ELSE 'speed' END), now()
+            FROM generate_series(1, %(pairs)s) i""", params)
+        cursor.execute("""
+            INSERT INTO review_response (id, prompt_id, text, text_sha256, model, model_version, created_at)
+            SELECT 2 * i + k, i,
+                   'Step 1: distance ' || i || ' km. Step 2: time 2 h. ' || repeat(md5((2 * i + k)::text), 6)
+                   || ' Answer: ' || (i / 2.0 + k) || ' km/h',
+                   md5((2 * i + k)::text), 'sft', 'v' || k, now()
+            FROM generate_series(1, %(pairs)s) i, generate_series(0, 1) k""", params)
+        cursor.execute("""
+            INSERT INTO review_pair (id, project_id, prompt_id, response_a_id, response_b_id, assigned_count, created_at)
+            SELECT i, %(project)s, i, 2 * i, 2 * i + 1, %(overlap)s, now()
+            FROM generate_series(1, %(pairs)s) i""", params)
+        # Foreign keys are deferred until commit, so assignments may name their judgments before they exist.
+        cursor.execute("""
+            INSERT INTO review_assignment (id, project_id, pair_id, reviewer_id, a_on_left, is_retest, status,
+                                           criteria_version_id, served_at, expires_at, completed_at,
+                                           current_judgment_id, created_at)
+            SELECT i * %(overlap)s + k, %(project)s, i, 1000 + (i + k * 7) %% %(reviewers)s, (i + k) %% 2 = 0, false,
+                   'completed', %(criteria)s, now(), now() + interval '30 minutes', now(), i * %(overlap)s + k, now()
+            FROM generate_series(1, %(pairs)s) i, generate_series(0, %(overlap)s - 1) k""", params)
+        # Mostly the pair's majority side, some of the other side, a few ties and both-bad.
+        cursor.execute("""
+            INSERT INTO review_judgment (id, assignment_id, pair_id, reviewer_id, revision, retracted, winner,
+                                         strength, criteria, criteria_version_id, rationale, seconds_spent,
+                                         client_key, created_at)
+            SELECT i * %(overlap)s + k, i * %(overlap)s + k, i, 1000 + (i + k * 7) %% %(reviewers)s, 1, false,
+                   CASE WHEN v < 12 THEN (CASE WHEN i %% 2 = 0 THEN 'a' ELSE 'b' END)
+                        WHEN v < 16 THEN (CASE WHEN i %% 2 = 0 THEN 'b' ELSE 'a' END)
+                        WHEN v < 18 THEN 'tie' ELSE 'both_bad' END,
+                   2, '{"correct": "tie", "complete": "tie"}'::jsonb, %(criteria)s,
+                   'The chosen answer shows the steps.', 20.0, md5((i * %(overlap)s + k)::text)::uuid, now()
+            FROM (SELECT i, k, (i * 31 + k * 17) %% 20 AS v
+                  FROM generate_series(1, %(pairs)s) i, generate_series(0, %(overlap)s - 1) k) s""", params)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")  # as autovacuum would after a large load
+
+
+def copy_seconds() -> tuple[float, int, int]:
+    """Time a COPY of the export's own votes query (with texts); returns (seconds, rows, bytes)."""
+    import django
+
+    django.setup()
+    import psycopg
+
+    from annotate.exports.filters import filters_parse
+    from annotate.exports.selectors import _votes_sql
+    from annotate.review.models import Project
+
+    sql, params = _votes_sql(filters=filters_parse({}), excluded_reviewers=frozenset(), with_texts=True,
+                             project=Project.objects.get(slug="bench"))
+    with psycopg.connect(f"{PG.replace('postgres://', 'postgresql://')}/{DB_NAME}") as conn, conn.cursor() as cursor:
+        started = time.perf_counter()
+        size = lines = 0
+        with cursor.copy(f"COPY ({sql}) TO STDOUT", params) as copy:
+            for block in copy:
+                size += len(block)
+                lines += bytes(block).count(b"\n")
+        return time.perf_counter() - started, lines, size
+
+
+def run_export(out: Path) -> tuple[float, float, str]:
+    """`manage.py export_snapshot` in a child process; returns (seconds, peak RSS MB, its output)."""
+    env = {**os.environ, "DATABASE_URL": f"{PG}/{DB_NAME}", "DB_CONN_MAX_AGE": "0"}
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "manage.py", "export_snapshot", "bench", "--out", str(out)], cwd=ROOT,
+                            env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if result.returncode != 0:
+        sys.exit(f"export failed:\n{result.stderr[-3000:]}")
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # KiB on Linux
+    return seconds, peak_mb, result.stdout.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--judgments", type=int, default=1_000_000)
+    parser.add_argument("--overlap", type=int, default=3)
+    parser.add_argument("--keep-database", action="store_true")
+    args = parser.parse_args()
+    pairs = -(-args.judgments // args.overlap)
+
+    os.environ["DATABASE_URL"] = f"{PG}/{DB_NAME}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
+    os.environ.setdefault("PAIRWISE_DATA_DIR", tempfile.mkdtemp(prefix="bench-export-"))
+    sys.path.insert(0, str(ROOT))
+    recreate_database()
+    started = time.perf_counter()
+    fill(pairs=pairs, overlap=args.overlap)
+    fill_seconds = time.perf_counter() - started
+
+    copy_s, copy_rows, copy_bytes = copy_seconds()
+    work = Path(tempfile.mkdtemp(prefix="bench-export-"))
+    try:
+        export_s, peak_mb, printed = run_export(work / "snapshot")
+        manifest = json.loads((work / "snapshot" / "manifest.json").read_text())
+        sizes = {name: (work / "snapshot" / name).stat().st_size for name in manifest["files"]}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep_database:
+            drop_database()
+
+    counts = manifest["counts"]
+    rows = counts["train"] + counts["test"]
+    result = {
+        "judgments": pairs * args.overlap,
+        "pairs": pairs,
+        "rows_written": rows,
+        "copy": {"seconds": round(copy_s, 2), "rows": copy_rows, "bytes": copy_bytes},
+        "export": {"seconds": round(export_s, 2), "rows_per_second": round(rows / export_s),
+                   "pairs_per_second": round(pairs / export_s), "peak_rss_mb": round(peak_mb, 1),
+                   "file_bytes": sizes, "counts": counts},
+        "ratio_to_copy": round(export_s / copy_s, 2),
+        "fill_seconds": round(fill_seconds, 1),
+        "targets": TARGETS,
+        "meets_targets": {"seconds": export_s < TARGETS["seconds"], "peak_rss_mb": peak_mb < TARGETS["peak_rss_mb"],
+                          "ratio_to_copy": export_s / copy_s <= TARGETS["ratio_to_copy"]},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "note": "export time is the whole `manage.py export_snapshot` process: start-up, agreement report, votes "
+                "query, rows, hashes, manifest",
+    }
+    print(f"{'':24}{'seconds':>9}{'rows':>10}{'rows/s':>10}{'peak RSS MB':>13}")
+    print(f"{'COPY (same query)':24}{copy_s:>9.2f}{copy_rows:>10}{copy_rows / copy_s:>10.0f}{'':>13}")
+    print(f"{'export_snapshot':24}{export_s:>9.2f}{rows:>10}{rows / export_s:>10.0f}{peak_mb:>13.1f}")
+    print(f"ratio export / COPY: {export_s / copy_s:.2f}x  (targets: < {TARGETS['seconds']:.0f} s, "
+          f"< {TARGETS['peak_rss_mb']:.0f} MB, <= {TARGETS['ratio_to_copy']:.0f}x)")
+    print(printed)
+    out = ROOT / "bench" / "results" / "export.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
