@@ -241,7 +241,6 @@ def run_dpo(config: DPORunConfig) -> dict:
         RunFolder,
         check_causal_lm_checkpoint,
         checkpoint_content_hash,
-        code_version,
         hardware,
         library_versions,
         utc_now,
@@ -287,7 +286,7 @@ def run_dpo(config: DPORunConfig) -> dict:
                       "files": manifest["files"], "counts": manifest.get("counts")},
             tasks_hash=None,
             scorers={},  # DPO trains on human judgments; no scorer is involved
-            code_version=code_version(),
+            code_version=snapshot_format.code_version(),
             libraries=library_versions(),
             hardware=hardware(),
             started_at=(previous or {}).get("started_at") or utc_now(),

@@ -9,7 +9,6 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -73,28 +72,6 @@ def check_causal_lm_checkpoint(path: str | os.PathLike, *, key: str = "base_chec
         raise PairwiseInputError(f"{key} {folder} has no tokenizer files; save the tokenizer beside the model "
                                  "with tokenizer.save_pretrained")
     return folder
-
-
-def code_version() -> dict:
-    """Package version and, when run from a git checkout, the commit and whether the tree had changes."""
-    from importlib import metadata
-
-    try:
-        version = metadata.version("pairwise")
-    except metadata.PackageNotFoundError:
-        version = None
-    repo = Path(__file__).resolve().parent.parent
-    commit = dirty = None
-    try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                timeout=5).stdout.strip() or None
-        if commit:
-            status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                                    capture_output=True, text=True, timeout=5).stdout
-            dirty = bool(status.strip())
-    except (OSError, subprocess.SubprocessError):
-        pass  # no git on a GPU node is fine: the package version still says what ran
-    return {"package": version, "git_commit": commit, "git_dirty": dirty}
 
 
 def hardware() -> dict:

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -170,6 +171,44 @@ class _ParquetSplitWriter:
             self._writer = None
 
 
+def code_version() -> dict:
+    """Which Pairwise is running: package version and, in a git checkout, the commit and whether tracked
+    files had changes. Recorded in snapshot manifests and run folders."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pairwise")
+    except metadata.PackageNotFoundError:
+        version = None
+    repo = Path(__file__).resolve().parent.parent
+    commit = dirty = None
+    try:
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=5).stdout.strip() or None
+        if commit:
+            status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                                    capture_output=True, text=True, timeout=5).stdout
+            dirty = bool(status.strip())
+    except (OSError, subprocess.SubprocessError):
+        pass  # no git on a GPU node is fine: the package version still says what ran
+    return {"package": version, "git_commit": commit, "git_dirty": dirty}
+
+
+def _partial_prefix(out_dir: Path) -> str:
+    return f".{out_dir.name}.partial-"
+
+
+def discard_partial(out_dir: str | os.PathLike) -> int:
+    """Remove what a killed writer left beside `out_dir` (its hidden partial folders); returns how many."""
+    folder = Path(out_dir)
+    if not folder.parent.is_dir():
+        return 0
+    leftovers = list(folder.parent.glob(f"{_partial_prefix(folder)}*"))
+    for leftover in leftovers:
+        shutil.rmtree(leftover, ignore_errors=True)
+    return len(leftovers)
+
+
 class SnapshotWriter:
     """Write a snapshot row by row, atomically.
 
@@ -184,12 +223,14 @@ class SnapshotWriter:
 
     Provenance that is only known once every row is written may be set on the writer before the block
     ends: `writer.agreement`, `writer.criteria_version`, `writer.extra_counts`, `writer.snapshot_id`.
+    The default snapshot id hashes the whole manifest except `created_at`.
     """
 
     def __init__(self, out_dir: str | os.PathLike, *, project: str, created_at: str,
                  criteria_version: int | str | None, filters: Mapping, agreement: Mapping | None = None,
                  counts: Mapping | None = None, snapshot_id: str | None = None,
-                 row_format: str = "conversational", file_format: str = "jsonl"):
+                 row_format: str = "conversational", file_format: str = "jsonl",
+                 code_version: Mapping | None = None):
         if row_format not in ROW_FORMATS:
             raise ValueError(f"row_format must be one of {ROW_FORMATS}, got {row_format!r}")
         if file_format not in FILE_FORMATS:
@@ -204,6 +245,7 @@ class SnapshotWriter:
         if set(self.extra_counts) & {*SPLITS, "prompts"}:
             raise ValueError("counts may not set 'train', 'test' or 'prompts': the writer counts those")
         self.snapshot_id = snapshot_id
+        self.code_version = dict(code_version) if code_version is not None else None
         self.row_format = row_format
         self.file_format = file_format
         self.manifest: dict | None = None
@@ -220,7 +262,7 @@ class SnapshotWriter:
             raise FileExistsError(f"snapshot folder {self.out_dir} already exists; a snapshot is never overwritten")
         if not self.out_dir.parent.is_dir():
             raise FileNotFoundError(f"parent folder {self.out_dir.parent} does not exist")
-        self._tmp = self.out_dir.parent / f".{self.out_dir.name}.partial-{uuid.uuid4().hex[:12]}"
+        self._tmp = self.out_dir.parent / f"{_partial_prefix(self.out_dir)}{uuid.uuid4().hex[:12]}"
         self._tmp.mkdir()
         for split in SPLITS:
             path = self._tmp / self.file_name(split)
@@ -282,11 +324,13 @@ class SnapshotWriter:
             "counts": counts,
             "agreement": self.agreement,
             "row_format": self.row_format,
+            "code_version": self.code_version,
             "files": files,
         }
-        # Content-addressed by default: the same rows and provenance give the same id.
+        # Content-addressed by default: the same rows and provenance give the same id, whenever written.
+        content = {key: value for key, value in manifest.items() if key != "created_at"}
         manifest["snapshot_id"] = self.snapshot_id or "snap-" + hashlib.sha256(
-            _canonical_json(manifest).encode()).hexdigest()[:16]
+            _canonical_json(content).encode()).hexdigest()[:16]
         manifest_path = self._tmp / MANIFEST
         with open(manifest_path, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(_canonical_json(manifest, indent=2) + "\n")

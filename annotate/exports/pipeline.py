@@ -13,7 +13,6 @@ both_bad majority is counted in the manifest and left out.
 from __future__ import annotations
 
 import hashlib
-import json
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -100,7 +99,7 @@ class PlannedRow:
 
 @dataclass
 class Tally:
-    """What the pipeline saw: the manifest's counts, and a digest of every row for the snapshot id."""
+    """What the pipeline saw: the manifest's counts and every pair's votes (for the agreement summary)."""
 
     pairs_considered: int = 0
     judgments_counted: int = 0
@@ -110,7 +109,6 @@ class Tally:
     prompts: dict = field(default_factory=lambda: {"train": 0, "test": 0})
     criteria_versions: set = field(default_factory=set)
     votes: array = field(default_factory=lambda: array("i"))  # a, b, tie, both_bad of every pair seen
-    digest: object = field(default_factory=hashlib.sha256)
 
     def counts(self) -> dict:
         return {
@@ -212,31 +210,20 @@ def export_preview(*, project: Project, filters: ExportFilters) -> dict:
             **tally.counts()}
 
 
-def _row_digest(row: PlannedRow, messages_digest: bytes) -> bytes:
-    pair = row.pair
-    head = json.dumps([row.split, pair.pair_id, pair.prompt_id, row.winner, pair.votes, pair.criteria_version])
-    digest = hashlib.sha256(head.encode())
-    digest.update(messages_digest)
-    for text in (pair.text_a, pair.text_b):
-        digest.update(len(text).to_bytes(8, "big") + text.encode())
-    return digest.digest()
-
-
 def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, created_at: str,
                    code_version: dict | None = None, on_stage: Callable[[str], None] | None = None,
                    on_progress: ProgressCallback | None = None) -> dict:
     """Write the snapshot of `project` under these filters to `out_dir`; return its manifest.
 
     The folder is claimed first (the writer refuses an existing one before any heavy read) and appears
-    only when complete; on any error nothing is left at `out_dir`. The snapshot id is a hash of the
-    rows and the provenance without `created_at`, so the same data and filters give the same id.
+    only when complete; on any error nothing is left at `out_dir`. The writer's snapshot id hashes the
+    file hashes and the provenance without `created_at`, so the same data and filters give the same id.
     """
     recorded = {**filters.as_dict(), "consensus_rule": CONSENSUS_RULE}
-    if code_version is not None:
-        recorded["code_version"] = code_version  # see docs/exports.md: the manifest has no code_version key yet
     stage = on_stage or (lambda name: None)
     with SnapshotWriter(out_dir, project=project.slug, created_at=created_at, criteria_version=None,
-                        filters=recorded, row_format=filters.row_format, file_format=filters.file_format) as writer:
+                        filters=recorded, row_format=filters.row_format, file_format=filters.file_format,
+                        code_version=code_version) as writer:
         flagged, excluded_reviewers = None, frozenset()
         if filters.exclude_flagged:
             stage("finding flagged reviewers")
@@ -245,25 +232,17 @@ def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, c
         stage("writing rows")
         tally = Tally()
         stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers)
-        messages_digest = (None, b"")
         for row in _plan(stream, filters, tally, on_progress):
             pair = row.pair
-            if messages_digest[0] != pair.prompt_pk:
-                messages_digest = (pair.prompt_pk, hashlib.sha256(
-                    json.dumps(pair.messages, sort_keys=True).encode()).digest())
             chosen, rejected = (pair.text_a, pair.text_b) if row.winner == "a" else (pair.text_b, pair.text_a)
             try:
                 writer.add_pair(row.split, prompt=pair.messages, chosen=chosen, rejected=rejected, meta=row.meta)
             except ValueError as error:
                 raise ExportError(f"prompt {pair.prompt_id} (pair {pair.pair_id}): {error}") from None
-            tally.digest.update(_row_digest(row, messages_digest[1]))
         stage("finishing")
         # The writer takes these at construction; they are only known once every row is written.
         writer.extra_counts = tally.counts()
         summary = agreement_summary(votes=tally.votes, flagged=flagged)
         writer.agreement = summary
         writer.criteria_version = tally.criteria_version()
-        provenance = json.dumps([project.slug, recorded, summary, writer.criteria_version], sort_keys=True)
-        writer.snapshot_id = "snap-" + hashlib.sha256(
-            provenance.encode() + tally.digest.digest()).hexdigest()[:16]
     return writer.manifest

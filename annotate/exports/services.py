@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import shutil
-import subprocess
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -29,31 +27,11 @@ from annotate.exports.models import Export
 from annotate.exports.pipeline import snapshot_write
 from annotate.exports.selectors import pairs_with_votes_count
 from annotate.review.models import Project
+from training.snapshot import code_version, discard_partial
 
 logger = logging.getLogger(__name__)
 
 STALE_AFTER = dt.timedelta(minutes=10)  # a running export reports progress far more often than this
-
-
-def code_version() -> dict:
-    """The package version and, in a git checkout, the commit and whether tracked files had changes."""
-    from importlib import metadata
-
-    try:
-        version = metadata.version("pairwise")
-    except metadata.PackageNotFoundError:
-        version = None
-    commit = dirty = None
-    try:
-        git = ["git", "-C", str(settings.BASE_DIR)]
-        commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5).stdout.strip()
-        if commit:
-            status = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                                    text=True, timeout=5).stdout
-            dirty = bool(status.strip())
-    except (OSError, subprocess.SubprocessError):
-        pass  # no git where the app is deployed: the package version still says what ran
-    return {"package": version, "git_commit": commit or None, "git_dirty": dirty}
 
 
 def _send(export_id: int, attempt: int) -> None:
@@ -163,13 +141,9 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
 
 
 def _discard_partial(out_dir: str) -> None:
-    """Remove what a killed attempt left beside `out_dir`: the writer's hidden `.NAME.partial-*` folder."""
-    if not out_dir:
-        return
-    folder = Path(out_dir)
-    if folder.parent.is_dir():
-        for leftover in folder.parent.glob(f".{folder.name}.partial-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+    """Remove what a killed attempt left beside `out_dir` (the writer's hidden partial folder)."""
+    if out_dir:
+        discard_partial(out_dir)
 
 
 def _fail(queryset, reason: Callable[[Export], str]) -> int:
