@@ -1,6 +1,10 @@
 import os
 
 from django.core.wsgi import get_wsgi_application
+from django.urls import get_resolver
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
 application = get_wsgi_application()
+# Import every view (and the statistics libraries behind them) now, while the worker starts, rather than
+# inside its first request, where it would stall every request queued behind it for seconds.
+get_resolver().url_patterns  # noqa: B018 (the access is the point: it imports)

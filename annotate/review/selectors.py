@@ -35,7 +35,7 @@ def project_for_reviewer(*, slug: str) -> Project | None:
     return queue_sql.project_by_slug(slug=slug)
 
 
-REMAINING_COUNT_CAP = 500
+REMAINING_COUNT_CAP = 100
 
 
 def reviewer_progress(*, project: Project, reviewer: AbstractBaseUser) -> dict:
