@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from training.errors import PairwiseInputError
 
 FORMAT = "pairwise.snapshot/1"
@@ -44,8 +46,14 @@ class SnapshotError(PairwiseInputError):
 
 
 def _canonical_json(value: Any, *, indent: int | None = None) -> str:
-    separators = None if indent else (",", ":")
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, indent=indent, separators=separators)
+    """Sorted keys, UTF-8, no spaces (or two-space indents): the same value always gives the same text.
+
+    Rows go through orjson, which is several times faster than the standard library on the export's
+    hot path; its output is just as canonical (it only spells some floats differently, e.g. 1e-7).
+    """
+    if indent is None:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, indent=indent)
 
 
 def file_sha256(path: Path) -> str:

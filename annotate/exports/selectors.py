@@ -7,10 +7,10 @@ flat however many judgments there are; Python only sees pairs, never judgments.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import orjson
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import QuerySet
@@ -85,7 +85,7 @@ def _votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wi
 
 
 def _json(value):
-    return json.loads(value) if isinstance(value, str | bytes) else value
+    return orjson.loads(value) if isinstance(value, str | bytes) else value
 
 
 def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_reviewers: frozenset[int] = frozenset(),
