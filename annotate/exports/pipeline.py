@@ -24,7 +24,6 @@ import numpy as np
 from annotate.exports.filters import ExportError, ExportFilters
 from annotate.exports.selectors import PairVotes, pair_votes_stream, reviewer_ids_by_username
 from annotate.quality.agreement import krippendorff_alpha, percent_agreement
-from annotate.quality.selectors import agreement_report_for_project
 from annotate.review.models import Project
 from training.snapshot import SnapshotWriter
 
@@ -173,6 +172,9 @@ def _plan(stream: Iterable[PairVotes], filters: ExportFilters, tally: Tally,
 def _flagged_reviewers(*, project: Project) -> list[dict]:
     """Reviewers the agreement report flags, with their flags. The report holds every judgment of the
     project in memory, so it is computed only when the export leaves flagged reviewers out."""
+    # Imported here: the full report pulls in scipy.stats, which only this filter needs.
+    from annotate.quality.selectors import agreement_report_for_project
+
     report = agreement_report_for_project(project=project, bootstrap=0)
     return [{"username": r["username"], "flags": r["flags"]} for r in report["reviewers"] if r["flags"]]
 

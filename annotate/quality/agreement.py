@@ -20,7 +20,6 @@ from typing import Literal
 
 import krippendorff
 import numpy as np
-from statsmodels.stats.inter_rater import fleiss_kappa
 
 Level = Literal["nominal", "ordinal"]
 
@@ -248,6 +247,9 @@ def fleiss_kappa_complete(
             raters_per_unit,
             int(rows.shape[0]),
         )
+    # Imported here: statsmodels takes over a second to import, and the exporter imports this module.
+    from statsmodels.stats.inter_rater import fleiss_kappa
+
     return Estimate(float(fleiss_kappa(rows, method="fleiss"))), raters_per_unit, int(rows.shape[0])
 
 
