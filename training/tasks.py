@@ -11,6 +11,7 @@ import json
 import keyword
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,16 +154,29 @@ def validate_task(task: Any) -> list[str]:
     return errors
 
 
-def parse_tasks(lines: list[str], path: str | os.PathLike = "<tasks>") -> list[dict]:
-    tasks, errors, seen = [], [], {}
+def read_jsonl_lines(path: str | os.PathLike, errors: list[str]) -> Iterator[tuple[int, Any]]:
+    """(line number, decoded value) for each non-blank line of a JSONL file; a line that is not JSON adds
+    `line N: ...` to `errors` instead. A file that cannot be read raises TaskFileError."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFileError(path, [f"line 0: cannot read the file ({exc})"]) from exc
+    yield from _decoded_lines(text.splitlines(), errors)
+
+
+def _decoded_lines(lines: list[str], errors: list[str]) -> Iterator[tuple[int, Any]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            task = json.loads(line)
+            yield number, json.loads(line)
         except json.JSONDecodeError as exc:
             errors.append(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})")
-            continue
+
+
+def parse_tasks(lines: list[str], path: str | os.PathLike = "<tasks>") -> list[dict]:
+    tasks, errors, seen = [], [], {}
+    for number, task in _decoded_lines(lines, errors):
         problems = validate_task(task)
         errors += [f"line {number}: {problem}" for problem in problems]
         if isinstance(task, dict) and isinstance(task.get("task_id"), str):

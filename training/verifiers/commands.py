@@ -11,7 +11,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from training.tasks import TaskFileError, load_tasks, write_jsonl_atomically, write_tasks
+from training.tasks import TaskFileError, load_tasks, read_jsonl_lines, write_jsonl_atomically, write_tasks
 
 USAGE_ERROR = 2
 
@@ -23,19 +23,8 @@ def _fail(message: str) -> int:
 
 def load_completions(path: str, tasks_by_id: dict[str, dict]) -> list[tuple[str, str]]:
     """[(task_id, completion)] from a completions file; raises TaskFileError listing every bad line."""
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskFileError(path, [f"line 0: cannot read the file ({exc})"]) from exc
     rows, errors = [], []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            errors.append(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})")
-            continue
+    for number, row in read_jsonl_lines(path, errors):
         if not isinstance(row, dict) or not isinstance(row.get("task_id"), str) or not isinstance(
             row.get("completion"), str
         ):
