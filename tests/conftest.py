@@ -1,9 +1,12 @@
 """Shared fixtures: a project with criteria, imported items, reviewers with API tokens."""
 
 import json
+import uuid
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -40,6 +43,25 @@ def make_items(count: int, *, responses: int = 2, model_prefix: str = "model") -
 
 def import_rows(project, rows: list[dict]):
     return services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+
+
+def judge_until_done(project, reviewer, pick, *, seconds: float = 20) -> int:
+    """The reviewer judges until nothing is left for them; returns how many they judged.
+
+    pick(assignment) gives left, right, tie or both_bad. Each pair takes `seconds` on a simulated clock,
+    so nobody looks too fast and the judgments spread over time.
+    """
+    clock, judged = timezone.now(), 0
+    while (assignment := services.assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
+        clock += timedelta(seconds=seconds)
+        choice = pick(assignment)
+        services.judgment_submit(
+            assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+            criteria={"correct": choice if choice in ("left", "right") else "tie", "complete": "tie"},
+            rationale="Chosen for being right and clear.", client_key=uuid.uuid4(), now=clock,
+        )
+        judged += 1
+    return judged
 
 
 @pytest.fixture
@@ -83,8 +105,6 @@ def client_for(db):
 @pytest.fixture
 def valid_judgment():
     def make(choice: str = "left", **overrides) -> dict:
-        import uuid
-
         body = {
             "choice": choice, "strength": 2, "criteria": {"correct": choice if choice in ("left", "right") else "tie",
                                                           "complete": "tie"},

@@ -238,6 +238,14 @@ def _agreement_over_time(
     return {"bucket": name, "series": series}
 
 
+def _overall_rate(hits: int, total: int, confidence: float) -> tuple[float | None, list[float] | None]:
+    """hits / total with its Wilson interval, or (None, None) when there is nothing to count."""
+    if not total:
+        return None, None
+    low, high = wilson_interval(hits=np.array([hits]), total=np.array([total]), confidence=confidence)
+    return _number(hits / total), _interval(low[0], high[0])
+
+
 def _rate_or_none(rate: RateWithInterval, i: int) -> tuple[float | None, list[float] | None]:
     if rate.total[i] == 0:
         return None, None
@@ -395,33 +403,21 @@ def agreement_report(
     consistent = int(retests.consistent.sum())
     if retests.unmatched:
         notes.add("retest", f"{retests.unmatched} retest(s) have no original judgment and are ignored")
-    if matched:
-        low, high = wilson_interval(
-            hits=np.array([consistent]), total=np.array([matched]), confidence=confidence
-        )
-        retest_block = {
-            "retests": matched,
-            "consistency": _number(consistent / matched),
-            "ci": _interval(low[0], high[0]),
-            "swapped_order_share": _number(retests.swapped.mean()),
-        }
-    else:
+    rate, ci = _overall_rate(consistent, matched, confidence)
+    if not matched:
         notes.add("retest.consistency", "no retest judgments")
-        retest_block = {"retests": 0, "consistency": None, "ci": None, "swapped_order_share": None}
+    retest_block = {
+        "retests": matched,
+        "consistency": rate,
+        "ci": ci,
+        "swapped_order_share": _number(retests.swapped.mean()) if matched else None,
+    }
 
     gold_total, gold_hits = int(quality.gold.total.sum()), int(quality.gold.hits.sum())
-    if gold_total:
-        low, high = wilson_interval(
-            hits=np.array([gold_hits]), total=np.array([gold_total]), confidence=confidence
-        )
-        gold_block = {
-            "judgments": gold_total,
-            "accuracy": _number(gold_hits / gold_total),
-            "ci": _interval(low[0], high[0]),
-        }
-    else:
+    rate, ci = _overall_rate(gold_hits, gold_total, confidence)
+    if not gold_total:
         notes.add("gold.accuracy", "no gold item judged")
-        gold_block = {"judgments": 0, "accuracy": None, "ci": None}
+    gold_block = {"judgments": gold_total, "accuracy": rate, "ci": ci}
 
     consensus = consensus_summary(consensus=pair_consensus(table))
     if consensus["mean_confidence_with_overlap"] is None:

@@ -9,9 +9,10 @@ someone else, no criteria) falls back to the ORM code in services.py, which hand
 import json
 from datetime import datetime
 
+from django.contrib.auth import get_user_model
 from django.db import connection
 
-from annotate.review.models import Assignment
+from annotate.review.models import Assignment, Judgment, Project
 
 
 def _json(value):
@@ -174,16 +175,12 @@ def reviewer_judgment_counts(*, project_id: int, reviewer_id: int) -> dict:
     return {"judged_once": judged_once, "judged": judged, "retests": retests}
 
 
-def project_by_slug(*, slug: str):
-    from annotate.review.models import Project
-
+def project_by_slug(*, slug: str) -> Project | None:
     return next(iter(Project.objects.raw("SELECT * FROM review_project WHERE slug = %s", [slug])), None)
 
 
 def user_by_token(*, key: str):
-    """The active user holding this API token, or None (DRF's TokenAuthentication, minus the ORM compile)."""
-    from django.contrib.auth import get_user_model
-
+    """The user holding this API token, or None (DRF's TokenAuthentication, minus the ORM compile)."""
     user_model = get_user_model()
     table = user_model._meta.db_table
     return next(iter(user_model.objects.raw(
@@ -194,8 +191,6 @@ def user_by_token(*, key: str):
 def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, winner: str, strength: int | None,
                     criteria: dict, rationale: str, seconds_spent: float | None, client_key_db, now: datetime):
     """Insert a judgment revision and make it the assignment's current one; returns the Judgment."""
-    from annotate.review.models import Judgment
-
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO review_judgment (assignment_id, pair_id, reviewer_id, revision, retracted, winner, strength, "

@@ -1,13 +1,10 @@
 """A project whose pairs carry known votes: unanimous, majorities, ties, both-bad, splits."""
 
-import datetime as dt
 import json
-import uuid
 
 import pytest
 
-from annotate.review import services
-from tests.conftest import import_rows
+from tests.conftest import import_rows, judge_until_done
 
 REVIEWERS = ("ann", "bob", "cat")
 # Votes of ann, bob and cat on the one pair of prompt p-000i ("a" is model-0's answer, response a).
@@ -54,17 +51,7 @@ def side(assignment, choice: str) -> str:
 
 def judge(project, reviewer, pick) -> int:
     """The reviewer judges until nothing is left; pick(assignment) gives a/b/tie/both_bad. Returns judgments."""
-    judged = 0
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
-        choice = side(assignment, pick(assignment))
-        criterion = choice if choice in ("left", "right") else "tie"
-        services.judgment_submit(
-            assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
-            criteria={"correct": criterion, "complete": "tie"}, rationale="Chosen for being right and clear.",
-            client_key=uuid.uuid4(), now=assignment.served_at + dt.timedelta(seconds=20),  # an unhurried reviewer
-        )
-        judged += 1
-    return judged
+    return judge_until_done(project, reviewer, lambda assignment: side(assignment, pick(assignment)))
 
 
 def prompt_index(assignment) -> int:

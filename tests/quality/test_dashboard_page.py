@@ -1,15 +1,11 @@
 """The quality dashboard page as admins, engineers and reviewers get it, from stored judgments."""
 
-import datetime as dt
-import uuid
 from html.parser import HTMLParser
 
 import pytest
-from django.utils import timezone
 
-from annotate.review import services
 from annotate.review.models import Assignment
-from tests.conftest import import_rows, make_items
+from tests.conftest import import_rows, judge_until_done, make_items
 from tests.quality.test_report_from_database import prefers_model_0
 
 pytestmark = pytest.mark.django_db
@@ -88,19 +84,6 @@ class _Page(HTMLParser):
             self._badge.append(data)
 
 
-def judge_everything(project, reviewer, pick, *, seconds: float = 30) -> None:
-    """The reviewer judges until nothing is left, taking `seconds` over each pair (so no one is too fast)."""
-    clock = timezone.now()
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
-        clock += dt.timedelta(seconds=seconds)
-        choice = pick(assignment)
-        services.judgment_submit(
-            assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
-            criteria={"correct": choice, "complete": "tie"}, rationale="Chosen for being right and clear.",
-            client_key=uuid.uuid4(), now=clock,
-        )
-
-
 def read_page(response) -> _Page:
     page = _Page()
     page.feed(response.content.decode())
@@ -119,7 +102,7 @@ def judged_project(make_project, make_user):
     project = make_project(slug="judged", overlap=3, retest_rate=0)
     import_rows(project, make_items(30))
     for name in ("ann", "bob"):
-        judge_everything(project, make_user(name), prefers_model_0)
+        judge_until_done(project, make_user(name), prefers_model_0, seconds=30)
     # The queue puts model-0 on the left at random, so by chance alone a careful reviewer's left rate
     # can look biased. Show it on the left for exactly half of their pairs (their un-swapped choices,
     # always model-0, do not change), so the page's flags are decided by behaviour, not by luck.
@@ -127,7 +110,7 @@ def judged_project(make_project, make_user):
         Assignment.objects.filter(project=project, reviewer__username__in=["ann", "bob"]).order_by("reviewer", "pair")
     ):
         Assignment.objects.filter(pk=assignment.pk).update(a_on_left=index % 2 == 0)
-    judge_everything(project, make_user("lefty"), lambda assignment: "left")
+    judge_until_done(project, make_user("lefty"), lambda assignment: "left", seconds=30)
     return project
 
 
@@ -199,8 +182,8 @@ def test_an_empty_project_renders_with_the_reasons_nothing_can_be_drawn(make_pro
 def test_a_username_with_a_script_tag_is_shown_as_text(make_project, make_user, page_for):
     project = make_project(slug="xss", overlap=2, retest_rate=0)
     import_rows(project, make_items(25))
-    judge_everything(project, make_user(SCRIPT_NAME), lambda assignment: "left")
-    judge_everything(project, make_user("ann"), prefers_model_0)
+    judge_until_done(project, make_user(SCRIPT_NAME), lambda assignment: "left", seconds=30)
+    judge_until_done(project, make_user("ann"), prefers_model_0, seconds=30)
     response = page_for("admin", "xss")
     html = response.content.decode()
     assert "<script>alert(1)" not in html

@@ -2,27 +2,14 @@
 
 import io
 import json
-import uuid
 
 import pytest
 from django.core.management import call_command
 
 from annotate.quality.selectors import judgment_table_for_project
-from annotate.review import services
-from tests.conftest import import_rows, make_items
+from tests.conftest import import_rows, judge_until_done, make_items
 
 pytestmark = pytest.mark.django_db
-
-
-def judge_everything(project, reviewer, pick):
-    """The reviewer judges until nothing is left; pick(assignment) gives 'left' or 'right'."""
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
-        choice = pick(assignment)
-        services.judgment_submit(
-            assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
-            criteria={"correct": choice, "complete": "tie"}, rationale="Chosen for being right and clear.",
-            client_key=uuid.uuid4(),
-        )
 
 
 def prefers_model_0(assignment) -> str:
@@ -35,8 +22,8 @@ def judged_project(make_project, make_user):
     project = make_project(slug="judged", overlap=3, retest_rate=0)
     import_rows(project, make_items(30))
     for name in ("ann", "bob"):
-        judge_everything(project, make_user(name), prefers_model_0)
-    judge_everything(project, make_user("lefty"), lambda assignment: "left")
+        judge_until_done(project, make_user(name), prefers_model_0)
+    judge_until_done(project, make_user("lefty"), lambda assignment: "left")
     return project
 
 
