@@ -94,6 +94,13 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
 # A health check costs a round trip on every request; a connection that went bad fails one request
 # and is then replaced. Turn it on where the database restarts often.
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool("DB_CONN_HEALTH_CHECKS", default=False)
+# The reviewer hot path prepares its few statements once per connection (annotate/review/queue_sql.py);
+# turn this off behind a connection pooler that cannot keep prepared statements (PgBouncer < 1.21).
+PAIRWISE_PREPARED_STATEMENTS = env.bool("DB_PREPARED_STATEMENTS", default=True)
+if PAIRWISE_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # psycopg prepares nothing while the threshold is None (Django's default); a threshold no query
+    # reaches means only the statements that ask (prepare=True) are prepared.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     # WAL lets the reviewer page read while a judgment is being written.
@@ -131,6 +138,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "annotate.negotiation.JsonOnlyNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "annotate.api_errors.one_line_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

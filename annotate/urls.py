@@ -12,10 +12,10 @@ from annotate.review import views as review_views
 
 api_v1 = [
     path("projects/<slug:slug>/assignments/next", review_api.AssignmentNextView.as_view(), name="assignment-next"),
+    path("assignments/<int:assignment_id>/judgment", review_api.JudgmentSubmitView.as_view(), name="judgment-submit"),
     path("projects/<slug:slug>/judgments/undo", review_api.JudgmentUndoView.as_view(), name="judgment-undo"),
     path("projects/<slug:slug>/items", review_api.ItemsImportView.as_view(), name="items-import"),
     path("projects/<slug:slug>/agreement", quality_api.AgreementReportView.as_view(), name="agreement-report"),
-    path("assignments/<int:assignment_id>/judgment", review_api.JudgmentSubmitView.as_view(), name="judgment-submit"),
     path("projects/<slug:slug>/exports", exports_api.ProjectExportsView.as_view(), name="project-exports"),
     path("projects/<slug:slug>/exports/preview", exports_api.ExportPreviewView.as_view(), name="export-preview"),
     path("exports/<int:export_id>", exports_api.ExportDetailView.as_view(), name="export-detail"),
@@ -23,7 +23,10 @@ api_v1 = [
     path("exports/<int:export_id>/files/<str:name>", exports_api.ExportFileView.as_view(), name="export-file"),
 ]
 
+# The API first, and the reviewer queue's two routes first within it: Django tries patterns in order,
+# and these two are most of all requests.
 urlpatterns = [
+    path("api/v1/", include(api_v1)),
     path("", review_views.home, name="home"),
     path("review/<slug:slug>/", review_views.review_page, name="review"),
     path("projects/<slug:slug>/quality/", quality_views.quality_dashboard, name="quality-dashboard"),
@@ -33,5 +36,4 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/v1/", include(api_v1)),
 ]

@@ -211,7 +211,7 @@ def main() -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=15.0, help="per concurrency level")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker")
+    parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker (as deploy/gunicorn.conf.py)")
     parser.add_argument("--prompts", type=int, default=6000)
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/review_load.json")
     args = parser.parse_args()

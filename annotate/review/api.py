@@ -1,11 +1,12 @@
 """Reviewer and admin API for review work (under /api/v1/)."""
 
 import io
+import uuid
 
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.parsers import MultiPartParser
+from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -26,6 +27,8 @@ def _error(exc: services.ReviewError) -> Response:
 
 
 class JudgmentInSerializer(serializers.Serializer):
+    """The submitted judgment, for the OpenAPI schema; `judgment_input` checks it on the hot path."""
+
     choice = serializers.CharField(help_text="left, right, tie or both_bad")
     strength = serializers.IntegerField(required=False, allow_null=True, help_text="1-3; needed for left/right")
     criteria = serializers.DictField(child=serializers.CharField(), help_text='{"<key>": "left|right|tie"}')
@@ -33,8 +36,33 @@ class JudgmentInSerializer(serializers.Serializer):
     client_key = serializers.UUIDField(help_text="A fresh UUID per judgment; a retry with the same key is not a second judgment.")
 
 
+def judgment_input(data) -> dict:
+    """The judgment's fields with their shapes checked; services.judgment_submit checks their values.
+
+    Plain checks rather than a DRF serializer: this runs on every judgment, and a serializer costs more
+    than the rest of the request's Python.
+    """
+    if not isinstance(data, dict):
+        raise services.ReviewError("send a JSON object with choice, strength, criteria, rationale and client_key")
+    for name in ("choice", "criteria", "rationale", "client_key"):
+        if name not in data:
+            raise services.ReviewError(f"{name}: this field is required")
+    strength = data.get("strength")
+    if isinstance(strength, str) and strength.strip().isdigit():
+        strength = int(strength)
+    try:
+        client_key = uuid.UUID(str(data["client_key"]))
+    except ValueError:
+        raise services.ReviewError(
+            f"client_key: {data['client_key']!r} is not a UUID; send a fresh UUID per judgment"
+        ) from None
+    return {"choice": data["choice"], "strength": strength, "criteria": data["criteria"],
+            "rationale": data["rationale"], "client_key": client_key}
+
+
 class AssignmentNextView(APIView):
     permission_classes = [CanReview]
+    parser_classes = [JSONParser]
 
     @extend_schema(
         summary="The reviewer's next assignment",
@@ -47,26 +75,22 @@ class AssignmentNextView(APIView):
             assignment = services.assignment_next(project=project, reviewer=request.user)
         except services.ReviewError as exc:
             return _error(exc)
-        progress = selectors.reviewer_progress(project=project, reviewer=request.user)
         if assignment is None:
+            progress = selectors.reviewer_progress(project=project, reviewer=request.user)
             return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Judged": str(progress["judged"])})
-        return Response(selectors.assignment_payload(assignment=assignment, progress=progress))
+        return Response(selectors.assignment_payload(assignment=assignment, project=project, reviewer=request.user))
 
 
 class JudgmentSubmitView(APIView):
     permission_classes = [CanReview]
+    parser_classes = [JSONParser]
 
     @extend_schema(summary="Judge an assignment", request=JudgmentInSerializer,
                    responses={201: OpenApiResponse(description="the judgment, as left/right")})
     def post(self, request, assignment_id: int):
-        data = JudgmentInSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        fields = data.validated_data
         try:
             judgment, replayed = services.judgment_submit(
-                assignment_id=assignment_id, reviewer=request.user, choice=fields["choice"],
-                strength=fields.get("strength"), criteria=fields["criteria"], rationale=fields["rationale"],
-                client_key=fields["client_key"],
+                assignment_id=assignment_id, reviewer=request.user, **judgment_input(request.data)
             )
         except services.ReviewError as exc:
             return _error(exc)
@@ -86,8 +110,7 @@ class JudgmentUndoView(APIView):
             assignment = services.judgment_undo_last(project=project, reviewer=request.user)
         except services.ReviewError as exc:
             return _error(exc)
-        progress = selectors.reviewer_progress(project=project, reviewer=request.user)
-        return Response(selectors.assignment_payload(assignment=assignment, progress=progress))
+        return Response(selectors.assignment_payload(assignment=assignment, project=project, reviewer=request.user))
 
 
 class ItemsImportView(APIView):

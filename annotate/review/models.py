@@ -153,10 +153,36 @@ class Assignment(models.Model):
         indexes = [
             models.Index(fields=["reviewer", "project", "status"], name="assignment_reviewer_status"),
             models.Index(fields=["status", "expires_at"], name="assignment_expiry"),
+            # What a reviewer holds or has waiting: read on every queue request, a handful of rows
+            # however long the reviewer's history grows.
+            models.Index(
+                fields=["reviewer", "project"], condition=Q(status__in=["active", "scheduled"]), name="assignment_open"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"assignment {self.pk} ({self.status})"
+
+
+class ReviewerTally(models.Model):
+    """A reviewer's counts in a project, kept up to date by judging and undoing.
+
+    The queue reads them on every request (is a retest due? how far along is the reviewer?); counting
+    the reviewer's whole history each time would cost more the more they had judged. Changed only in
+    the transaction that completes or reopens an assignment, under that assignment's row lock.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    judged = models.PositiveIntegerField(default=0, help_text="Completed assignments, retests included.")
+    judged_once = models.PositiveIntegerField(default=0, help_text="Completed first-time assignments.")
+    retests = models.PositiveIntegerField(default=0, help_text="Retests scheduled and not cancelled.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "reviewer"], name="tally_per_reviewer")]
+
+    def __str__(self) -> str:
+        return f"tally of reviewer {self.reviewer_id} in project {self.project_id}"
 
 
 class Judgment(models.Model):

@@ -53,9 +53,12 @@ def _text_block(text: str) -> dict:
     return {"text": text, "html": markdown_to_safe_html(text)}
 
 
-def assignment_payload(*, assignment: Assignment, progress: dict) -> dict:
+def assignment_payload(*, assignment: Assignment, project: Project, reviewer: AbstractBaseUser) -> dict:
     """The reviewer's view of an assignment: prompt, criteria, left and right answers, progress."""
-    texts = queue_sql.assignment_texts(pair_id=assignment.pair_id, criteria_version_id=assignment.criteria_version_id)
+    texts, progress = queue_sql.assignment_texts_and_progress(
+        pair_id=assignment.pair_id, criteria_version_id=assignment.criteria_version_id, project_id=project.pk,
+        reviewer_id=reviewer.pk, overlap=project.overlap, cap=REMAINING_COUNT_CAP,
+    )
     left, right = (texts["a"], texts["b"]) if assignment.a_on_left else (texts["b"], texts["a"])
     return {
         "id": assignment.pk,

@@ -21,7 +21,16 @@ from django.utils import timezone
 
 from annotate.review import queue_sql
 from annotate.review.importing import ImportedItem, ImportRejected
-from annotate.review.models import Assignment, CriteriaVersion, Judgment, Pair, Project, Prompt, Response
+from annotate.review.models import (
+    Assignment,
+    CriteriaVersion,
+    Judgment,
+    Pair,
+    Project,
+    Prompt,
+    Response,
+    ReviewerTally,
+)
 from annotate.review.selectors import roles_cache_key
 
 ROLES = ("reviewer", "engineer", "admin")
@@ -233,7 +242,7 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
 
     Order: an assignment they already hold; a retest that is due; a fresh pair; any waiting retest.
 
-    Locks: the reviewer's user row (so one reviewer's parallel requests cannot each take a pair), then
+    Locks: the reviewer's queue lock (so one reviewer's parallel requests cannot each take a pair), then
     one pair row with FOR UPDATE SKIP LOCKED (so concurrent reviewers take different pairs instead of
     queueing). The pair's assigned_count only changes under that lock, and the UPDATE re-checks
     `assigned_count < overlap`, so a pair is never given to more than `overlap` reviewers.
@@ -243,18 +252,15 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
     _sweep_now_and_then(now)
     with transaction.atomic():
         queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
-        mine = Assignment.objects.filter(project=project, reviewer=reviewer)
-        waiting = queue_sql.reviewer_open_assignments(project_id=project.pk, reviewer_id=reviewer.pk)
+        waiting, judged = queue_sql.reviewer_open_assignments(project_id=project.pk, reviewer_id=reviewer.pk)
         held = [a for a in waiting if a.status == Assignment.Status.ACTIVE and a.expires_at > now]
         if held:
             return held[0]
         scheduled = sorted(
             (a for a in waiting if a.status == Assignment.Status.SCHEDULED), key=lambda a: (a.due_after_judgments, a.pk)
         )
-        if scheduled:
-            judged = mine.filter(status=Assignment.Status.COMPLETED).count()
-            if scheduled[0].due_after_judgments <= judged:
-                return _serve(scheduled[0], project=project, now=now)
+        if scheduled and scheduled[0].due_after_judgments <= judged:
+            return _serve(scheduled[0], project=project, now=now)
         if connection.vendor == "postgresql":
             taken = queue_sql.take_fresh_pair(
                 project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap,
@@ -383,11 +389,10 @@ def _judgment_submit_locked(
         locked = queue_sql.lock_assignment_for_judgment(assignment_id=assignment_id, reviewer_id=reviewer.pk)
         if locked is None:
             raise ReviewError(f"assignment {assignment_id} is not one of yours", status=404)
-        assignment, min_rationale_chars, criteria_keys = locked
+        assignment, rules = locked
         client_key_db = _client_key_field.get_db_prep_value(client_key, connection)
-        earlier_id, last_revision = queue_sql.judgment_by_key_and_last_revision(
-            client_key_db=client_key_db, assignment_id=assignment.pk
-        )
+        # Read after the lock, so a submission that waited on it sees what the one before it stored.
+        earlier_id, last_revision = queue_sql.judgment_state(client_key_db=client_key_db, assignment_id=assignment.pk)
         if earlier_id is not None:
             earlier = Judgment.objects.get(pk=earlier_id)
             if earlier.assignment_id != assignment.pk:
@@ -402,10 +407,10 @@ def _judgment_submit_locked(
                 f"assignment {assignment_id} expired and went back to the pool; ask for the next one", status=410
             )
         choice, strength, criteria, rationale = _checked_judgment(
-            criteria_keys=criteria_keys, min_rationale_chars=min_rationale_chars, choice=choice, strength=strength,
-            criteria=criteria, rationale=rationale,
+            criteria_keys=rules["criteria_keys"], min_rationale_chars=rules["min_rationale_chars"], choice=choice,
+            strength=strength, criteria=criteria, rationale=rationale,
         )
-        judgment = queue_sql.judgment_insert(
+        judgment, tally = queue_sql.judgment_insert(
             assignment=assignment, reviewer_id=reviewer.pk, revision=last_revision + 1,
             winner=_unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
             criteria={key: _unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
@@ -413,15 +418,15 @@ def _judgment_submit_locked(
             seconds_spent=(now - assignment.served_at).total_seconds() if assignment.served_at else None,
             client_key_db=client_key_db, now=now,
         )
-        if last_revision == 0 and not assignment.is_retest and assignment._retest_rate > 0:
-            counts = queue_sql.reviewer_judgment_counts(project_id=assignment.project_id, reviewer_id=reviewer.pk)
-            # Keep each reviewer's retests at the project's share of the pairs they judged.
-            if counts["retests"] < int(assignment._retest_rate * counts["judged_once"] + 1e-9):
-                Assignment.objects.create(
-                    project_id=assignment.project_id, pair_id=assignment.pair_id, reviewer=reviewer,
-                    a_on_left=not assignment.a_on_left, is_retest=True, retest_of=assignment,
-                    status=Assignment.Status.SCHEDULED, due_after_judgments=counts["judged"] + assignment._retest_gap,
-                )
+        # Keep each reviewer's retests at the project's share of the pairs they judged.
+        if (last_revision == 0 and not assignment.is_retest and rules["retest_rate"] > 0
+                and tally["retests"] < int(rules["retest_rate"] * tally["judged_once"] + 1e-9)):
+            Assignment.objects.create(
+                project_id=assignment.project_id, pair_id=assignment.pair_id, reviewer=reviewer,
+                a_on_left=not assignment.a_on_left, is_retest=True, retest_of=assignment,
+                status=Assignment.Status.SCHEDULED, due_after_judgments=tally["judged"] + rules["retest_gap"],
+            )
+            queue_sql.tally_add_retest(project_id=assignment.project_id, reviewer_id=reviewer.pk)
     return judgment, False
 
 
@@ -430,11 +435,11 @@ def judgment_undo_last(*, project: Project, reviewer: AbstractBaseUser, now: dat
 
     The withdrawal is a new, retracted revision; the judgment itself stays on record. A retest that
     the withdrawn judgment scheduled, and that was not yet shown, is cancelled. Locks the reviewer's
-    user row, then the assignment row.
+    queue lock, then the assignment row.
     """
     now = now or timezone.now()
     with transaction.atomic():
-        get_user_model().objects.select_for_update().filter(pk=reviewer.pk).first()
+        queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
         last = Judgment.objects.filter(reviewer=reviewer, pair__project=project).order_by("-id").first()
         if last is None or last.retracted:
             raise ReviewError("there is no judgment to undo", status=409)
@@ -445,7 +450,13 @@ def judgment_undo_last(*, project: Project, reviewer: AbstractBaseUser, now: dat
             assignment=assignment, pair_id=assignment.pair_id, reviewer=reviewer, revision=last.revision + 1,
             retracted=True, criteria_version=last.criteria_version, client_key=uuid.uuid4(),
         )
-        assignment.retests.filter(status=Assignment.Status.SCHEDULED).update(status=Assignment.Status.CANCELLED)
+        cancelled = assignment.retests.filter(status=Assignment.Status.SCHEDULED).update(
+            status=Assignment.Status.CANCELLED
+        )
+        ReviewerTally.objects.filter(project=project, reviewer=reviewer).update(
+            judged=F("judged") - 1, judged_once=F("judged_once") - (0 if assignment.is_retest else 1),
+            retests=F("retests") - cancelled,
+        )
         assignment.current_judgment = None
         assignment.completed_at = None
         assignment = _serve(assignment, project=project, now=now)

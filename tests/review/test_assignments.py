@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from annotate.review import services
-from annotate.review.models import Assignment, Pair
+from annotate.review import selectors, services
+from annotate.review.models import Assignment, Pair, ReviewerTally
 from tests.conftest import import_rows, make_items
 
 
@@ -82,3 +82,38 @@ def test_an_expired_assignment_returns_to_the_pool(make_project, make_user):
     with pytest.raises(services.ReviewError) as late:
         judge(held, slow)
     assert late.value.status == 410 and "expired" in str(late.value)
+
+
+def recounted_tally(project, reviewer) -> dict:
+    """What the reviewer's tally must say, counted from their assignments the slow way."""
+    mine = Assignment.objects.filter(project=project, reviewer=reviewer)
+    return {
+        "judged": mine.filter(status="completed").count(),
+        "judged_once": mine.filter(status="completed", is_retest=False).count(),
+        "retests": mine.filter(is_retest=True).exclude(status="cancelled").count(),
+    }
+
+
+def test_the_reviewer_tally_always_equals_a_recount_through_judging_undo_and_retests(make_project, make_user):
+    project = make_project(overlap=1, retest_rate=0.5)
+    project.retest_gap = 1
+    project.save()
+    import_rows(project, make_items(6))
+    reviewer = make_user("rita")
+    undone = 0
+    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+        judge(assignment, reviewer)
+        if undone < 2 and not assignment.is_retest:
+            # Undo a first-time judgment (cancelling the retest it scheduled), then judge it again.
+            reopened = services.judgment_undo_last(project=project, reviewer=reviewer)
+            assert reopened.pk == assignment.pk
+            undone += 1
+            tally = ReviewerTally.objects.get(project=project, reviewer=reviewer)
+            assert {f: getattr(tally, f) for f in ("judged", "judged_once", "retests")} == recounted_tally(project, reviewer)
+            judge(reopened, reviewer, choice="right")
+        tally = ReviewerTally.objects.get(project=project, reviewer=reviewer)
+        assert {f: getattr(tally, f) for f in ("judged", "judged_once", "retests")} == recounted_tally(project, reviewer)
+    assert undone == 2
+    assert recounted_tally(project, reviewer) == {"judged": 9, "judged_once": 6, "retests": 3}
+    progress = selectors.reviewer_progress(project=project, reviewer=reviewer)
+    assert progress["judged"] == 9 and progress["remaining"] == 0
