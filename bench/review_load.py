@@ -224,15 +224,19 @@ def main() -> int:
     os.environ.update(env)
     sys.path.insert(0, str(ROOT))
     recreate_database()
-    tokens = prepare(prompts=args.prompts, reviewers=sum(args.levels))
+    warmers = max(args.levels)
+    tokens = prepare(prompts=args.prompts, reviewers=sum(args.levels) + warmers)
     port = free_port()
     server = start_gunicorn(env=env, port=port, workers=args.workers, threads=args.threads)
     base = f"http://127.0.0.1:{port}"
     results, created = [], []
     try:
+        # Warm every worker thread once (its database connection, its prepared statements) with reviewers
+        # of its own, so the levels measure the steady state rather than each thread's first request.
+        warm = asyncio.run(run_level(base, tokens[-warmers:], 2.0))
+        created += warm.pop("_created")
         offset = 0
         for level in args.levels:
-            asyncio.run(run_level(base, tokens[offset:offset + 1], 1.0))  # warm the workers
             result = asyncio.run(run_level(base, tokens[offset:offset + level], args.seconds))
             offset += level
             created += result.pop("_created")

@@ -34,16 +34,16 @@ def _prepared() -> bool:
     return connection.vendor == "postgresql" and settings.PAIRWISE_PREPARED_STATEMENTS
 
 
-def _fetch(sql: str, params: Sequence | dict) -> list[tuple]:
-    """Run one statement; return its rows (an empty list for a statement without rows)."""
+def _fetch(sql: str, params: Sequence | dict, *, rows: bool = True) -> list[tuple]:
+    """Run one statement; return its rows (pass rows=False for a statement that returns none)."""
     if _prepared():
         connection.ensure_connection()
         with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(sql, params, prepare=True)
-            return cursor.fetchall() if cursor.description else []
+            return cursor.fetchall() if rows else []
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchall() if cursor.description else []
+        return cursor.fetchall() if rows else []
 
 
 def _json(value):
@@ -245,6 +245,7 @@ def tally_add_retest(*, project_id: int, reviewer_id: int) -> None:
     _fetch(
         "UPDATE review_reviewertally SET retests = retests + 1 WHERE project_id = %s AND reviewer_id = %s",
         [project_id, reviewer_id],
+        rows=False,
     )
 
 
@@ -305,7 +306,7 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
         )
     else:
         ((judgment_id,),) = _fetch(insert, values)
-        _fetch(complete.format(judgment="%(judgment)s"), {**values, "judgment": judgment_id})
+        _fetch(complete.format(judgment="%(judgment)s"), {**values, "judgment": judgment_id}, rows=False)
         row = (judgment_id, *_fetch(count, values)[0])
     judgment = Judgment(
         id=row[0], assignment=assignment, pair_id=assignment.pair_id, reviewer_id=reviewer_id, revision=revision,

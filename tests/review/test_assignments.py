@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from annotate.review import selectors, services
-from annotate.review.models import Assignment, Pair, ReviewerTally
+from annotate.review.models import Assignment, Judgment, Pair, ReviewerTally
 from tests.conftest import import_rows, make_items
 
 
@@ -18,7 +18,9 @@ def judge(assignment, reviewer, choice="left"):
     )[0]
 
 
-def test_each_pair_gets_overlap_distinct_reviewers_and_no_more(make_project, make_user):
+@pytest.mark.parametrize("prepared_statements", [True, False], ids=["prepared", "plain"])
+def test_each_pair_gets_overlap_distinct_reviewers_and_no_more(make_project, make_user, settings, prepared_statements):
+    settings.PAIRWISE_PREPARED_STATEMENTS = prepared_statements  # DB_PREPARED_STATEMENTS, both ways
     project = make_project(overlap=2, retest_rate=0)
     import_rows(project, make_items(3))
     reviewers = [make_user(f"r{i}") for i in range(4)]
@@ -29,6 +31,7 @@ def test_each_pair_gets_overlap_distinct_reviewers_and_no_more(make_project, mak
     assert all(len(reviewers_of_pair) == 2 for reviewers_of_pair in per_pair.values())
     per_reviewer = Assignment.objects.values_list("reviewer", "pair")
     assert len(per_reviewer) == len(set(per_reviewer)) == 6  # nobody got a pair twice
+    assert Judgment.objects.count() == 6
 
 
 def test_a_reviewer_reloading_gets_the_assignment_they_hold(project, make_user):
