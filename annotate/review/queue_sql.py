@@ -114,29 +114,36 @@ def reviewer_open_assignments(*, project_id: int, reviewer_id: int) -> tuple[lis
     return _instances(Assignment, rows), (rows[0][-1] if rows else 0)
 
 
+# Not one of the reviewer's own pairs (a reviewer never gets a pair twice except as a retest).
+_NOT_MINE = (
+    "NOT EXISTS (SELECT 1 FROM review_assignment a "
+    "            WHERE a.pair_id = p.id AND a.reviewer_id = %(reviewer)s AND NOT a.is_retest)"
+)
+
+
 def take_fresh_pair(
     *, project_id: int, reviewer_id: int, overlap: int, a_on_left: bool, now: datetime, expires_at: datetime
 ) -> Assignment | None:
     """PostgreSQL: lock an open pair (SKIP LOCKED), count it, and assign it, in one statement.
 
+    Fullest pairs first, so pairs reach their overlap (and agreement can be measured) early.
     FOR NO KEY UPDATE, since only the counter changes: it does not block the foreign-key checks of
     other reviewers' inserts that point at the pair. The UPDATE re-checks `assigned_count < overlap`
     on the row's newest version, so a pair is never over-assigned. Returns None when no unlocked open
     pair exists (the caller then falls back to waiting on a locked one, or to "nothing left").
     """
+    overlap = int(overlap)  # written into the statement: see _PROGRESS_COLUMNS
     rows = _fetch(
         f"""
         WITH candidate AS (
             SELECT p.id FROM review_pair p
-            WHERE p.project_id = %(project)s AND p.assigned_count < %(overlap)s
-              AND NOT EXISTS (SELECT 1 FROM review_assignment a
-                              WHERE a.pair_id = p.id AND a.reviewer_id = %(reviewer)s AND NOT a.is_retest)
+            WHERE p.project_id = %(project)s AND p.assigned_count < {overlap} AND {_NOT_MINE}
             ORDER BY p.assigned_count DESC, p.id DESC
             LIMIT 1
             FOR NO KEY UPDATE OF p SKIP LOCKED
         ), counted AS (
             UPDATE review_pair p SET assigned_count = p.assigned_count + 1
-            FROM candidate WHERE p.id = candidate.id AND p.assigned_count < %(overlap)s
+            FROM candidate WHERE p.id = candidate.id AND p.assigned_count < {overlap}
             RETURNING p.id
         ), criteria AS (
             SELECT id FROM review_criteriaversion WHERE project_id = %(project)s ORDER BY version DESC LIMIT 1
@@ -148,22 +155,25 @@ def take_fresh_pair(
         FROM counted, criteria
         RETURNING {_columns(Assignment, '')}
         """,
-        {"project": project_id, "reviewer": reviewer_id, "overlap": overlap, "left": a_on_left, "now": now,
-         "expires": expires_at},
+        {"project": project_id, "reviewer": reviewer_id, "left": a_on_left, "now": now, "expires": expires_at},
     )
     return _instances(Assignment, rows)[0] if rows else None
 
 
+# The project's overlap and the count's cap are written into the statement, not bound: a plan made
+# for unknown values of them (a prepared statement's generic plan) joined every open pair with every
+# one of the reviewer's assignments, 30 ms instead of 0.4 ms for a reviewer with 800 judgments.
+# Open pairs are counted emptiest first, where the reviewer's own pairs almost never are: in id order,
+# a reviewer ahead of the others walked past every pair they had judged on every request.
 _PROGRESS_COLUMNS = f"""
     {_JUDGED},
     (SELECT count(*) FROM review_assignment
      WHERE project_id = %(project)s AND reviewer_id = %(reviewer)s AND status IN ('active', 'scheduled')),
     (SELECT count(*) FROM (
        SELECT 1 FROM review_pair p
-       WHERE p.project_id = %(project)s AND p.assigned_count < %(overlap)s
-         AND NOT EXISTS (SELECT 1 FROM review_assignment a
-                         WHERE a.pair_id = p.id AND a.reviewer_id = %(reviewer)s AND NOT a.is_retest)
-       LIMIT %(cap)s) open_pairs)
+       WHERE p.project_id = %(project)s AND p.assigned_count < {{overlap}} AND {_NOT_MINE}
+       ORDER BY p.assigned_count, p.id
+       LIMIT {{cap}}) open_pairs)
 """
 
 
@@ -174,8 +184,8 @@ def _progress(judged: int, waiting: int, open_pairs: int, cap: int) -> dict:
 def reviewer_progress(*, project_id: int, reviewer_id: int, overlap: int, cap: int) -> dict:
     """Judged so far, and how many more the reviewer could be given (counting stops at `cap`)."""
     (row,) = _fetch(
-        f"SELECT {_PROGRESS_COLUMNS}",
-        {"project": project_id, "reviewer": reviewer_id, "overlap": overlap, "cap": cap},
+        "SELECT " + _PROGRESS_COLUMNS.format(overlap=int(overlap), cap=int(cap)),
+        {"project": project_id, "reviewer": reviewer_id},
     )
     return _progress(*row, cap)
 
@@ -186,7 +196,8 @@ def assignment_texts_and_progress(
     """The prompt, both answers and the criteria shown with an assignment, and the reviewer's progress: one read."""
     rows = _fetch(
         f"""
-        SELECT pr.messages, ra.text, rb.text, cv.version, cv.instructions, cv.items, {_PROGRESS_COLUMNS}
+        SELECT pr.messages, ra.text, rb.text, cv.version, cv.instructions, cv.items,
+               {_PROGRESS_COLUMNS.format(overlap=int(overlap), cap=int(cap))}
         FROM review_pair p
         JOIN review_prompt pr ON pr.id = p.prompt_id
         JOIN review_response ra ON ra.id = p.response_a_id
@@ -194,8 +205,7 @@ def assignment_texts_and_progress(
         JOIN review_criteriaversion cv ON cv.id = %(criteria)s
         WHERE p.id = %(pair)s
         """,
-        {"pair": pair_id, "criteria": criteria_version_id, "project": project_id, "reviewer": reviewer_id,
-         "overlap": overlap, "cap": cap},
+        {"pair": pair_id, "criteria": criteria_version_id, "project": project_id, "reviewer": reviewer_id},
     )
     if not rows:
         return None

@@ -35,7 +35,7 @@ def project_for_reviewer(*, slug: str) -> Project | None:
     return queue_sql.project_by_slug(slug=slug)
 
 
-REMAINING_COUNT_CAP = 100
+REMAINING_COUNT_CAP = 50  # "50+ left" tells a reviewer as much as an exact count would
 
 
 def reviewer_progress(*, project: Project, reviewer: AbstractBaseUser) -> dict:

@@ -120,3 +120,20 @@ def test_the_reviewer_tally_always_equals_a_recount_through_judging_undo_and_ret
     assert recounted_tally(project, reviewer) == {"judged": 9, "judged_once": 6, "retests": 3}
     progress = selectors.reviewer_progress(project=project, reviewer=reviewer)
     assert progress["judged"] == 9 and progress["remaining"] == 0
+
+
+def test_progress_counts_open_pairs_up_to_a_cap_and_says_when_there_are_more(make_project, make_user):
+    project = make_project(overlap=1, retest_rate=0)
+    import_rows(project, make_items(selectors.REMAINING_COUNT_CAP + 5))
+    reviewer = make_user("rita")
+    services.assignment_next(project=project, reviewer=reviewer)
+    progress = selectors.reviewer_progress(project=project, reviewer=reviewer)
+    # The held assignment plus open pairs counted up to the cap; the true number is larger.
+    assert progress == {"judged": 0, "remaining": selectors.REMAINING_COUNT_CAP + 1, "remaining_is_at_least": True}
+
+    small = make_project(slug="small", overlap=1, retest_rate=0)
+    import_rows(small, make_items(3))
+    services.assignment_next(project=small, reviewer=reviewer)
+    assert selectors.reviewer_progress(project=small, reviewer=reviewer) == {
+        "judged": 0, "remaining": 3, "remaining_is_at_least": False,
+    }
