@@ -94,9 +94,11 @@ class Response(models.Model):
 
 
 class Pair(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="pairs")
+    # No index of its own where a composite index starts with the same column (pair_open_slots here):
+    # each one would be written again on every assignment, for no lookup the composite cannot serve.
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="pairs", db_index=False)
     prompt = models.ForeignKey(Prompt, on_delete=models.PROTECT, related_name="pairs")
-    response_a = models.ForeignKey(Response, on_delete=models.PROTECT, related_name="+")
+    response_a = models.ForeignKey(Response, on_delete=models.PROTECT, related_name="+", db_index=False)  # pair_unique
     response_b = models.ForeignKey(Response, on_delete=models.PROTECT, related_name="+")
     # Live (not expired) first-time assignments; changed only under this row's lock.
     assigned_count = models.PositiveSmallIntegerField(default=0)
@@ -123,7 +125,9 @@ class Assignment(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="assignments")
     pair = models.ForeignKey(Pair, on_delete=models.PROTECT, related_name="assignments")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="assignments")
+    reviewer = models.ForeignKey(  # indexed by assignment_reviewer_status
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="assignments", db_index=False
+    )
     a_on_left = models.BooleanField(help_text="Response a was shown on the left.")
     is_retest = models.BooleanField(default=False)
     retest_of = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="retests")
@@ -194,9 +198,12 @@ class Judgment(models.Model):
         TIE = "tie"
         BOTH_BAD = "both_bad"
 
-    assignment = models.ForeignKey(Assignment, on_delete=models.PROTECT, related_name="judgments")
+    # indexed by judgment_revision_unique
+    assignment = models.ForeignKey(Assignment, on_delete=models.PROTECT, related_name="judgments", db_index=False)
     pair = models.ForeignKey(Pair, on_delete=models.PROTECT, related_name="judgments")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="judgments")
+    reviewer = models.ForeignKey(  # indexed by judgment_reviewer_time
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="judgments", db_index=False
+    )
     revision = models.PositiveIntegerField()
     retracted = models.BooleanField(default=False, help_text="This revision undoes the one before it.")
     winner = models.CharField(max_length=8, choices=Winner.choices, blank=True)
