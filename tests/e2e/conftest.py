@@ -6,6 +6,7 @@ Tests create their data before they ask for the browser.
 from pathlib import Path
 
 import pytest
+from django.db import connections
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -35,6 +36,9 @@ def browser():
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+        # A test's own ORM calls made while Playwright's loop ran got a connection of that context's
+        # own; close it here, in that context, or it outlives the run and blocks dropping the database.
+        connections.close_all()
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The quality dashboard page as admins, engineers and reviewers get it, from stored judgments."""
 
+import itertools
 from html.parser import HTMLParser
 
 import pytest
@@ -110,7 +111,15 @@ def judged_project(make_project, make_user):
         Assignment.objects.filter(project=project, reviewer__username__in=["ann", "bob"]).order_by("reviewer", "pair")
     ):
         Assignment.objects.filter(pk=assignment.pk).update(a_on_left=index % 2 == 0)
-    judge_until_done(project, make_user("lefty"), lambda assignment: "left", seconds=30)
+    # The same for the reviewer who always clicks left: whether the queue's coin put model-0 on the
+    # left for 20 of their 30 pairs decided, now and then, whether they also looked like a low agreer.
+    model_0_on_left = itertools.cycle([True, False])
+
+    def always_left(assignment) -> str:
+        Assignment.objects.filter(pk=assignment.pk).update(a_on_left=next(model_0_on_left))
+        return "left"
+
+    judge_until_done(project, make_user("lefty"), always_left, seconds=30)
     return project
 
 
