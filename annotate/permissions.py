@@ -1,7 +1,10 @@
 """Role checks: Django groups named reviewer, engineer and admin; a superuser counts as admin."""
 
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from rest_framework.permissions import BasePermission
 
+from annotate.review.models import Project
 from annotate.review.selectors import user_roles
 
 
@@ -26,3 +29,16 @@ class IsAdmin(_HasAnyRole):
 class IsAdminOrEngineer(_HasAnyRole):
     roles = frozenset({"admin", "engineer"})
     message = "only admins and engineers can do this"
+
+
+def project_for_staff_page(request, slug: str, *, to: str) -> Project:
+    """The project an admin or engineer page is about: 403 for anyone else, 404 for an unknown slug.
+
+    `to` finishes the refusal: "only admins and engineers can <to>".
+    """
+    if not user_roles(request.user) & IsAdminOrEngineer.roles:
+        raise PermissionDenied(f"only admins and engineers can {to}")
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        raise Http404(f"no project {slug!r}")
+    return project

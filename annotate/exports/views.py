@@ -1,7 +1,6 @@
 """The exports page of a project (admins and engineers): filters, a preview of the counts, the snapshots."""
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -10,21 +9,11 @@ from annotate.exports import selectors, services
 from annotate.exports.api import export_files
 from annotate.exports.filters import FIELDS, GOLD_CHOICES, ExportError, ExportFilters, filters_parse
 from annotate.exports.models import Export
-from annotate.exports.pipeline import EXCLUSIONS, export_preview
-from annotate.review.models import Project
-from annotate.review.selectors import user_roles
+from annotate.exports.pipeline import export_preview
+from annotate.permissions import project_for_staff_page
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
 CHECKBOXES = ("exclude_ties", "exclude_flagged")
-
-
-def _project_for_staff(request, slug: str) -> Project:
-    if not user_roles(request.user) & {"admin", "engineer"}:
-        raise PermissionDenied("only admins and engineers can export snapshots")
-    project = Project.objects.filter(slug=slug).first()
-    if project is None:
-        raise Http404(f"no project {slug!r}")
-    return project
 
 
 def _form_values(post) -> dict:
@@ -37,7 +26,7 @@ def _form_values(post) -> dict:
 
 
 def exports_page(request, slug: str):
-    project = _project_for_staff(request, slug)
+    project = project_for_staff_page(request, slug, to="export snapshots")
     values = ExportFilters().as_dict()
     preview = error = None
     if request.method == "POST":
@@ -57,14 +46,14 @@ def exports_page(request, slug: str):
     busy = any(export.status in (Export.Status.QUEUED, Export.Status.RUNNING) for export in exports)
     return render(request, "exports/exports.html", {
         "project": project, "values": values, "preview": preview, "error": error, "rows": rows, "busy": busy,
-        "exclusions": EXCLUSIONS, "gold_choices": GOLD_CHOICES, "row_formats": ROW_FORMATS,
+        "gold_choices": GOLD_CHOICES, "row_formats": ROW_FORMATS,
         "file_formats": FILE_FORMATS,
     })
 
 
 @require_POST
 def export_retry_page(request, slug: str, export_id: int):
-    project = _project_for_staff(request, slug)
+    project = project_for_staff_page(request, slug, to="export snapshots")
     export = selectors.export_get(export_id=export_id)
     if export is None or export.project_id != project.pk:
         raise Http404(f"no export {export_id} in {slug!r}")

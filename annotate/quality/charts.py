@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from annotate.quality.report import BUCKETS
 from annotate.quality.reviewers import FLAG_POSITION_BIAS
 
 INK = "#1d2330"
@@ -32,7 +33,8 @@ POSITIVE = (36, 82, 199)  # ACCENT
 
 FONT_SIZE = 12
 CHAR_WIDTH = 7.2  # generous width of a 12px system-ui character, so label columns never clip
-BUCKET_SECONDS = {"hour": 3600.0, "day": 86400.0, "week": 7 * 86400.0, "30 days": 30 * 86400.0}
+BUCKET_SECONDS = dict(BUCKETS)  # the report's time buckets, by name
+FEWER_THAN_TWO_MODELS = "fewer than two models have been compared"
 
 
 # --- formatting shared with the page -------------------------------------------------------------
@@ -317,7 +319,7 @@ def left_rate_chart(reviewers: list[dict], *, empty_reason: str = "no reviewer h
 # --- model ratings ------------------------------------------------------------------------------------
 
 
-def model_ratings_chart(models: list[dict], *, empty_reason: str = "no models compared yet") -> SafeString:
+def model_ratings_chart(models: list[dict], *, empty_reason: str = FEWER_THAN_TWO_MODELS) -> SafeString:
     """Dot and whisker: each model's Bradley–Terry rating (logits, mean 0) with its 95% interval."""
     rows = [m for m in models if m.get("rating") is not None]
     if len(rows) < 2:
@@ -442,7 +444,7 @@ def reviewer_agreement_heat_map(cohen_kappa: dict, *, empty_reason: str = "no tw
                      label="Cohen's kappa of each reviewer pair", label_limit=16)
 
 
-def win_rate_heat_map(win_rate_matrix: dict, *, empty_reason: str = "no models compared yet") -> SafeString:
+def win_rate_heat_map(win_rate_matrix: dict, *, empty_reason: str = FEWER_THAN_TWO_MODELS) -> SafeString:
     """How often the row model beat the column model (ties count half); blue above 50%, red below."""
     models = win_rate_matrix.get("models") or []
     if len(models) < 2:
@@ -467,9 +469,11 @@ def win_rate_heat_map(win_rate_matrix: dict, *, empty_reason: str = "no models c
 # --- all charts of a report -----------------------------------------------------------------------------
 
 
-def charts_for_report(report: dict) -> dict[str, SafeString]:
-    """Every dashboard chart of an agreement report, each with the report's reason when it cannot be drawn."""
-    notes = notes_by_key(report.get("notes") or [])
+def charts_for_report(report: dict, notes: dict[str, str]) -> dict[str, SafeString]:
+    """Every dashboard chart of an agreement report, each with the report's reason when it cannot be drawn.
+
+    ``notes`` is the report's notes by key (``notes_by_key``).
+    """
 
     def reason(*keys: str, default: str) -> str:
         return next((notes[key] for key in keys if key in notes), default)
@@ -489,7 +493,7 @@ def charts_for_report(report: dict) -> dict[str, SafeString]:
         ),
         "model_ratings": model_ratings_chart(
             report.get("models") or [],
-            empty_reason=reason("models", default="fewer than two models have been compared"),
+            empty_reason=reason("models", default=FEWER_THAN_TWO_MODELS),
         ),
         "reviewer_agreement": reviewer_agreement_heat_map(
             report.get("cohen_kappa") or {},
@@ -497,6 +501,6 @@ def charts_for_report(report: dict) -> dict[str, SafeString]:
         ),
         "win_rate": win_rate_heat_map(
             report.get("win_rate_matrix") or {},
-            empty_reason=reason("models", default="fewer than two models have been compared"),
+            empty_reason=reason("models", default=FEWER_THAN_TWO_MODELS),
         ),
     }

@@ -41,8 +41,16 @@ from annotate.quality.table import CRITERION_MISSING, WINNER_B, WINNER_NAMES, Ju
 
 N_NOMINAL = 4
 N_ORDINAL = 7  # signed strength -3..+3
-_BUCKETS = (("hour", 3600.0), ("day", 86400.0), ("week", 7 * 86400.0), ("30 days", 30 * 86400.0))
+BUCKETS = (("hour", 3600.0), ("day", 86400.0), ("week", 7 * 86400.0), ("30 days", 30 * 86400.0))
 _MAX_BUCKETS = 60
+# Why a reviewer's figure is null, by the key it is null under.
+REVIEWER_NULL_REASONS = {
+    "agreement_with_others": "no judgment on a pair where the other reviewers have a unique majority",
+    "left_rate": "no a/b choice (only ties or both_bad)",
+    "retest_consistency": "no retest",
+    "gold_accuracy": "no gold item judged",
+    "median_seconds": "no judgment with a recorded time",
+}
 
 
 class _Notes:
@@ -210,8 +218,8 @@ def _agreement_over_time(
     if len(table) == 0:
         return {"bucket": None, "series": []}
     start, end = float(table.created_at.min()), float(table.created_at.max())
-    name, width = _BUCKETS[-1]
-    for candidate, seconds in _BUCKETS:
+    name, width = BUCKETS[-1]
+    for candidate, seconds in BUCKETS:
         if (end - start) / seconds < _MAX_BUCKETS:
             name, width = candidate, seconds
             break
@@ -335,12 +343,10 @@ def agreement_report(
     n_decisive = int(decisive.sum())
     n_left = int((decisive & table.clicked_left).sum())
     if n_decisive:
-        low, high = wilson_interval(
-            hits=np.array([n_left]), total=np.array([n_decisive]), confidence=confidence
-        )
+        left_rate, left_ci = _overall_rate(n_left, n_decisive, confidence)
         position_bias = {
-            "left_rate": _number(n_left / n_decisive),
-            "ci": _interval(low[0], high[0]),
+            "left_rate": left_rate,
+            "ci": left_ci,
             "p_value": _number(binomtest(n_left, n_decisive, 0.5).pvalue),
             "left": n_left,
             "decisive_judgments": n_decisive,
@@ -353,13 +359,7 @@ def agreement_report(
     retests = match_retests(table=table)
     quality = reviewer_quality(table=table, rules=flag_rules, loo=loo, retests=retests)
     reviewers = []
-    missing = {
-        "agreement_with_others": 0,
-        "left_rate": 0,
-        "retest_consistency": 0,
-        "gold_accuracy": 0,
-        "median_seconds": 0,
-    }
+    missing = dict.fromkeys(REVIEWER_NULL_REASONS, 0)
     for i, username in enumerate(table.reviewer_names):
         agreement_value, agreement_ci = _rate_or_none(quality.agreement, i)
         left_value, left_ci = _rate_or_none(quality.left, i)
@@ -388,16 +388,9 @@ def agreement_report(
         for key in missing:
             missing[key] += entry[key] is None
         reviewers.append(entry)
-    reasons = {
-        "agreement_with_others": "no judgment on a pair where the other reviewers have a unique majority",
-        "left_rate": "no a/b choice (only ties or both_bad)",
-        "retest_consistency": "no retest",
-        "gold_accuracy": "no gold item judged",
-        "median_seconds": "no judgment with a recorded time",
-    }
     for key, count in missing.items():
         if count:
-            notes.add(f"reviewers[].{key}", f"null for {count} reviewer(s): {reasons[key]}")
+            notes.add(f"reviewers[].{key}", f"null for {count} reviewer(s): {REVIEWER_NULL_REASONS[key]}")
 
     matched = retests.retest_rows.size
     consistent = int(retests.consistent.sum())

@@ -10,7 +10,7 @@ import numpy as np
 from django.contrib.auth import get_user_model
 
 from annotate.quality.report import agreement_report
-from annotate.quality.table import CRITERION_MISSING, NO_GOLD, JudgmentTable
+from annotate.quality.table import CRITERION_MISSING, NO_GOLD, ROW_COLUMNS, JudgmentTable
 from annotate.review.models import Assignment, Project
 
 _WINNER_CODES = {"a": 0, "b": 1, "tie": 2, "both_bad": 3}
@@ -61,14 +61,9 @@ def judgment_table_for_project(*, project: Project, chunk_size: int = 20_000) ->
                 [_CRITERION_CODES.get(c.get(key), CRITERION_MISSING) for c in chosen], dtype=np.int8
             )
         chunks.append(chunk)
-    names = ["pair", "reviewer", "winner", "strength", "left_is_a", "is_retest", "seconds", "created_at", "gold",
-             "model_a", "model_b"]
-    dtypes = {"pair": np.int64, "reviewer": np.int32, "winner": np.int8, "strength": np.int8, "left_is_a": bool,
-              "is_retest": bool, "seconds": np.float32, "created_at": np.float64, "gold": np.int8,
-              "model_a": np.int32, "model_b": np.int32}
-    columns = {name: np.concatenate([c[name] for c in chunks]) if chunks else np.array([], dtype=dtypes[name])
-               for name in names}
-    criteria = {key: np.concatenate([c[f"criterion:{key}"] for c in chunks]) if chunks else np.array([], dtype=np.int8)
+    # JudgmentTable gives empty columns their types; chunks are typed as they are built, to save memory.
+    columns = {name: np.concatenate([c[name] for c in chunks]) if chunks else [] for name in ROW_COLUMNS}
+    criteria = {key: np.concatenate([c[f"criterion:{key}"] for c in chunks]) if chunks else []
                 for key in criteria_keys}
     # Reviewers of the project who have judged nothing yet still belong in the report.
     usernames = dict(

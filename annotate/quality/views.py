@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.core.exceptions import PermissionDenied
-from django.http import Http404
 from django.shortcuts import render
 
+from annotate.permissions import project_for_staff_page
 from annotate.quality.charts import charts_for_report, interval, notes_by_key, number, p_value, percent
+from annotate.quality.report import REVIEWER_NULL_REASONS
 from annotate.quality.reviewers import (
     FLAG_FAILING_GOLD,
     FLAG_INCONSISTENT_RETEST,
@@ -17,8 +17,6 @@ from annotate.quality.reviewers import (
     FLAG_TOO_FAST,
 )
 from annotate.quality.selectors import agreement_report_for_project
-from annotate.review.models import Project
-from annotate.review.selectors import user_roles
 
 # Enough resamples for intervals stable to about a percentage point, few enough for a page load.
 DASHBOARD_BOOTSTRAP = 500
@@ -54,9 +52,19 @@ class ReviewerRow:
     flags: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _figure(value: str, *, missing: bool, reason: str, detail: str = "", label: str = "") -> Figure:
-    return Figure(value=value, detail="" if missing else detail,
+def _figure(raw, show, *, reason: str, detail: str = "", label: str = "") -> Figure:
+    """`raw` shown with `show`; a None value is missing, with the report's reason for it."""
+    missing = raw is None
+    return Figure(value=show(raw), detail="" if missing else detail,
                   missing_reason=(reason or "cannot be computed") if missing else "", label=label)
+
+
+def _percent_1(value) -> str:
+    return percent(value, 1)
+
+
+def _number_3(value) -> str:
+    return number(value, 3)
 
 
 def _ci(ci: list[float] | None, show) -> str:
@@ -80,60 +88,53 @@ def _headline(report: dict, notes: dict[str, str]) -> list[Figure]:
         Figure(label="Judgments", value=str(report["judgments"]), detail=f"by {reviewers} reviewers"),
         Figure(label="Pairs", value=str(report["pairs"]), detail="judged at least once"),
         Figure(label="Pairs with overlap", value=str(report["pairs_with_overlap"]), detail="two or more judgments"),
-        _figure(percent(retest.get("consistency")), label="Retest consistency",
-                missing=retest.get("consistency") is None, reason=notes.get("retest.consistency", ""),
-                detail=f"{retest.get('retests', 0)} retests"),
-        _figure(percent(gold.get("accuracy")), label="Gold accuracy", missing=gold.get("accuracy") is None,
-                reason=notes.get("gold.accuracy", ""), detail=f"{gold.get('judgments', 0)} gold judgments"),
-        _figure(percent(report["percent_agreement"], 1), label="Percent agreement",
-                missing=report["percent_agreement"] is None, reason=notes.get("percent_agreement", ""),
-                detail=_ci(report.get("percent_agreement_ci"), lambda v: percent(v, 1))),
+        _figure(retest.get("consistency"), percent, label="Retest consistency",
+                reason=notes.get("retest.consistency", ""), detail=f"{retest.get('retests', 0)} retests"),
+        _figure(gold.get("accuracy"), percent, label="Gold accuracy", reason=notes.get("gold.accuracy", ""),
+                detail=f"{gold.get('judgments', 0)} gold judgments"),
+        _figure(report["percent_agreement"], _percent_1, label="Percent agreement",
+                reason=notes.get("percent_agreement", ""), detail=_ci(report.get("percent_agreement_ci"), _percent_1)),
     ]
     for level in ("nominal", "ordinal"):
         estimate = alpha[level]
         figures.append(_figure(
-            number(estimate["value"], 3), label=f"Krippendorff's α, {level}", missing=estimate["value"] is None,
+            estimate["value"], _number_3, label=f"Krippendorff's α, {level}",
             reason=notes.get(f"krippendorff_alpha.{level}", ""), detail=_ci(estimate["ci"], number),
         ))
     figures.append(_figure(
-        number(fleiss.get("value"), 3), label="Fleiss' κ", missing=fleiss.get("value") is None,
-        reason=notes.get("fleiss_kappa", ""),
+        fleiss.get("value"), _number_3, label="Fleiss' κ", reason=notes.get("fleiss_kappa", ""),
         detail=f"{fleiss.get('pairs', 0)} pairs with {fleiss.get('judgments_per_pair')} judgments each",
     ))
     figures.append(_figure(
-        percent(bias["left_rate"], 1), label="Left rate", missing=bias["left_rate"] is None,
-        reason=notes.get("position_bias", ""),
-        detail=" · ".join(part for part in (_ci(bias.get("ci"), lambda v: percent(v, 1)), p_value(bias["p_value"]))
-                          if part),
+        bias["left_rate"], _percent_1, label="Left rate", reason=notes.get("position_bias", ""),
+        detail=" · ".join(part for part in (_ci(bias.get("ci"), _percent_1), p_value(bias["p_value"])) if part),
     ))
     return figures
 
 
-def _per_reviewer_reason(notes: dict[str, str], key: str) -> str:
-    """"null for 2 reviewer(s): no retest" -> "no retest"."""
-    return notes.get(f"reviewers[].{key}", "").rpartition(": ")[2]
+# The reviewer table's rate columns: row field, report key, its interval, its count, what is counted.
+_REVIEWER_RATES = (
+    ("agreement", "agreement_with_others", "agreement_ci", "agreement_judgments", "with a majority"),
+    ("left_rate", "left_rate", "left_ci", "decisive_judgments", "a/b choices"),
+    ("retest", "retest_consistency", "retest_ci", "retests", "retests"),
+    ("gold", "gold_accuracy", "gold_ci", "gold_judgments", "gold"),
+)
 
 
-def _reviewer_rows(report: dict, notes: dict[str, str]) -> list[ReviewerRow]:
+def _reviewer_rows(report: dict) -> list[ReviewerRow]:
     rows = []
     for r in report["reviewers"]:
+        rates = {
+            field_name: _figure(r[key], percent, reason=REVIEWER_NULL_REASONS[key],
+                                detail=_spread(r[ci_key], r[count_key], noun))
+            for field_name, key, ci_key, count_key, noun in _REVIEWER_RATES
+        }
         rows.append(ReviewerRow(
             username=r["username"],
             judgments=r["judgments"],
-            agreement=_figure(percent(r["agreement_with_others"]), missing=r["agreement_with_others"] is None,
-                              reason=_per_reviewer_reason(notes, "agreement_with_others"),
-                              detail=_spread(r.get("agreement_ci"), r.get("agreement_judgments", 0), "with a majority")),
-            left_rate=_figure(percent(r["left_rate"]), missing=r["left_rate"] is None,
-                              reason=_per_reviewer_reason(notes, "left_rate"),
-                              detail=_spread(r.get("left_ci"), r.get("decisive_judgments", 0), "a/b choices")),
-            retest=_figure(percent(r["retest_consistency"]), missing=r["retest_consistency"] is None,
-                           reason=_per_reviewer_reason(notes, "retest_consistency"),
-                           detail=_spread(r.get("retest_ci"), r.get("retests", 0), "retests")),
-            gold=_figure(percent(r["gold_accuracy"]), missing=r["gold_accuracy"] is None,
-                         reason=_per_reviewer_reason(notes, "gold_accuracy"),
-                         detail=_spread(r.get("gold_ci"), r.get("gold_judgments", 0), "gold")),
-            seconds=_figure(number(r.get("median_seconds"), 0), missing=r.get("median_seconds") is None,
-                            reason=_per_reviewer_reason(notes, "median_seconds")),
+            **rates,
+            seconds=_figure(r["median_seconds"], lambda v: number(v, 0),
+                            reason=REVIEWER_NULL_REASONS["median_seconds"]),
             flags=[FLAGS.get(flag, (flag.replace("_", " "), "")) for flag in r["flags"]],
         ))
     # Flagged reviewers first: they are what an admin opens this page to find.
@@ -150,8 +151,8 @@ def _model_rows(report: dict) -> list[dict]:
             "wins": m["wins"],
             "losses": m["losses"],
             "ties": m["ties"],
-            "both_bad": m.get("both_bad", 0),
-            "comparisons": m.get("comparisons", m["wins"] + m["losses"] + m["ties"]),
+            "both_bad": m["both_bad"],
+            "comparisons": m["comparisons"],
         }
         for rank, m in enumerate(report["models"], start=1)
     ]
@@ -166,28 +167,18 @@ def _criterion_rows(report: dict, notes: dict[str, str], texts: dict[str, str]) 
             "key": key,
             "text": texts.get(key, ""),
             "judgments": block["judgments"],
-            "percent_agreement": _figure(percent(block["percent_agreement"], 1),
-                                         missing=block["percent_agreement"] is None,
+            "percent_agreement": _figure(block["percent_agreement"], _percent_1,
                                          reason=notes.get(f"{prefix}.percent_agreement", "")),
-            "nominal": _figure(number(alpha["nominal"]["value"], 3), missing=alpha["nominal"]["value"] is None,
-                               reason=notes.get(f"{prefix}.krippendorff_alpha.nominal", ""),
-                               detail=interval(alpha["nominal"]["ci"], number)),
-            "ordinal": _figure(number(alpha["ordinal"]["value"], 3), missing=alpha["ordinal"]["value"] is None,
-                               reason=notes.get(f"{prefix}.krippendorff_alpha.ordinal", ""),
-                               detail=interval(alpha["ordinal"]["ci"], number)),
-            "fleiss": _figure(number(block["fleiss_kappa"]["value"], 3),
-                              missing=block["fleiss_kappa"]["value"] is None,
-                              reason=notes.get(f"{prefix}.fleiss_kappa", "")),
+            **{level: _figure(alpha[level]["value"], _number_3, detail=interval(alpha[level]["ci"], number),
+                              reason=notes.get(f"{prefix}.krippendorff_alpha.{level}", ""))
+               for level in ("nominal", "ordinal")},
+            "fleiss": _figure(block["fleiss_kappa"]["value"], _number_3, reason=notes.get(f"{prefix}.fleiss_kappa", "")),
         })
     return rows
 
 
 def quality_dashboard(request, slug: str):
-    if not user_roles(request.user) & {"admin", "engineer"}:
-        raise PermissionDenied("only admins and engineers can see the quality dashboard")
-    project = Project.objects.filter(slug=slug).first()
-    if project is None:
-        raise Http404(f"no project {slug!r}")
+    project = project_for_staff_page(request, slug, to="see the quality dashboard")
     report = agreement_report_for_project(project=project, bootstrap=DASHBOARD_BOOTSTRAP)
     notes = notes_by_key(report["notes"])
     criteria = project.criteria_versions.first()  # newest version first
@@ -196,8 +187,8 @@ def quality_dashboard(request, slug: str):
         "project": project,
         "report": report,
         "headline": _headline(report, notes),
-        "charts": charts_for_report(report),
-        "reviewers": _reviewer_rows(report, notes),
+        "charts": charts_for_report(report, notes),
+        "reviewers": _reviewer_rows(report),
         "models": _model_rows(report),
         "criteria": _criterion_rows(report, notes, texts),
         "bucket": (report.get("agreement_over_time") or {}).get("bucket"),

@@ -244,7 +244,8 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
 
     Locks: the reviewer's queue lock, a transaction-scoped PostgreSQL advisory lock keyed by the
     reviewer (so one reviewer's parallel requests cannot each take a pair), then one pair row with
-    FOR NO KEY UPDATE SKIP LOCKED (so concurrent reviewers take different pairs instead of queueing). The pair's assigned_count only changes under that lock, and the UPDATE re-checks
+    FOR NO KEY UPDATE SKIP LOCKED (so concurrent reviewers take different pairs instead of queueing).
+    The pair's assigned_count only changes under that lock, and the UPDATE re-checks
     `assigned_count < overlap`, so a pair is never given to more than `overlap` reviewers.
     SQLite has no row locks; there, its single-writer database lock gives the same guarantee.
     """

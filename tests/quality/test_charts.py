@@ -125,13 +125,13 @@ def test_undefined_kappa_and_never_compared_models_are_grey_cells_not_numbers():
 
 def test_whole_reports_give_five_charts_or_five_reasons():
     full = agreement_report(synthetic_project(n_pairs=120, n_reviewers=6, n_models=4, days=10).table, bootstrap=50)
-    charts = charts_for_report(full)
+    charts = charts_for_report(full, notes_by_key(full["notes"]))
     assert set(charts) == {"agreement_over_time", "left_rate", "model_ratings", "reviewer_agreement", "win_rate"}
     for chart in charts.values():
         parsed(chart)
 
     empty = agreement_report(JudgmentTable.empty(criteria_keys=["correct"]), bootstrap=50)
-    reasons = {name: str(chart) for name, chart in charts_for_report(empty).items()}
+    reasons = {name: str(chart) for name, chart in charts_for_report(empty, notes_by_key(empty["notes"])).items()}
     assert all("Not enough data." in html for html in reasons.values())
     assert "no judgments yet" in reasons["agreement_over_time"]
     assert "no judgment compares answers from two different models" in reasons["model_ratings"]

@@ -146,6 +146,9 @@ def test_admin_sees_figures_charts_and_the_reviewer_table(judged_project, page_f
     assert reviewers["lefty"]["badges"] == ["position bias"]
     assert reviewers["ann"]["badges"] == [] and reviewers["bob"]["badges"] == []
     assert reviewers["lefty"]["cells"][3].startswith("100%"), "left rate column"
+    assert reviewers["lefty"]["cells"][3].endswith("of 30 a/b choices"), "what the rate is out of"
+    # No retests in this project: each reviewer's retest cell is a dash that says why.
+    assert html.count('<span class="missing" title="no retest">') == 3
     assert reviewers["ann"]["cells"][1] == "30", "judgments column"
     assert list(reviewers)[0] == "lefty", "flagged reviewers come first"
 
