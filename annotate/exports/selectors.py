@@ -113,12 +113,16 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
                 )
 
 
-def pairs_with_votes_count(*, project: Project) -> int:
-    """How many pairs have at least one current original judgment: the progress bar's total."""
-    return (
-        Assignment.objects.filter(project=project, is_retest=False, current_judgment__isnull=False)
-        .values("pair_id").distinct().count()
-    )
+def pairs_with_votes_count(*, project: Project, filters: ExportFilters) -> int:
+    """How many pairs have a vote the export counts under these filters: the progress bar's total.
+
+    The same votes query as the export itself, so a filtered export's bar ends full. (Reviewers left out
+    for their flags are only known once the export runs; the export then sets the total it found.)
+    """
+    sql, params = _votes_sql(filters=filters, excluded_reviewers=frozenset(), with_texts=False, project=project)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM ({sql}) counted", params)
+        return cursor.fetchone()[0]
 
 
 def reviewer_ids_by_username(*, usernames: list[str]) -> frozenset[int]:

@@ -107,7 +107,7 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
         return None
     try:
         filters = filters_parse(export.filters)
-        total = pairs_with_votes_count(project=export.project)
+        total = pairs_with_votes_count(project=export.project, filters=filters)
         _touch(export, pairs_total=total)
 
         def progress(done: int) -> None:
@@ -135,15 +135,10 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
         return export
     _touch(export, status=Export.Status.DONE, stage="", snapshot_id=manifest["snapshot_id"],
            counts=manifest["counts"], pairs_done=manifest["counts"]["pairs_considered"],
+           pairs_total=manifest["counts"]["pairs_considered"],
            finished_at=timezone.now())
     export.refresh_from_db()
     return export
-
-
-def _discard_partial(out_dir: str) -> None:
-    """Remove what a killed attempt left beside `out_dir` (the writer's hidden partial folder)."""
-    if out_dir:
-        discard_partial(out_dir)
 
 
 def _fail(queryset, reason: Callable[[Export], str]) -> int:
@@ -158,7 +153,7 @@ def _fail(queryset, reason: Callable[[Export], str]) -> int:
             export.stage = ""
             export.finished_at = timezone.now()
             export.save(update_fields=["status", "error", "stage", "finished_at"])
-        _discard_partial(export.out_dir)
+        discard_partial(export.out_dir)  # what a killed attempt left beside it
         failed += 1
     return failed
 
@@ -194,6 +189,6 @@ def export_retry(*, export: Export) -> Export:
         export.pairs_done = 0
         export.started_at = export.heartbeat_at = export.finished_at = None
         export.save()
-        _discard_partial(export.out_dir)
+        discard_partial(export.out_dir)  # what a killed attempt left beside it
         transaction.on_commit(partial(_send, export.pk, export.attempt))
     return export

@@ -44,6 +44,18 @@ def test_post_starts_an_export_and_get_polls_it_to_done(voted_project, engineer_
     assert again.status_code == 409 and "only a failed export can be retried" in again.json()["detail"]
 
 
+def test_a_filtered_export_counts_its_progress_over_the_pairs_it_considers(voted_project, engineer_api, settings,
+                                                                          tmp_path, django_capture_on_commit_callbacks):
+    settings.SNAPSHOT_ROOT = tmp_path
+    with django_capture_on_commit_callbacks(execute=True):
+        response = engineer_api.post("/api/v1/projects/voted/exports",
+                                     {"judged_since": "2000-01-01", "judged_until": "2000-01-02"}, format="json")
+    status = engineer_api.get(f"/api/v1/exports/{response.json()['id']}").json()
+    # Every vote was made today, none in 2000: nothing to consider, and the bar says 0 of 0, not 0 of 12.
+    assert status["status"] == "done"
+    assert status["progress"] == {"pairs_done": 0, "pairs_total": 0}
+
+
 def test_preview_counts_what_an_export_would_hold(voted_project, engineer_api):
     response = engineer_api.post("/api/v1/projects/voted/exports/preview", {"min_agreement": 1}, format="json")
     assert response.status_code == 200

@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from annotate.exports import services
-from annotate.exports.filters import GOLD_CHOICES, ExportError, filters_parse
+from annotate.exports.filters import FIELDS, GOLD_CHOICES, ExportError, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import export_preview
 from annotate.review.models import Project
@@ -37,23 +37,22 @@ class Command(BaseCommand):
         parser.add_argument("--test-ratio", type=float, help="share of prompts in the test split (default 0.1)")
         parser.add_argument("--seed", type=int, help="seed of the train/test split (default 0)")
         parser.add_argument("--preview", action="store_true", help="print the counts as JSON and write nothing")
+        # A filter's error names the option the user typed (--criteria-version, not --criteria-versions).
+        self.option_of = {action.dest: action.option_strings[0] for action in parser._actions if action.option_strings}
+        self.option_of["file_format"] = "--parquet"
 
     def handle(self, *args, slug, out, preview, parquet, **options):
         project = Project.objects.filter(slug=slug).first()
         if project is None:
             raise CommandError(f"no project {slug!r}; see the projects in the admin or create one with create_project")
-        raw = {key: options.get(key) for key in (
-            "min_judgments", "min_agreement", "criteria_versions", "tags", "judged_since", "judged_until", "gold",
-            "max_pairs_per_prompt", "row_format", "test_ratio", "seed")}
-        raw["exclude_ties"] = options["exclude_ties"]
-        raw["exclude_flagged"] = options["exclude_flagged"]
+        raw = {key: options[key] for key in FIELDS if key in options}
         if parquet:
             raw["file_format"] = "parquet"
         try:
             filters = filters_parse(raw)
         except ExportError as error:
             field, _, reason = str(error).partition(": ")
-            raise CommandError(f"--{field.replace('_', '-')}: {reason}") from None
+            raise CommandError(f"{self.option_of.get(field, field)}: {reason}") from None
         if preview:
             self.stdout.write(json.dumps(export_preview(project=project, filters=filters), indent=2))
             return
