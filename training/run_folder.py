@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from training.errors import PairwiseInputError
+from training.snapshot import file_sha256
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin", "adapter_model.bin")
 RUN_FORMAT = "pairwise.run/1"
@@ -37,11 +38,7 @@ def checkpoint_content_hash(checkpoint: str | os.PathLike) -> str:
         raise PairwiseInputError(f"checkpoint {folder} holds no weight files (*.safetensors or *.bin)")
     digest = hashlib.sha256()
     for path in files:
-        file_digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                file_digest.update(chunk)
-        digest.update(path.name.encode() + b"\0" + file_digest.hexdigest().encode() + b"\n")
+        digest.update(path.name.encode() + b"\0" + file_sha256(path).encode() + b"\n")
     return "sha256:" + digest.hexdigest()
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from training.errors import PairwiseInputError
+from training.tasks import write_tasks
 
 VARIANTS = ("train", "heldout")
 HELDOUT_BUCKETS = 5  # one bucket in five is held out
@@ -185,24 +186,12 @@ def make_tasks(family: str, *, n: int, seed: int, variant: str = "train") -> lis
     return [next(streams[i % len(streams)]) for i in range(n)]
 
 
-def write_tasks(rows: list[dict], out: Path) -> None:
-    """Write task rows as JSONL, through a temporary file so a failed write leaves nothing behind."""
-    out = Path(out)
-    if not out.parent.exists():
-        raise PairwiseInputError(f"--out {out}: folder {out.parent} does not exist; create it first")
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as handle:
-            for row in rows:
-                handle.write(json.dumps(row, sort_keys=True) + "\n")
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def tasks_make_main(args) -> int:
     """`python -m training tasks make --family F --n N --seed S --out FILE [--variant heldout]`."""
+    out = Path(args.out)
+    if not out.parent.exists():
+        raise PairwiseInputError(f"--out {out}: folder {out.parent} does not exist; create it first")
     rows = make_tasks(args.family, n=args.n, seed=args.seed, variant=args.variant)
-    write_tasks(rows, Path(args.out))
+    write_tasks(out, rows)  # checks every row against the task schema, then writes aside and renames
     print(f"wrote {len(rows)} {args.variant} tasks of family {args.family} to {args.out}")
     return 0

@@ -157,11 +157,14 @@ def validate_task(task: Any) -> list[str]:
 def read_jsonl_lines(path: str | os.PathLike, errors: list[str]) -> Iterator[tuple[int, Any]]:
     """(line number, decoded value) for each non-blank line of a JSONL file; a line that is not JSON adds
     `line N: ...` to `errors` instead. A file that cannot be read raises TaskFileError."""
+    yield from _decoded_lines(_text_lines(path), errors)
+
+
+def _text_lines(path: str | os.PathLike) -> list[str]:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskFileError(path, [f"line 0: cannot read the file ({exc})"]) from exc
-    yield from _decoded_lines(text.splitlines(), errors)
 
 
 def _decoded_lines(lines: list[str], errors: list[str]) -> Iterator[tuple[int, Any]]:
@@ -193,11 +196,7 @@ def parse_tasks(lines: list[str], path: str | os.PathLike = "<tasks>") -> list[d
 
 def load_tasks(path: str | os.PathLike) -> list[dict]:
     """Reads and validates a task file; raises TaskFileError listing every bad line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskFileError(path, [f"line 0: cannot read the file ({exc})"]) from exc
-    return parse_tasks(text.splitlines(), path)
+    return parse_tasks(_text_lines(path), path)
 
 
 def write_jsonl_atomically(path: str | os.PathLike, rows: list[dict]) -> None:

@@ -196,15 +196,16 @@ def score_code_exact(completion: str, task: dict) -> bool:
 def score_completions(pairs: list[tuple[dict, str]]) -> tuple[list[bool], str]:
     """Whether each (task, completion) is right, and which scorer said so.
 
-    Prefers Pairwise's verifiers (math with units, code in a sandbox), imported lazily; where they are not
-    installed or cannot run here, falls back to the exact comparisons above.
+    Pairwise's verifiers (math with units, code in a sandbox); where the sandbox cannot isolate code on
+    this machine (it needs root), the exact comparisons above.
     """
-    try:
-        from training.verifiers.task_verifier import TaskVerifier
+    from training.verifiers.sandbox import SandboxUnavailable
+    from training.verifiers.task_verifier import TaskVerifier
 
+    try:
         with TaskVerifier(workers=1) as verifier:
             results = verifier.verify_many(pairs)
-    except Exception:  # verifiers missing or their sandbox unavailable on this machine
+    except SandboxUnavailable:
         results = None
     fallback = [score_code_exact(c, t) if t["kind"] == "code" else score_math_exact(c, t) for t, c in pairs]
     if results is None:

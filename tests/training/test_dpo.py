@@ -78,6 +78,7 @@ def test_two_dpo_steps_change_the_weights_and_record_the_lineage(tmp_path, tiny_
 def test_resume_continues_from_the_last_checkpoint(tmp_path, tiny_checkpoint, tiny_snapshot):
     config = write_config(tmp_path, tiny_checkpoint, tiny_snapshot, max_steps=1, save_steps=1, report_to=["none"])
     assert main(["dpo", "--config", str(config)]) == 0
+    fresh_base = json.loads((tmp_path / "run" / "run.json").read_text())["results"]["test"]["base"]
     config = write_config(tmp_path, tiny_checkpoint, tiny_snapshot, max_steps=2, save_steps=1, report_to=["none"],
                           resume_from_checkpoint=True)
     assert main(["dpo", "--config", str(config)]) == 0
@@ -88,6 +89,8 @@ def test_resume_continues_from_the_last_checkpoint(tmp_path, tiny_checkpoint, ti
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
              if '"loss"' in line]
     assert steps == [1, 2]
+    # After a resume the base model is scored from its checkpoint on disk: the same figures as the fresh run.
+    assert record["results"]["test"]["base"] == fresh_base
 
 
 def test_lora_run_saves_an_adapter_and_merged_weights(tmp_path, tiny_checkpoint, tiny_snapshot):
