@@ -1,7 +1,10 @@
 """API errors as one readable line: {"detail": "what is wrong and how to fix it"} plus field details."""
 
 from rest_framework import exceptions
+from rest_framework.response import Response
 from rest_framework.views import exception_handler
+
+from annotate.errors import UserMistake
 
 
 def _flatten(errors, prefix: str = "") -> list[str]:
@@ -20,6 +23,8 @@ def _flatten(errors, prefix: str = "") -> list[str]:
 
 
 def one_line_exception_handler(exc, context):
+    if isinstance(exc, UserMistake):
+        return Response({"detail": str(exc)}, status=exc.status)
     response = exception_handler(exc, context)
     if response is None:
         return None

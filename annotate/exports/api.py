@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.exports import selectors, services
-from annotate.exports.filters import GOLD_CHOICES, ExportError, filters_parse
+from annotate.exports.filters import GOLD_CHOICES, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import export_preview
 from annotate.permissions import IsAdminOrEngineer
@@ -51,10 +51,6 @@ def _export_or_404(export_id: int) -> Export:
     if export is None:
         raise Http404(f"no export {export_id}")
     return export
-
-
-def _error(error: ExportError) -> Response:
-    return Response({"detail": str(error)}, status=error.status)
 
 
 def export_files(export: Export) -> list[str]:
@@ -100,11 +96,8 @@ class ProjectExportsView(APIView):
                    responses={202: OpenApiResponse(description="the export: id, status, progress; poll its url")})
     def post(self, request, slug: str):
         project = _project_or_404(slug)
-        try:
-            filters = filters_parse(request.data)
-            export = services.export_create(project=project, filters=filters, created_by=request.user)
-        except ExportError as error:
-            return _error(error)
+        filters = filters_parse(request.data)
+        export = services.export_create(project=project, filters=filters, created_by=request.user)
         export = selectors.export_get(export_id=export.pk)  # with no broker it has already run
         return Response(export_payload(export, request), status=status.HTTP_202_ACCEPTED)
 
@@ -123,10 +116,7 @@ class ExportPreviewView(APIView):
                    responses={200: OpenApiResponse(description="train/test rows, prompts, exclusions by reason")})
     def post(self, request, slug: str):
         project = _project_or_404(slug)
-        try:
-            filters = filters_parse(request.data)
-        except ExportError as error:
-            return _error(error)
+        filters = filters_parse(request.data)
         return Response(export_preview(project=project, filters=filters))
 
 
@@ -145,10 +135,7 @@ class ExportRetryView(APIView):
     @extend_schema(summary="Run a failed export again", request=None,
                    responses={202: OpenApiResponse(description="the export, queued again")})
     def post(self, request, export_id: int):
-        try:
-            export = services.export_retry(export=_export_or_404(export_id))
-        except ExportError as error:
-            return _error(error)
+        export = services.export_retry(export=_export_or_404(export_id))
         return Response(export_payload(selectors.export_get(export_id=export.pk), request),
                         status=status.HTTP_202_ACCEPTED)
 

@@ -13,20 +13,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from annotate.errors import UserMistake
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
 GOLD_CHOICES = ("include", "exclude", "only")
 
 
-class ExportError(Exception):
-    """A mistake the user can fix; `status` is the HTTP status the API answers with."""
-
-    status = 400
-
-    def __init__(self, message: str, *, status: int | None = None):
-        super().__init__(message)
-        if status is not None:
-            self.status = status
+class ExportError(UserMistake):
+    """An export mistake the user can fix."""
 
 
 @dataclass(frozen=True)

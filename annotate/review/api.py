@@ -22,10 +22,6 @@ def _project_or_404(slug: str):
     return project
 
 
-def _error(exc: services.ReviewError) -> Response:
-    return Response({"detail": str(exc)}, status=exc.status)
-
-
 class JudgmentInSerializer(serializers.Serializer):
     """The submitted judgment, for the OpenAPI schema; `judgment_input` checks it on the hot path."""
 
@@ -71,10 +67,7 @@ class AssignmentNextView(APIView):
     )
     def get(self, request, slug: str):
         project = _project_or_404(slug)
-        try:
-            assignment = services.assignment_next(project=project, reviewer=request.user)
-        except services.ReviewError as exc:
-            return _error(exc)
+        assignment = services.assignment_next(project=project, reviewer=request.user)
         if assignment is None:
             progress = selectors.reviewer_progress(project=project, reviewer=request.user)
             return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Judged": str(progress["judged"])})
@@ -88,12 +81,9 @@ class JudgmentSubmitView(APIView):
     @extend_schema(summary="Judge an assignment", request=JudgmentInSerializer,
                    responses={201: OpenApiResponse(description="the judgment, as left/right")})
     def post(self, request, assignment_id: int):
-        try:
-            judgment, replayed = services.judgment_submit(
-                assignment_id=assignment_id, reviewer=request.user, **judgment_input(request.data)
-            )
-        except services.ReviewError as exc:
-            return _error(exc)
+        judgment, replayed = services.judgment_submit(
+            assignment_id=assignment_id, reviewer=request.user, **judgment_input(request.data)
+        )
         body = selectors.judgment_payload(judgment=judgment, a_on_left=judgment.assignment.a_on_left)
         headers = {"Idempotent-Replayed": "true"} if replayed else {}
         return Response(body, status=status.HTTP_201_CREATED, headers=headers)
@@ -106,10 +96,7 @@ class JudgmentUndoView(APIView):
                    responses={200: OpenApiResponse(description="the assignment, open again")})
     def post(self, request, slug: str):
         project = _project_or_404(slug)
-        try:
-            assignment = services.judgment_undo_last(project=project, reviewer=request.user)
-        except services.ReviewError as exc:
-            return _error(exc)
+        assignment = services.judgment_undo_last(project=project, reviewer=request.user)
         return Response(selectors.assignment_payload(assignment=assignment, project=project, reviewer=request.user))
 
 

@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
+from annotate.errors import UserMistake
 from annotate.review import queue_sql
 from annotate.review.importing import ImportedItem, ImportRejected
 from annotate.review.models import (
@@ -39,15 +40,8 @@ CRITERION_CHOICES = ("left", "right", "tie")
 _client_key_field = Judgment._meta.get_field("client_key")
 
 
-class ReviewError(Exception):
-    """A mistake the user can fix; `status` is the HTTP status the API answers with."""
-
-    status = 400
-
-    def __init__(self, message: str, *, status: int | None = None):
-        super().__init__(message)
-        if status is not None:
-            self.status = status
+class ReviewError(UserMistake):
+    """A review mistake the user can fix."""
 
 
 # --- projects and criteria -------------------------------------------------------------------------
