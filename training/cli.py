@@ -1,4 +1,4 @@
-"""`python -m training ...`: the command line of the training side (see DESIGN.md, "Training CLI").
+"""`python -m training ...`: the command line of the training side (docs/design.md, "Training command line").
 
 Each subcommand imports its recipe only when it runs, so `--help` and input errors stay fast and one
 recipe's heavy dependencies never burden another. Input a user can fix (PairwiseInputError) is printed

@@ -1,4 +1,4 @@
-"""Synthetic task families: small, checkable math and code problems written as task rows (see DESIGN.md).
+"""Synthetic task families: small, checkable math and code problems written as task rows (docs/training.md, "Task files").
 
 They feed the tiny SFT checkpoint, the demo, and later GRPO. Every family draws problems from a fixed
 space of parameters; a problem belongs to the held-out variant when the hash of its prompt falls in a
@@ -6,7 +6,7 @@ fixed fifth of the hash space, so `--variant heldout` never repeats a training p
 seeds.
 
 Each row also carries `solution`: the worked answer the tiny model is trained to write. Task files
-may carry extra keys; the verifiers read only the ones DESIGN.md names.
+may carry extra keys; the verifiers read only the ones docs/training.md names.
 """
 
 import hashlib

@@ -1,4 +1,4 @@
-"""Task files (DESIGN.md "Task files"): JSONL, one math or code task a line.
+"""Task files (docs/training.md, "Task files"): JSONL, one math or code task a line.
 
 `load_tasks` reads and validates a whole file; a bad file is rejected whole with every problem given
 as `line N: reason`. `write_tasks` validates, then writes aside and renames, so a reader never sees

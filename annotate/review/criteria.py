@@ -11,21 +11,13 @@ class CriteriaRejected(ValueError):
     pass
 
 
-def _rejoin_flow_commas(item: dict) -> dict:
-    """Undo YAML's split of `{key: k, text: A, B.}` at the comma into text 'A' and a key 'B.' with no value.
-
-    The documented criteria example writes texts with commas inside flow mappings; YAML reads each
-    comma as a new key. Keys after 'text' that have no value are the rest of the sentence.
-    """
+def _unquoted_comma_keys(item: dict) -> list[str]:
+    """Keys with no value after 'text': what YAML makes of `{key: k, text: A, B.}`, a comma in an unquoted text."""
     keys = list(item)
-    if "text" not in keys or not isinstance(item.get("text"), str):
-        return item
+    if "text" not in keys:
+        return []
     tail = keys[keys.index("text") + 1:]
-    if not tail or any(item[k] is not None or k == "key" for k in tail):
-        return item
-    rejoined = {k: v for k, v in item.items() if k not in tail}
-    rejoined["text"] = ", ".join([item["text"], *map(str, tail)])
-    return rejoined
+    return [str(k) for k in tail] if tail and all(item[k] is None for k in tail) else []
 
 
 def criteria_parse(text: str, *, source: str = "criteria file") -> tuple[str, list[dict]]:
@@ -50,8 +42,11 @@ def criteria_parse(text: str, *, source: str = "criteria file") -> tuple[str, li
     seen: set[str] = set()
     clean = []
     for i, item in enumerate(items, start=1):
-        if isinstance(item, dict):
-            item = _rejoin_flow_commas(item)
+        if isinstance(item, dict) and (stray := _unquoted_comma_keys(item)):
+            raise CriteriaRejected(
+                f"{source}: criterion {i} text stops at a comma (YAML read {stray[0]!r} as a key); "
+                'quote the text: text: "..."'
+            )
         if not isinstance(item, dict) or set(item) != {"key", "text"}:
             raise CriteriaRejected(f"{source}: criterion {i} must have exactly 'key' and 'text'")
         key, body = item["key"], item["text"]

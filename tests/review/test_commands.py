@@ -10,8 +10,10 @@ from annotate.review.models import CriteriaVersion, Pair, Project
 
 CRITERIA = """instructions: Pick the answer a careful teacher would give a ten-year-old.
 criteria:
-  - {key: correct, text: Every fact and every step is right.}
-  - {key: complete, text: It explains the conditions and the process, not only the result.}
+  - key: correct
+    text: "Every fact and every step is right."
+  - key: complete
+    text: "It explains the conditions and the process, not only the result."
 """
 
 
@@ -31,7 +33,7 @@ def test_a_new_criteria_file_makes_a_new_version_and_the_same_file_does_not(tmp_
     path.write_text(CRITERIA.replace("ten-year-old", "twelve-year-old"))
     assert "updated; criteria version 2" in run("create_project", "speed", "--criteria", str(path))
     project = Project.objects.get(slug="speed")
-    # The documented example's comma inside a flow mapping stays part of the text.
+    # A quoted text keeps its comma.
     assert project.criteria_versions.get(version=1).items[1]["text"] == (
         "It explains the conditions and the process, not only the result."
     )
@@ -48,6 +50,8 @@ def test_a_new_criteria_file_makes_a_new_version_and_the_same_file_does_not(tmp_
         ("criteria:\n  - {key: Correct, text: x}", "key 'Correct' must be lower-case"),
         ("criteria:\n  - {key: a, text: x}\n  - {key: a, text: y}", "criterion key 'a' appears twice"),
         ("rules: x\ncriteria:\n  - {key: a, text: x}", "unknown key(s) ['rules']"),
+        # YAML reads "B." as a key of its own: said plainly, never patched up.
+        ("criteria:\n  - {key: a, text: A, B.}", "criterion 1 text stops at a comma (YAML read 'B.' as a key)"),
     ],
 )
 def test_a_bad_criteria_file_is_one_clear_error(tmp_path, text, says):

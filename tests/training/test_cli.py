@@ -1,4 +1,4 @@
-"""`python -m training`: every DESIGN.md subcommand exists; what is not built yet says so and exits 2."""
+"""`python -m training`: every subcommand of docs/design.md exists; what is not built yet says so and exits 2."""
 
 import json
 

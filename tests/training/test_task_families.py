@@ -1,4 +1,4 @@
-"""Synthetic task families: task rows per DESIGN.md, deterministic, held-out problems never seen in training."""
+"""Synthetic task families: task rows per docs/training.md, deterministic, held-out problems never seen in training."""
 
 import json
 

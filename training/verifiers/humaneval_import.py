@@ -4,7 +4,7 @@ Each `assert candidate(<literals>) == <literal>` in a problem's `check` becomes 
 args and expected. Statements that are not such asserts (loops over random inputs, property checks
 like `abs(poly(xs, x)) < 1e-4`) are run once, seeded, in a separate interpreter with a recording
 stand-in for the candidate; the arguments it was called with become hidden tests whose expected
-output comes from the reference solution (prompt + canonical_solution), as DESIGN.md specifies for
+output comes from the reference solution (prompt + canonical_solution), as docs/training.md specifies for
 tests without `expected`. HumanEval's own task ids are kept.
 """
 
@@ -141,7 +141,7 @@ def _record_calls(problem: dict, check: ast.FunctionDef, statements: list[ast.st
 
 
 def convert_problem(problem: dict) -> dict:
-    """One HumanEval problem as a Pairwise code task (DESIGN.md's task format)."""
+    """One HumanEval problem as a Pairwise code task (the task format of docs/training.md)."""
     tree = ast.parse(problem["test"])
     checks = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "check"]
     if len(checks) != 1:

@@ -36,7 +36,7 @@ class VerificationResult:
             raise ValueError("an error result has no reward")
 
     def to_row(self) -> dict[str, Any]:
-        """The verification row of DESIGN.md, plus `details`."""
+        """The verification row of docs/training.md, plus `details`."""
         return {
             "task_id": self.task_id,
             "status": self.status,

@@ -2,7 +2,7 @@
 
 TRL calls `reward_function(prompts=..., completions=..., completion_ids=..., **columns)`, where each
 column of the training dataset arrives as a list aligned with `completions`. The dataset rows are
-Pairwise task rows (DESIGN.md), or carry at least `task_id` when the tasks are given up front.
+Pairwise task rows (docs/training.md), or carry at least `task_id` when the tasks are given up front.
 
 Returns one float per completion, or None where the verifier could not score it (its own error or
 a math-verify hang), which TRL treats as "no reward" rather than a silent 0.
