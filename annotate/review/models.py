@@ -9,6 +9,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from annotate.review.choices import WINNERS
+
 
 class Project(models.Model):
     slug = models.SlugField(unique=True)
@@ -192,11 +194,8 @@ class ReviewerTally(models.Model):
 class Judgment(models.Model):
     """One revision of a reviewer's judgment of an assignment; never edited, never deleted."""
 
-    class Winner(models.TextChoices):
-        A = "a"
-        B = "b"
-        TIE = "tie"
-        BOTH_BAD = "both_bad"
+    # Stored un-swapped: a, b, tie, both_bad (annotate/review/choices.py).
+    Winner = models.TextChoices("Winner", {name.upper(): name for name in WINNERS})
 
     # indexed by judgment_revision_unique
     assignment = models.ForeignKey(Assignment, on_delete=models.PROTECT, related_name="judgments", db_index=False)

@@ -8,6 +8,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 
 from annotate.review import queue_sql
+from annotate.review.choices import swap_back
 from annotate.review.models import Assignment, Project
 from annotate.review.rendering import markdown_to_safe_html
 
@@ -76,21 +77,13 @@ def assignment_payload(*, assignment: Assignment, project: Project, reviewer: Ab
 
 def judgment_payload(*, judgment, a_on_left: bool) -> dict:
     """A judgment as its reviewer made it: left/right as they saw them, never a/b."""
-
-    def swapped_back(value: str) -> str:
-        if value == "a":
-            return "left" if a_on_left else "right"
-        if value == "b":
-            return "right" if a_on_left else "left"
-        return value
-
     return {
         "id": judgment.pk,
         "assignment": judgment.assignment_id,
         "revision": judgment.revision,
-        "choice": swapped_back(judgment.winner),
+        "choice": swap_back(judgment.winner, a_on_left=a_on_left),
         "strength": judgment.strength,
-        "criteria": {key: swapped_back(value) for key, value in judgment.criteria.items()},
+        "criteria": {key: swap_back(value, a_on_left=a_on_left) for key, value in judgment.criteria.items()},
         "rationale": judgment.rationale,
         "created_at": judgment.created_at.isoformat(),
     }

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from annotate.errors import UserMistake
 from annotate.review import queue_sql
+from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, unswap
 from annotate.review.importing import ImportedItem, ImportRejected
 from annotate.review.models import (
     Assignment,
@@ -35,8 +36,6 @@ from annotate.review.models import (
 from annotate.review.selectors import roles_cache_key
 
 ROLES = ("reviewer", "engineer", "admin")
-CHOICES = ("left", "right", "tie", "both_bad")
-CRITERION_CHOICES = ("left", "right", "tie")
 _client_key_field = Judgment._meta.get_field("client_key")
 
 
@@ -310,24 +309,15 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
 # --- judgments -------------------------------------------------------------------------------------
 
 
-def _unswap(choice: str, *, a_on_left: bool) -> str:
-    """'left'/'right' as the reviewer saw them → 'a'/'b' as stored; ties stay as they are."""
-    if choice == "left":
-        return "a" if a_on_left else "b"
-    if choice == "right":
-        return "b" if a_on_left else "a"
-    return choice
-
-
 def _checked_judgment(
     *, criteria_keys: list[str], min_rationale_chars: int, choice, strength, criteria, rationale
 ) -> tuple[str, int | None, dict, str]:
     """The judgment's fields after checking them, or ReviewError naming the first field to fix."""
-    if choice not in CHOICES:
-        raise ReviewError(f"choice: {choice!r} is not one of {', '.join(CHOICES)}")
+    if choice not in CLICKS:
+        raise ReviewError(f"choice: {choice!r} is not one of {', '.join(CLICKS)}")
     if strength is not None and (isinstance(strength, bool) or not isinstance(strength, int) or not 1 <= strength <= 3):
         raise ReviewError(f"strength: {strength!r} must be 1, 2 or 3")
-    if strength is None and choice in ("left", "right"):
+    if strength is None and choice in DECISIVE_CLICKS:
         raise ReviewError("strength: say how strongly you prefer it: 1, 2 or 3")
     if not isinstance(criteria, dict):
         raise ReviewError("criteria: must be an object mapping each criterion key to left, right or tie")
@@ -338,11 +328,11 @@ def _checked_judgment(
     for key in keys:
         if key not in criteria:
             raise ReviewError(f"criteria: choose left, right or tie for {key!r}")
-        if criteria[key] not in CRITERION_CHOICES:
+        if criteria[key] not in CRITERION_CLICKS:
             raise ReviewError(f"criteria: {key!r} is {criteria[key]!r}; use left, right or tie")
     if not isinstance(rationale, str) or len(rationale.strip()) < min_rationale_chars:
         raise ReviewError(f"rationale: write at least {min_rationale_chars} characters on why you chose as you did")
-    if choice in ("tie", "both_bad"):
+    if choice not in DECISIVE_CLICKS:
         strength = None
     return choice, strength, criteria, rationale.strip()
 
@@ -407,8 +397,8 @@ def _judgment_submit_locked(
         )
         judgment, tally = queue_sql.judgment_insert(
             assignment=assignment, reviewer_id=reviewer.pk, revision=last_revision + 1,
-            winner=_unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
-            criteria={key: _unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
+            winner=unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
+            criteria={key: unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
             rationale=rationale,
             seconds_spent=(now - assignment.served_at).total_seconds() if assignment.served_at else None,
             client_key_db=client_key_db, now=now,
