@@ -1,9 +1,10 @@
 """Scoring code completions: run the candidate in the sandbox, compare outputs in the trusted parent.
 
-A code task (DESIGN.md) has public, hidden and random tests. Tests without `expected` take it from
-the reference solution, and random tests take their arguments from the task's generator; both run
-in the sandbox too, once per task, and are cached. Expected outputs stay in this process: the
-sandbox only reports what the candidate returned, as plain JSON, and this module decides.
+A code task (docs/training.md, "Task files") has public, hidden and random tests. Tests without
+`expected` take it from the reference solution, and random tests take their arguments from the
+task's generator; both run in the sandbox too, once per task, and are cached. Expected outputs stay
+in this process: the sandbox only reports what the candidate returned, as plain JSON, and this
+module decides.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from training.verifiers.sandbox import SandboxFailed, SandboxPool, SandboxUnavai
 
 CODE_SCORER_NAME = "code"
 # Bump when anything that changes a verdict changes: extraction, comparison, limits, the sandbox.
-CODE_SCORER_VERSION = "1"
+# 2: candidates run under a seccomp allow-list (a call outside it now fails with EPERM).
+CODE_SCORER_VERSION = "2"
 # The candidate runs on this interpreter, whose version also decides what code does.
 CODE_SCORER = f"{CODE_SCORER_NAME}@{CODE_SCORER_VERSION}+python-{sys.version_info[0]}.{sys.version_info[1]}"
 

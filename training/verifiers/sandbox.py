@@ -1,10 +1,15 @@
 """The trusted side of the code sandbox: starts fork servers and asks them to run candidates.
 
-A `SandboxServer` is one warm fork server (see sandbox_server.py), started as a fresh interpreter
-with an empty environment, never forked from this process, so nothing this process holds (a model,
-tasks, expected outputs) is in the server's memory. `SandboxPool` keeps one server per worker
-thread. If isolation cannot be set up, starting a server raises `SandboxUnavailable` and nothing
-runs unsandboxed.
+A `SandboxServer` is one warm fork server (see sandbox_server.py for what it isolates and how),
+started as a fresh interpreter with an empty environment, never forked from this process, so nothing
+this process holds (a model, tasks, expected outputs) is in the server's memory. `SandboxPool` keeps
+one server per worker thread.
+
+The isolation mode follows who runs this process: as root, "root" (namespaces made with root's
+privileges, each candidate under its own unused uid); as an ordinary user, "userns" (the same
+namespaces inside an unprivileged user namespace, candidates with no capabilities). Where neither
+works, starting a server raises `SandboxUnavailable` with one line naming what is missing, and
+nothing runs unsandboxed.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from pathlib import Path
 from training.verifiers.worker_process import WorkerDied, WorkerProcess, WorkerTimeout
 
 SERVER_SCRIPT = Path(__file__).with_name("sandbox_server.py")
+ROOT_MODE = "root"
+USERNS_MODE = "userns"
 # Candidates run as a uid picked from a range no real account uses, one uid per server.
 SANDBOX_UID_RANGE = (1_000_000, 2_000_000_000)
 
@@ -32,26 +39,45 @@ class SandboxFailed(RuntimeError):
     """The sandbox itself broke while running a candidate (not the candidate's fault)."""
 
 
-class SandboxServer:
-    """One warm fork server. Not thread-safe: one per thread."""
+def isolation_mode() -> str:
+    """"root" when this process runs as root, else "userns" (an unprivileged user namespace)."""
+    return ROOT_MODE if os.geteuid() == 0 else USERNS_MODE
 
-    def __init__(self, uid: int | None = None):
+
+class SandboxServer:
+    """One warm fork server. Not thread-safe: one per thread.
+
+    `seccomp=False` leaves out the system call filter; it exists only to measure what the filter
+    costs (bench/verify.py) and every other layer of isolation stays.
+    """
+
+    def __init__(self, uid: int | None = None, *, seccomp: bool = True):
+        self.mode = isolation_mode()
+        # Used in root mode; in userns mode candidates keep the namespace's one uid (an ordinary user
+        # can map no other).
         self.uid = uid if uid is not None else random.randint(*SANDBOX_UID_RANGE)
-        self.worker = WorkerProcess(
-            [sys.executable, "-I", "-S", str(SERVER_SCRIPT), str(self.uid)], env={}, start_timeout_s=30
-        )
+        command = [sys.executable, "-I", "-S", str(SERVER_SCRIPT), self.mode, str(self.uid)]
+        if not seccomp:
+            command.append("no-seccomp")
+        self.worker = WorkerProcess(command, env={}, start_timeout_s=30)
         self.server_pid: int | None = None
 
     def start(self) -> None:
+        if not sys.platform.startswith("linux"):
+            raise SandboxUnavailable(
+                f"the code sandbox needs Linux namespaces and this is {sys.platform}; code answers cannot be scored"
+            )
         try:
             hello = self.worker.start()
         except (WorkerDied, WorkerTimeout, OSError) as exc:
             raise SandboxUnavailable(f"the sandbox server did not start: {exc}") from exc
         if not hello.get("ready"):
             self.worker.kill()
+            error = str(hello.get("error"))
+            if hello.get("user_namespaces_missing"):
+                raise SandboxUnavailable(error)
             raise SandboxUnavailable(
-                f"cannot isolate candidate code: {hello.get('error')}; run Pairwise's verifier as root on "
-                "Linux (it needs user, network, PID and mount namespaces)"
+                f"cannot isolate candidate code ({self.mode} mode): {error}; code answers cannot be scored"
             )
         self.server_pid = self.worker.process.pid
 
@@ -88,8 +114,9 @@ class SandboxServer:
 class SandboxPool:
     """A fixed set of warm fork servers, one per worker thread."""
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, *, seccomp: bool = True):
         self.size = workers or max(1, min(4, os.cpu_count() or 1))
+        self.seccomp = seccomp
         self._idle: queue.Queue[SandboxServer] = queue.Queue()
         self._all: list[SandboxServer] = []
         self._lock = threading.Lock()
@@ -103,7 +130,7 @@ class SandboxPool:
                 return
             try:
                 for _ in range(self.size):
-                    server = SandboxServer()
+                    server = SandboxServer(seccomp=self.seccomp)
                     self._all.append(server)
                     server.start()
                     self._idle.put(server)

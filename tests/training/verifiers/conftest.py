@@ -1,5 +1,3 @@
-import os
-
 import pytest
 
 from training.verifiers.code_verifier import CodeVerifier
@@ -36,24 +34,6 @@ def math_verifier():
     verifier.close()
 
 
-def processes_owned_by(uids: set[int]) -> list[int]:
-    """Host PIDs whose real uid is one of uids."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as status:
-                for line in status:
-                    if line.startswith("Uid:"):
-                        if int(line.split()[1]) in uids:
-                            found.append(int(entry))
-                        break
-        except OSError:
-            continue
-    return found
-
-
 @pytest.fixture
 def add_task():
     import copy
@@ -64,12 +44,3 @@ def add_task():
 @pytest.fixture
 def add_solution():
     return ADD_SOLUTION
-
-
-@pytest.fixture
-def leftover_processes(code_verifier):
-    """A function listing host processes still running as any sandbox uid."""
-    def listing():
-        return processes_owned_by({server.uid for server in code_verifier.pool._all})
-
-    return listing
