@@ -1,9 +1,16 @@
-"""Finding the final answer of a math completion and splitting it into value and unit.
+"""Where a math completion states its final answer, and the parts of reading it that stay ours.
 
-Order of preference: every \\boxed{...}; else every "the answer is ..." / "Answer: ..."; else a last
-line that is nothing but an answer; else the last number (which costs the format component). An
-answer span is split at top-level separators (",", ";", "or", "and", "but", "not", "it is") so that
-"not 50, it is 75" yields 75 (50 is ruled out) and "50 or 75" yields two different answers.
+math-verify reads *what* an answer is (math_parsing.py). This module decides what it cannot, and is
+kept small for that reason:
+
+- which text is the final answer, and whether it is clearly marked (the format component): every
+  \\boxed{...}; else every "the answer is ..." / "Answer: ..."; else a last line that is nothing but an
+  answer; else the last number;
+- whether that final answer states one value, several ("50 or 75") or rules values out ("not 50, it
+  is 75"): a span is split at top-level separators (",", ";", "or", "and", "but", "not", "it is");
+- the unit written with the number, also after the box ("$\\boxed{50}$ km/h"), read by pint (units.py);
+- number spellings math-verify misreads (5e1, 2 \\times 10^3 in prose, 1.000.000, 1\\,000, 3{,}5) and
+  decimal commas (3,5), rewritten before anything is parsed.
 """
 
 from __future__ import annotations
@@ -19,34 +26,60 @@ ANCHORED = "anchored"
 FINAL_LINE = "final_line"
 LAST_NUMBER = "last_number"
 NO_ANSWER = "none"
+MARKED_METHODS = (BOXED, ANCHORED, FINAL_LINE)
 
 _BOX_START = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANCHOR = re.compile(
-    r"(?:final\s+answer|the\s+answer|answer)\s*(?:is|:|=|would\s+be|will\s+be)\s*:?\s*(?P<span>[^\n]*)",
+    r"(?:final\s+answer|the\s+answer|answer|antwort|réponse|respuesta|risposta)\s*"
+    r"(?:(?:is|ist|est|es|è|would\s+be|will\s+be)\b|:|=)\s*:?\s*(?P<span>[^\n]*)",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"\.(?=\s|$)")
-_NUMBER = re.compile(r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?")
-_TEXT_COMMANDS = re.compile(r"\\(?:text|mathrm|textbf|textit|mbox|operatorname|mathbf|rm)\s*\{([^{}]*)\}")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+# A number, not an exponent ("m^3", "10^{2}").
+_NUMBER = re.compile(r"(?<![\d.^])(?<!\^\{)[-+]?\d+(?:\.\d+)?")
+_TEXT_COMMANDS = re.compile(
+    r"\\(?:text|mathrm|textbf|textit|textrm|mbox|operatorname|mathbf|rm)\s*\{([^{}]*)\}"
+)
 _SEPARATORS = re.compile(
     r"[,;]|\b(?:or|and|but|instead\s+of|rather\s+than|it\s+is|it's|not|isn't)\b", re.IGNORECASE
 )
+# A list answer ("2, 3", "(1, 2)") is split only where it rules something out.
+_LIST_SEPARATORS = re.compile(r"\b(?:but|instead\s+of|rather\s+than|it\s+is|it's|not|isn't)\b", re.IGNORECASE)
 _NEGATING = re.compile(r"^(?:not|isn't|instead\s+of|rather\s+than)$", re.IGNORECASE)
 _LEAD_WORDS = re.compile(
     r"^(?:(?:is|equals|equal\s+to|approximately|about|around|roughly|exactly|only|just|so|then|thus|"
     r"therefore|hence|we\s+get|≈|~|=|:)\s*)+",
     re.IGNORECASE,
 )
-_SCIENTIFIC = re.compile(
-    r"(?<![\w.])(\d+(?:\.\d+)?)(?:[eE]([-+]?\d+)|\s*(?:\\times|×|\*|\\cdot|·)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?)(?![\w.])"
-)
-_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:,\d{3})+(?![\d,])")
+_INLINE_MATH = re.compile(r"\$[^$\n]+\$|\\\([^\n]*?\\\)")
+_UNIT_WORDS = 4
+_MATHY = re.compile(r"\d|\\pi|\\sqrt|\\infty")
 _LATEX_WORD = re.compile(r"\\[A-Za-z]+")
+# A clause after a word answer ("Evelyn, who ran fastest") is prose, not a second answer.
+_PROSE_START = re.compile(
+    r"\s*(?:who|which|that|because|since|as|so|with|where|when|while|after|before|if|for|the|an|"
+    r"this|she|he|they|it)\b",
+    re.IGNORECASE,
+)
+
+# Number spellings, rewritten in the whole completion before extraction.
+_SCIENTIFIC = re.compile(
+    r"(?<![\w.])(\d+(?:\.\d+)?)(?:[eE]([-+]?\d+)|\s*(?:\\times|×|\*|\\cdot|·)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?)"
+    r"(?![\w]|\.\d)"
+)
+_LATEX_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\[,;: ]|~|\{,\}|[\u2009\u202f\u00a0])\d{3})+(?!\d)")
+_LATEX_DECIMAL_COMMA = re.compile(r"(\d)\{,\}(\d)")
+_SPACED_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?!\d)")
+_DOT_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3}){2,}(?!\d|[.,]\d)")
+_DOT_THOUSANDS_COMMA_DECIMAL = re.compile(r"(?<![\d.,])([1-9]\d{0,2}(?:\.\d{3})+),(\d+)(?![\d.,])")
+_COMMA_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:,\d{3})+(?![\d,])")
+_DECIMAL_COMMA = re.compile(r"(?<![\d.,])(\d+),(\d{1,2}|\d{4,})(?![\d,])|(?<![\d.,])(0),(\d+)(?![\d,])")
+_CHOICE_IN_PARENS = re.compile(r"\(\s*([A-E])\s*\)")
 
 
 @dataclass
 class Quantity:
-    """One answer: a math expression (text for math-verify) and, maybe, a unit written after it."""
+    """One stated answer: its math (for math-verify) and, maybe, a unit written after it."""
 
     expression: str
     unit_text: str | None = None
@@ -58,12 +91,52 @@ class Quantity:
 
 @dataclass
 class FinalAnswers:
+    """How the final answer is marked, its spans, and where in the text they sit: math-verify reads
+    only text[start:end], so an answer it cannot parse ("The answer is seven.") is not replaced by a
+    number from the reasoning before it."""
+
     method: str
     spans: list[str]
+    start: int = 0
+    end: int | None = None
 
 
-def _boxed_contents(text: str) -> list[str]:
-    contents = []
+def _plain_decimal(match: re.Match) -> str:
+    exponent = match.group(2) or match.group(3)
+    try:
+        value = Decimal(f"{match.group(1)}e{exponent}")
+    except InvalidOperation:
+        return match.group(0)
+    return format(value.normalize(), "f")
+
+
+def normalise_numbers(text: str, *, list_commas: bool = False, choices: bool = False) -> str:
+    """Rewrites number spellings that math-verify misreads into plain ones.
+
+    5e1 and 5 \\times 10^{1} become 50; 1\\,000, 1{,}000, 1 000, 1.000.000 and 1,000 lose their
+    separators; 1.234,5, 3{,}5 and 3,5 become 1234.5, 3.5 and 3.5. When the gold answer is a list
+    (list_commas), a comma between digits separates values and is left alone. With choices, "(B)"
+    becomes "B", which math-verify's choice extraction reads.
+    """
+    text = text.replace("\\$", " ")
+    text = _SCIENTIFIC.sub(_plain_decimal, text)
+    text = _LATEX_THOUSANDS.sub(lambda m: re.sub(r"\D", "", m.group(0)), text)
+    text = _LATEX_DECIMAL_COMMA.sub(r"\1.\2", text)
+    text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ""), text)
+    text = _DOT_THOUSANDS.sub(lambda m: m.group(0).replace(".", ""), text)
+    if not list_commas:
+        text = _DOT_THOUSANDS_COMMA_DECIMAL.sub(lambda m: f"{m.group(1).replace('.', '')}.{m.group(2)}", text)
+        text = _COMMA_THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), text)
+        text = _DECIMAL_COMMA.sub(lambda m: ".".join(g for g in m.groups() if g is not None), text)
+    if choices:
+        text = _CHOICE_IN_PARENS.sub(r"\1", text)
+    return text
+
+
+def _boxed_spans(text: str) -> tuple[list[str], int, int]:
+    """Every \\boxed{...} content, with a unit written right after the box appended; and where the
+    boxes start and end."""
+    spans, first, last = [], len(text), 0
     for match in _BOX_START.finditer(text):
         depth, start = 1, match.end()
         for index in range(start, len(text)):
@@ -72,14 +145,30 @@ def _boxed_contents(text: str) -> list[str]:
             elif text[index] == "}":
                 depth -= 1
                 if depth == 0:
-                    contents.append(text[start:index])
+                    content = text[start:index]
+                    unit = unit_after(text[index + 1 :])
+                    if unit and parse_quantity(content).unit_text is None:
+                        content = f"{content} {unit}"
+                    spans.append(content)
+                    first, last = min(first, match.start()), index + 1
                     break
-    return contents
+    return spans, first, last
+
+
+def unit_after(text: str) -> str | None:
+    """The unit that text starts with and that ends its sentence ("$ km/h." -> "km/h"), if any."""
+    line = text.split("\n", 1)[0][:60]
+    line = re.sub(r"^\s*(?:\$\$|\$|\\\)|\\\])", "", line).replace("$", "")
+    candidate = re.split(r"[,;:!?]|\.(?=\s|$)", line, maxsplit=1)[0].strip()
+    if not candidate or len(candidate) > 30:
+        return None
+    return candidate if parse_unit(clean_latex(candidate)) is not None else None
 
 
 def clean_latex(text: str) -> str:
-    """Strips the LaTeX and markdown wrapping around an answer, keeping its math."""
-    text = text.replace("**", " ").replace("\\$", " dollars ")
+    """Strips the LaTeX and markdown wrapping around an answer, keeping its math (for units and for
+    telling one stated answer from another; math-verify gets the raw text)."""
+    text = text.replace("**", " ")
     for wrapper in ("$", "\\(", "\\)", "\\[", "\\]", "\\displaystyle", "\\left", "\\right"):
         text = text.replace(wrapper, " ")
     previous = None
@@ -87,31 +176,38 @@ def clean_latex(text: str) -> str:
         previous, text = text, _TEXT_COMMANDS.sub(r" \1 ", text)
     text = text.replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac").replace("\\%", "%")
     text = re.sub(r"\^\s*\{?\\circ\}?", "°", text)
-    text = re.sub(r"\\[,;:! ]|~", " ", text)
+    text = re.sub(r"(?<!\\)\\[,;:! ]|~", " ", text)
     return re.sub(r"\s+", " ", text).strip()
 
 
 def find_final_answers(completion: str) -> FinalAnswers:
-    boxed = _boxed_contents(completion)
+    boxed, first_box, last_box_end = _boxed_spans(completion)
     if boxed:
-        return FinalAnswers(BOXED, boxed)
-    plain = completion.replace("**", "")
-    anchored = []
+        return FinalAnswers(BOXED, boxed, first_box, last_box_end)
+    # "**" is blanked, not removed, so positions in plain are positions in completion.
+    plain = completion.replace("**", "  ")
+    anchored, first_anchor = [], None
     for match in _ANCHOR.finditer(plain):
         span = _SENTENCE_END.split(match.group("span"), maxsplit=1)[0].strip()
         if span:
             anchored.append(span)
+            first_anchor = match.start() if first_anchor is None else first_anchor
     if anchored:
-        return FinalAnswers(ANCHORED, anchored)
+        return FinalAnswers(ANCHORED, anchored, first_anchor)
     lines = [line.strip() for line in completion.strip().splitlines() if line.strip()]
     if lines and is_bare_answer(lines[-1]):
-        return FinalAnswers(FINAL_LINE, [lines[-1]])
+        return FinalAnswers(FINAL_LINE, [lines[-1]], completion.rindex(lines[-1]))
     numbers = list(_NUMBER.finditer(completion))
     if numbers:
         last = numbers[-1]
+        start = last.start()
+        # A number inside inline math ("$\sqrt{7}$") stands for the whole of that math.
+        for math in _INLINE_MATH.finditer(completion):
+            if math.start() < start < math.end():
+                start = math.start()
         rest = completion[last.end() :].split("\n", 1)[0]
         rest = _SENTENCE_END.split(rest, maxsplit=1)[0]
-        return FinalAnswers(LAST_NUMBER, [last.group(0) + rest])
+        return FinalAnswers(LAST_NUMBER, [completion[start : last.end()] + rest])
     return FinalAnswers(NO_ANSWER, [])
 
 
@@ -119,7 +215,7 @@ def is_bare_answer(line: str) -> bool:
     """A line that holds only an answer: "$\\frac{1}{2}$", "50 km/h", "= 12." (no prose)."""
     cleaned = clean_latex(line).rstrip(".").strip()
     cleaned = _LEAD_WORDS.sub("", cleaned).strip()
-    if not cleaned or not re.search(r"\d|\\pi|\\sqrt|\\infty", cleaned) or len(cleaned) > 60:
+    if not cleaned or not _MATHY.search(cleaned) or len(cleaned) > 60:
         return False
     quantity = parse_quantity(cleaned)
     words = set(re.findall(r"[A-Za-z]{2,}", _LATEX_WORD.sub("", cleaned)))
@@ -140,32 +236,43 @@ def _top_level_mask(text: str) -> str:
     return "".join(out)
 
 
-def split_answer_parts(span: str) -> list[tuple[str, bool]]:
-    """[(part, negated)] for each answer a span states; a negated part is one it rules out."""
-    span = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), span)
+def _all_parts(span: str, *, list_answer: bool = False) -> list[tuple[str, bool]]:
+    """[(part, negated)] for every part of a span, prose included; a negated part is ruled out."""
+    if not list_answer:
+        span = _COMMA_THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), span)
     mask = _top_level_mask(span)
     parts, start, negated = [], 0, False
-    for match in _SEPARATORS.finditer(mask):
+    for match in (_LIST_SEPARATORS if list_answer else _SEPARATORS).finditer(mask):
         parts.append((span[start : match.start()], negated))
         negated = bool(_NEGATING.match(match.group(0).strip()))
         start = match.end()
     parts.append((span[start:], negated))
-    return [(part.strip(), neg) for part, neg in parts if re.search(r"\d|\\pi|\\sqrt|\\infty", part)]
+    return [(part.strip(" .:,;"), neg) for part, neg in parts if part.strip(" .:,;")]
 
 
-def normalise_expression(text: str) -> str:
-    """Rewrites what math-verify misreads: 5e1 and 5 \\times 10^{1} become 50; 1,000 becomes 1000."""
-    text = _THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), text)
+def split_answer_parts(
+    span: str, *, text_parts: bool = False, list_answer: bool = False
+) -> list[tuple[str, bool]]:
+    """[(part, negated)] for each answer a span states; a negated part is one it rules out.
 
-    def plain_decimal(match: re.Match) -> str:
-        exponent = match.group(2) or match.group(3)
-        try:
-            value = Decimal(f"{match.group(1)}e{exponent}")
-        except InvalidOperation:
-            return match.group(0)
-        return format(value.normalize(), "f")
+    Parts without math (no digit, pi, root or infinity) are prose and dropped, unless text_parts
+    (the gold answer is itself words), when any part with a letter that does not start a clause
+    counts, or list_answer (the gold is a list), when the span is split only where it rules out.
+    """
+    def keep(part: str) -> bool:
+        if list_answer:
+            return True
+        if text_parts:
+            return bool(re.search(r"[A-Za-z0-9]", part)) and not _PROSE_START.match(part)
+        return bool(_MATHY.search(part))
 
-    return _SCIENTIFIC.sub(plain_decimal, text).strip()
+    return [(part, neg) for part, neg in _all_parts(span, list_answer=list_answer) if keep(part)]
+
+
+def ruled_out_parts(span: str, *, list_answer: bool = False) -> list[str]:
+    """Everything a final-answer span rules out ("not 50", "not $a+b$"), math or not: math-verify's
+    reading must not be one of them."""
+    return [part for part, negated in _all_parts(clean_latex(span), list_answer=list_answer) if negated]
 
 
 def parse_quantity(part: str) -> Quantity:
@@ -176,28 +283,46 @@ def parse_quantity(part: str) -> Quantity:
         part = part[mask.rindex("=") + 1 :].strip()
     part = _LEAD_WORDS.sub("", part).strip()
     glued = re.match(r"^([-+]?\d[\d.,]*)([A-Za-z°%µ][^\s]*)(.*)$", part)
-    if glued and not re.fullmatch(r"[eE][-+]?\d+", glued.group(2)) and parse_unit(glued.group(2)):
+    if glued and parse_unit(glued.group(2)):
         part = f"{glued.group(1)} {glued.group(2)}{glued.group(3)}"
     tokens = part.split()
     for split_at in range(1, len(tokens)):
         head = " ".join(tokens[:split_at])
-        if not re.search(r"\d|\\pi|\\sqrt|\\infty", head):
+        if not _MATHY.search(head):
             continue
-        for end in range(len(tokens), split_at, -1):
+        # A unit is a few words at most ("kilometers per hour"); longer tails are prose.
+        for end in range(min(len(tokens), split_at + _UNIT_WORDS), split_at, -1):
             tail = " ".join(tokens[split_at:end])
             if parse_unit(tail) is not None:
-                return Quantity(normalise_expression(head), tail)
-    # No unit: drop trailing plain words ("5 apples"), keep LaTeX commands and symbols.
-    while len(tokens) > 1 and re.fullmatch(r"[A-Za-z]{2,}[.,]?", tokens[-1]):
-        tokens.pop()
-    return Quantity(normalise_expression(" ".join(tokens)))
+                return Quantity(head, tail)
+    # No unit: drop trailing plain words after math ("5 apples"), keep LaTeX commands and symbols,
+    # and keep a word answer whole ("Evelyn Bob").
+    if _MATHY.search(part):
+        while len(tokens) > 1 and re.fullmatch(r"[A-Za-z]{2,}[.,]?", tokens[-1]):
+            tokens.pop()
+    return Quantity(" ".join(tokens))
 
 
-def extract_quantities(span: str, *, split: bool = True) -> tuple[list[Quantity], list[Quantity]]:
-    """(stated, ruled_out) quantities of one final-answer span."""
+def extract_quantities(
+    span: str, *, split: bool = True, text_parts: bool = False, list_answer: bool = False
+) -> tuple[list[Quantity], list[Quantity]]:
+    """(stated, ruled_out) quantities of one final-answer span (split=False: the span is one)."""
     if not split:
-        return [parse_quantity(span)], []
+        return ([parse_quantity(span)] if clean_latex(span) else []), []
     stated, ruled_out = [], []
-    for part, negated in split_answer_parts(clean_latex(span)):
+    for part, negated in split_answer_parts(clean_latex(span), text_parts=text_parts, list_answer=list_answer):
         (ruled_out if negated else stated).append(parse_quantity(part))
+    return stated, ruled_out
+
+
+def choice_letters(span: str) -> tuple[list[str], list[str]]:
+    """(stated, ruled_out) choices of one final-answer span: "(B)", "B.", "option C", "A or B". A stated
+    part that is math but no letter ("B or 7919") is kept as itself: a second, different answer."""
+    stated, ruled_out = [], []
+    for part, negated in split_answer_parts(clean_latex(span), text_parts=True):
+        letter = re.match(r"^(?:(?:option|choice)\s+)?\(?([A-E])\)?(?![A-Za-z])", part.strip(), re.IGNORECASE)
+        if letter and (letter.group(1).isupper() or part.lower().startswith(("option", "choice"))):
+            (ruled_out if negated else stated).append(letter.group(1).upper())
+        elif not negated and _MATHY.search(part):
+            stated.append(part)
     return stated, ruled_out

@@ -1,9 +1,12 @@
 """Scoring math completions: answer, unit and format, each on its own, then a weighted reward.
 
-`score_math_answer` is the pure scoring function. It calls math-verify with its own signal-based
-timeouts switched off, because those only work in a main thread; `MathVerifier` therefore runs it in
-worker processes (math_worker.py) and kills a worker that overruns, so a pathological expression
-costs one worker restart and a "timeout" result, never a hung trainer.
+The answer is read by math-verify's own extraction and compared by its `verify` (math_parsing.py).
+The final-answer analysis that stays ours (math_extraction.py) gives the format component, rejects a
+final answer that states several different values or only rules values out, and reads units with
+pint. `score_math_answer` is the pure scoring function. math-verify's signal-based timeouts only work
+in a main thread, so they are off and `MathVerifier` runs the scorer in worker processes
+(math_worker.py), killing a worker that overruns: a pathological expression costs one worker restart
+and a "timeout" result, never a hung trainer.
 """
 
 from __future__ import annotations
@@ -11,8 +14,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import logging
-import math
 import os
 import queue
 import sys
@@ -23,12 +24,30 @@ from pathlib import Path
 
 from training.verifiers.math_extraction import (
     LAST_NUMBER,
+    MARKED_METHODS,
     NO_ANSWER,
     Quantity,
+    choice_letters,
     clean_latex,
     extract_quantities,
     find_final_answers,
-    normalise_expression,
+    normalise_numbers,
+    ruled_out_parts,
+)
+from training.verifiers.math_parsing import (
+    CHOICE,
+    TEXT,
+    GoldAnswer,
+    as_number,
+    choice_of,
+    is_percent,
+    is_words,
+    numbers_close,
+    parse_gold,
+    read,
+    read_fragment,
+    readings_match,
+    value_of,
 )
 from training.verifiers.results import CORRECT, ERROR, TIMEOUT, WRONG, VerificationResult
 from training.verifiers.units import convert, parse_unit
@@ -36,7 +55,8 @@ from training.verifiers.worker_process import WorkerDied, WorkerProcess, WorkerT
 
 MATH_SCORER_NAME = "math"
 # Bump when extraction, comparison or defaults change; library versions are appended below.
-MATH_SCORER_VERSION = "1"
+# 2: math-verify's own extraction reads the answer (and the gold); ours keeps format, traps and units.
+MATH_SCORER_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -59,7 +79,7 @@ DEFAULT_MATH_CONFIG = MathScorerConfig()
 
 
 def math_scorer_name(config: MathScorerConfig = DEFAULT_MATH_CONFIG) -> str:
-    """"math@1+math-verify-0.9.0+pint-0.25.3", plus a config digest when the config is not default."""
+    """"math@2+math-verify-0.9.0+pint-0.25.3", plus a config digest when the config is not default."""
     name = f"{MATH_SCORER_NAME}@{MATH_SCORER_VERSION}+math-verify-{version('math-verify')}+pint-{version('pint')}"
     if config != DEFAULT_MATH_CONFIG:
         digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:8]
@@ -67,89 +87,63 @@ def math_scorer_name(config: MathScorerConfig = DEFAULT_MATH_CONFIG) -> str:
     return name
 
 
-# ---------------------------------------------------------------- comparison
+# ---------------------------------------------------------------- stated answers
 
 
-def _quiet_math_verify():
-    # math-verify warns once that its timeouts are off; the worker's hard kill replaces them.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
+@dataclass
+class _Stated:
+    """One answer our final-answer analysis found, with math-verify's reading of its math (parsed
+    only when needed: most answers are settled by math-verify's reading of the whole completion)."""
+
+    quantity: Quantity
+
+    @functools.cached_property
+    def reading(self) -> tuple:
+        return read_fragment(self.quantity.expression) if self.quantity.expression.strip() else ()
+
+    @property
+    def number(self) -> float | None:
+        return as_number(value_of(list(self.reading)))
+
+    def said(self) -> str:
+        return f"{self.quantity.expression} {self.quantity.unit_text or ''}".strip()
 
 
-@functools.lru_cache(maxsize=65536)
-def parse_expression(text: str):
-    """A SymPy value for an answer expression (gold or candidate), or None if it does not parse."""
-    from math_verify import parse
-
-    _quiet_math_verify()
-    text = normalise_expression(clean_latex(text))
-    if not text:
-        return None
-    parsed = parse(f"${text}$", parsing_timeout=None)
-    if not parsed:
-        parsed = parse(text, parsing_timeout=None)
-    return parsed[0] if parsed and not isinstance(parsed[0], str) else None
+def _same_stated(a: _Stated, b: _Stated, config: MathScorerConfig) -> bool:
+    """Whether two stated answers are one answer (50 km/h and 13.89 m/s are)."""
+    a_unit, b_unit = a.quantity.unit, b.quantity.unit
+    if a_unit is not None and b_unit is not None and a.number is not None and b.number is not None:
+        b_value = convert(b.number, b_unit, a_unit)
+        tolerance = config.unit_relative_tolerance
+        return b_value is not None and numbers_close(a.number, b_value, tolerance, tolerance)
+    if a.reading and b.reading:
+        return readings_match(a.reading, b.reading, config.relative_tolerance)
+    return clean_latex(a.quantity.expression) == clean_latex(b.quantity.expression)
 
 
-def _as_number(value) -> float | None:
-    try:
-        if value is None or not getattr(value, "is_number", False):
-            return None
-        number = complex(value.evalf(30))
-    except (TypeError, ValueError, AttributeError, OverflowError):
-        return None
-    return number.real if number.imag == 0 else None
+def _copies_of(reading: tuple, stated: _Stated, config: MathScorerConfig) -> bool:
+    """math-verify joins several boxes into one set; {50, 50.0} is one answer stated twice."""
+    from sympy import FiniteSet
 
-
-def expressions_equal(gold, candidate, relative_tolerance: float) -> bool:
-    """math-verify's equivalence, checked again for plain numbers, which it rounds to 6 places
-    (it calls 1/2^99 equal to 1/2^98)."""
-    from math_verify import verify
-
-    if gold is None or candidate is None:
-        return False
-    gold_number, candidate_number = _as_number(gold), _as_number(candidate)
-    if gold_number is not None and candidate_number is not None:
-        return numbers_close(gold_number, candidate_number, relative_tolerance)
-    return bool(verify(gold, candidate, timeout_seconds=None))
-
-
-def numbers_close(a: float, b: float, relative_tolerance: float) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return False
-    return math.isclose(a, b, rel_tol=relative_tolerance, abs_tol=0.0) or a == b
-
-
-def _value_in_unit(quantity: Quantity, target_unit) -> tuple[float | None, bool]:
-    """(value expressed in target_unit, unit was right). A missing or foreign unit is not right."""
-    number = _as_number(parse_expression(quantity.expression))
-    unit = quantity.unit
-    if number is None or unit is None:
-        return number, False
-    converted = convert(number, unit, target_unit)
-    if converted is None:
-        return number, False
-    return converted, True
-
-
-def _same_answer(a: Quantity, b: Quantity, config: MathScorerConfig) -> bool:
-    if a.unit is not None and b.unit is not None:
-        a_number = _as_number(parse_expression(a.expression))
-        b_value = _value_in_unit(b, a.unit)[0] if b.unit is not None else None
-        if a_number is not None and b_value is not None:
-            return numbers_close(a_number, b_value, config.unit_relative_tolerance)
-    return expressions_equal(
-        parse_expression(a.expression), parse_expression(b.expression), config.relative_tolerance
+    value = value_of(list(reading))
+    return isinstance(value, FiniteSet) and all(
+        readings_match(stated.reading, (element,), config.relative_tolerance) for element in value.args
     )
 
 
-def _has_top_level_comma(text: str) -> bool:
-    depth = 0
-    for char in clean_latex(text):
-        depth += char in "([{"
-        depth -= char in ")]}"
-        if char == "," and depth == 0:
-            return True
-    return False
+def _is_collection(reading: tuple) -> bool:
+    from sympy import MatrixBase, Set, Tuple
+
+    return isinstance(value_of(list(reading)), (Set, Tuple, MatrixBase))
+
+
+def _reading_text(reading: tuple) -> str | None:
+    """What math-verify read, as it wrote it (its text drops a percent sign, so that is put back)."""
+    texts = [value for value in reading if isinstance(value, str)]
+    text = texts[0] if texts else (str(reading[0]) if reading else None)
+    if text is not None and is_percent(value_of(list(reading))) and "%" not in text:
+        text += "%"
+    return text
 
 
 # ---------------------------------------------------------------- the scorer
@@ -163,7 +157,8 @@ def score_math_answer(
     Returns {"status", "reward", "components": {"answer", "unit", "format"}, "reason", "details"}.
     `unit` is None in components when the task asks for no unit.
     """
-    gold = parse_expression(str(answer))
+    answer = str(answer)
+    gold = parse_gold(answer)
     if gold is None:
         return _error(f"the task's answer {answer!r} cannot be parsed as math")
     gold_unit = None
@@ -171,55 +166,130 @@ def score_math_answer(
         gold_unit = parse_unit(unit)
         if gold_unit is None:
             return _error(f"the task's unit {unit!r} is not a unit pint knows")
+        if as_number(gold.value) is None:
+            return _error(f"the task's answer {answer!r} is not a number, so it cannot carry the unit {unit!r}")
 
-    finals = find_final_answers(completion)
+    text = normalise_numbers(completion, list_commas=gold.is_list, choices=gold.kind == CHOICE)
+    finals = find_final_answers(text)
     details = {"method": finals.method, "extracted": finals.spans[:5]}
     components = {"answer": 0.0, "unit": 0.0 if unit else None, "format": 0.0}
-    if finals.method == NO_ANSWER:
-        return _finish(components, "no final answer found", details, config)
+    if gold.kind == CHOICE:
+        return _score_choice(text, finals, gold, components, details, config)
 
-    split = not _has_top_level_comma(str(answer))
-    stated: list[Quantity] = []
-    ruled_out: list[Quantity] = []
+    # Ours: what the final answer states, and what it rules out. A list gold ("2, 3") expects
+    # several values, so only what the final answer rules out splits it.
+    stated: list[_Stated] = []
+    ruled_out: list[_Stated] = []
     for span in finals.spans:
-        more_stated, more_ruled_out = extract_quantities(span, split=split)
-        stated += more_stated
-        ruled_out += more_ruled_out
-    if not stated:
-        why = "the final answer only rules values out" if ruled_out else "no answer found in the final answer"
-        return _finish(components, why, details, config)
+        more_stated, more_ruled_out = extract_quantities(
+            span, text_parts=gold.kind == TEXT, list_answer=gold.is_list
+        )
+        stated += [_Stated(q) for q in more_stated]
+        ruled_out += [_Stated(q) for q in more_ruled_out]
+    final = stated[-1] if stated else None
+    if not gold.is_list and final is not None:
+        distinct = [final] + [s for s in stated[:-1] if not _same_stated(final, s, config)]
+        if len(distinct) > 1:
+            shown = ", ".join(sorted({s.said() for s in distinct}))
+            return _finish(components, f"several different final answers: {shown}", details, config)
+    if final is None and ruled_out:
+        return _finish(components, "the final answer only rules values out", details, config)
 
-    final = stated[-1]
-    distinct = [final] + [q for q in stated[:-1] if not _same_answer(final, q, config)]
-    if len(distinct) > 1:
-        shown = ", ".join(sorted({f"{q.expression} {q.unit_text or ''}".strip() for q in distinct}))
-        return _finish(components, f"several different final answers: {shown}", details, config)
-    components["format"] = 0.0 if finals.method == LAST_NUMBER else 1.0
+    # math-verify: what the answer is, read where the final answer is.
+    reading = tuple(read(text[finals.start : finals.end]))
+    if value_of(list(reading)) is None:
+        reading = ()
+    details["math_verify"] = _reading_text(reading)
+    ruled_out_texts = [part for span in finals.spans for part in ruled_out_parts(span, list_answer=gold.is_list)]
+    if reading and any(
+        readings_match(read_fragment(part), reading, config.relative_tolerance) for part in ruled_out_texts
+    ):
+        reading = ()  # it read a value the completion rules out ("not 50, it is 75")
+    if final is not None and (
+        not reading
+        or _copies_of(reading, final, config)
+        or (gold.kind == TEXT and is_words(final.quantity.expression))
+        or (gold.is_list and not _is_collection(reading) and _is_collection(final.reading))
+    ) and final.reading:
+        # Ours where math-verify read nothing, read one answer stated twice as a set, read a number
+        # from the reasoning while the final answer is a word ("Evelyn ran 5 km. The answer is
+        # Evelyn."), or read one value of a list ("The answer is 2, 3." in prose gives it 2).
+        reading = final.reading
+    if not reading:
+        why = "no final answer found" if finals.method == NO_ANSWER else "no answer found in the final answer"
+        return _finish(components, why, details, config)
+    components["format"] = 1.0 if finals.method in MARKED_METHODS else 0.0
 
     if gold_unit is not None:
-        value, unit_right = _value_in_unit(final, gold_unit)
-        components["unit"] = 1.0 if unit_right else 0.0
-        gold_number = _as_number(gold)
-        converted = unit_right and final.unit != gold_unit
-        tolerance = config.unit_relative_tolerance if converted else config.relative_tolerance
-        if value is not None and gold_number is not None:
-            answer_right = numbers_close(gold_number, value, tolerance)
-        else:
-            answer_right = expressions_equal(gold, parse_expression(final.expression), config.relative_tolerance)
+        answer_right, said = _score_unit(gold, gold_unit, final, reading, components, config)
     else:
-        answer_right = expressions_equal(gold, parse_expression(final.expression), config.relative_tolerance)
+        answer_right = readings_match(gold.values, reading, config.relative_tolerance)
+        said = _reading_text(reading) or ""
     components["answer"] = 1.0 if answer_right else 0.0
 
-    said = f"{final.expression} {final.unit_text or ''}".strip()
+    # A worked solution as gold is named by the answer math-verify read in it.
+    shown = answer if len(answer) <= 60 and "\n" not in answer else (_reading_text(gold.values) or answer[:60])
     if not answer_right:
-        reason = f"answer {said} is not {answer}"
+        reason = f"answer {said} is not {shown}"
     elif gold_unit is not None and not components["unit"]:
-        reason = f"answer {said} lacks the unit {unit}" if final.unit is None else f"unit {final.unit_text} is not {unit}"
+        reason = f"answer {said} lacks the unit {unit}" if final is None or final.quantity.unit is None else (
+            f"unit {final.quantity.unit_text} is not {unit}"
+        )
     else:
-        reason = f"answer {said} matches {answer} {unit or ''}".strip()
+        reason = f"answer {said} matches {shown} {unit or ''}".strip()
     if finals.method == LAST_NUMBER:
         reason += " (no marked final answer: took the last number)"
+    elif finals.method not in MARKED_METHODS:
+        reason += " (no marked final answer)"
     return _finish(components, reason, details, config)
+
+
+def _score_unit(
+    gold: GoldAnswer, gold_unit, final: _Stated | None, reading: tuple, components: dict, config: MathScorerConfig
+) -> tuple[bool, str]:
+    """(answer right, what was said); sets the unit component. The number comes with its unit from
+    our final answer where it has one, converted by pint; else math-verify's number, unitless."""
+    gold_number = as_number(gold.value)
+    if final is not None and final.number is not None:
+        number, unit, said = final.number, final.quantity.unit, final.said()
+    else:
+        number, unit, said = as_number(value_of(list(reading))), None, _reading_text(reading) or ""
+    converted = convert(number, unit, gold_unit) if number is not None and unit is not None else None
+    components["unit"] = 1.0 if converted is not None else 0.0
+    if number is None:
+        return readings_match(gold.values, reading, config.relative_tolerance), said
+    if converted is None:
+        return numbers_close(gold_number, number, config.relative_tolerance), said
+    if unit == gold_unit:
+        return numbers_close(gold_number, converted, config.relative_tolerance), said
+    # A converted value carries rounding (13.89 m/s); near zero (32 °F is 0 °C) only an absolute
+    # tolerance, in the gold's unit, can accept it.
+    tolerance = config.unit_relative_tolerance
+    return numbers_close(gold_number, converted, tolerance, tolerance), said
+
+
+def _score_choice(
+    text: str, finals, gold: GoldAnswer, components: dict, details: dict, config: MathScorerConfig
+) -> dict:
+    """A multiple-choice answer: the letter our marked final answer states, else math-verify's."""
+    stated: list[str] = []
+    ruled_out: list[str] = []
+    for span in finals.spans:
+        more_stated, more_ruled_out = choice_letters(span)
+        stated += more_stated
+        ruled_out += more_ruled_out
+    if len(set(stated)) > 1:
+        return _finish(components, f"several different final answers: {', '.join(sorted(set(stated)))}", details, config)
+    if not stated and ruled_out:
+        return _finish(components, "the final answer only rules values out", details, config)
+    letter = stated[-1] if stated else choice_of(read(text[finals.start : finals.end], CHOICE))
+    details["choice"] = letter
+    if letter is None or letter in ruled_out:
+        return _finish(components, "no choice letter found", details, config)
+    components["format"] = 1.0 if stated and finals.method in MARKED_METHODS else 0.0
+    components["answer"] = 1.0 if letter == gold.choice else 0.0
+    verdict = "matches" if letter == gold.choice else "is not"
+    return _finish(components, f"choice {letter} {verdict} {gold.choice}", details, config)
 
 
 def _finish(components: dict, reason: str, details: dict, config: MathScorerConfig) -> dict:

@@ -9,12 +9,10 @@ import sys
 
 
 def main() -> None:
-    from training.verifiers.math_verifier import MathScorerConfig, parse_expression, score_math_answer
-    from training.verifiers.units import parse_unit
+    from training.verifiers.math_verifier import MathScorerConfig, score_math_answer
     from training.verifiers.worker_process import FrameReader, encode_frame
 
-    parse_expression("1")
-    parse_unit("m")
+    score_math_answer("The answer is $\\boxed{1}$ m.", "1", "m")
     output = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     # Anything a library prints must not corrupt the frames on stdout.
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

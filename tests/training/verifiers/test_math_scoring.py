@@ -109,10 +109,14 @@ def test_pool_scores_with_the_scorer_name(math_verifier):
     assert all(r.scorer == math_scorer_name() for r in results)
 
 
+# A power tower that math-verify's LaTeX parser and SymPy take minutes over.
+PATHOLOGICAL = "The answer is $" + "x^{" * 40 + "2" + "}" * 40 + "$"
+
+
 def test_a_hung_worker_is_killed_and_reported_then_the_pool_recovers():
     task = {"task_id": "slow", "kind": "math", "prompt": "?", "answer": "50"}
-    with MathVerifier(MathScorerConfig(timeout_s=0.000001), workers=1) as verifier:
-        result = verifier.verify(task, "The answer is 50")
+    with MathVerifier(MathScorerConfig(timeout_s=2), workers=1) as verifier:
+        result = verifier.verify(task, PATHOLOGICAL)
         assert result.status == "timeout"
         assert result.reward is None
         assert "killed" in result.reason
