@@ -1,12 +1,15 @@
 """Benchmark of Pairwise's agreement report on a large synthetic project with planted faulty reviewers.
 
-    python bench/agreement.py [--pairs 300000] [--reviewers 200] [--bootstrap 1000] [--seed 0]
+    python bench/agreement.py [--pairs 300000] [--reviewers 200] [--bootstrap 1000] [--seed 0] [--better-first]
 
 Generates ~1M judgments (300k pairs x 3 reviewers + 1/9 retests), times ``agreement_report`` and
 its peak resident memory, checks that the planted reviewers get their flags and that the stronger
 model ranks first, prints a table and writes bench/results/agreement.json. Exits non-zero when a
 check fails. The memory figure is the process's peak RSS while the report ran (the high-water mark
 is reset after generating the data, where Linux allows it), and the whole-process peak beside it.
+``--better-first`` lists the stronger model's answer first on every pair (an import sorted best-first),
+the case where orientation-blind agreement figures collapsed; the report counts every pair in both
+orientations, and the table shows the share of a/b choices that went to "a" beside the alphas.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from pathlib import Path
 REPOSITORY = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPOSITORY))
 
+import numpy as np  # noqa: E402
+
+from annotate.quality.agreement import krippendorff_alpha, unit_value_counts  # noqa: E402
 from annotate.quality.report import agreement_report  # noqa: E402
 from annotate.quality.reviewers import FLAG_INCONSISTENT_RETEST, FLAG_LOW_AGREEMENT, FLAG_POSITION_BIAS  # noqa: E402
 from annotate.quality.synthetic import ALWAYS_LEFT, RANDOM_CLICKER, SELF_CONTRADICTING, synthetic_project  # noqa: E402
@@ -68,11 +74,14 @@ def main() -> int:
     parser.add_argument("--reviewers", type=int, default=200)
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--better-first", action="store_true", help="response a is always the stronger model's")
     parser.add_argument("--out", type=Path, default=REPOSITORY / "bench" / "results" / "agreement.json")
     args = parser.parse_args()
 
     started = time.perf_counter()
-    project = synthetic_project(n_pairs=args.pairs, n_reviewers=args.reviewers, seed=args.seed)
+    project = synthetic_project(
+        n_pairs=args.pairs, n_reviewers=args.reviewers, seed=args.seed, better_first=args.better_first
+    )
     generate_seconds = time.perf_counter() - started
     table = project.table
 
@@ -100,6 +109,9 @@ def main() -> int:
     checks[f"report peak RSS under {TARGET_MEMORY_MB:.0f} MB"] = report_peak_mb < TARGET_MEMORY_MB
 
     alpha = report["krippendorff_alpha"]
+    decisive = table.winner[table.winner <= 1]
+    a_share = float((decisive == 0).mean()) if decisive.size else float("nan")
+    one_way = _one_orientation_alpha(table)
     rows = [
         ("judgments", f"{report['judgments']:,}"),
         ("pairs", f"{report['pairs']:,}"),
@@ -113,7 +125,9 @@ def main() -> int:
             f"{report_peak_mb:.0f}" + ("" if peak_was_reset else " (whole process)"),
         ),
         ("peak RSS whole process (MB)", f"{process_peak_mb:.0f}"),
+        ("a/b choices that went to a", f"{100 * a_share:.1f}%" + ("  (import lists the better first)" if args.better_first else "")),
         ("alpha nominal [95% CI]", _with_ci(alpha["nominal"])),
+        ("alpha nominal, a/b as listed (old)", "null" if one_way is None else f"{one_way:.3f}"),
         ("alpha ordinal [95% CI]", _with_ci(alpha["ordinal"])),
         ("Fleiss' kappa", _with_ci(report["fleiss_kappa"] | {"ci": None})),
         ("reviewer pairs with Cohen's kappa", f"{report['cohen_kappa']['reviewer_pairs']:,}"),
@@ -152,12 +166,27 @@ def main() -> int:
         "report_peak_rss_mb": round(report_peak_mb, 1),
         "process_peak_rss_mb": round(process_peak_mb, 1),
         "peak_rss_reset_before_report": peak_was_reset,
+        "a_share_of_a_b_choices": round(a_share, 4),
+        "alpha_nominal": alpha["nominal"],
+        "alpha_ordinal": alpha["ordinal"],
+        "alpha_nominal_one_orientation": one_way,
+        "fleiss_kappa": report["fleiss_kappa"]["value"],
         "planted_flags": {name: by_name[name]["flags"] for name in EXPECTED_FLAGS},
         "careful_reviewers_flagged": false_flags,
         "checks": checks,
     }
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     return 0 if all(checks.values()) else 1
+
+
+def _one_orientation_alpha(table) -> float | None:
+    """Nominal alpha with a and b read as the import listed them: the figure before orientation doubling."""
+    original = ~table.is_retest
+    counts = unit_value_counts(
+        unit_index=table.pair_index[original], value_index=table.winner[original],
+        n_units=table.pair_ids.size, n_values=4,
+    )
+    return krippendorff_alpha(value_counts=counts, level="nominal", n_resamples=0, rng=np.random.default_rng(0)).value
 
 
 def _relative(path: Path) -> str:

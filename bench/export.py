@@ -74,14 +74,18 @@ def fill(*, pairs: int, overlap: int) -> None:
                                    is_active, date_joined)
             SELECT 1000 + r, '!', false, 'bench' || r, '', '', '', false, true, now()
             FROM generate_series(0, %(reviewers)s - 1) r""", params)
+        # content_key as training.snapshot.prompt_key spells it: sha256 of the messages' canonical JSON.
         cursor.execute("""
-            INSERT INTO review_prompt (id, project_id, external_id, messages, tags, created_at)
+            INSERT INTO review_prompt (id, project_id, external_id, messages, tags, content_key, created_at)
             SELECT i, %(project)s, 'q' || lpad(i::text, 7, '0'),
-                   jsonb_build_array(jsonb_build_object('role', 'user', 'content',
-                       'A car travels ' || i || ' km in 2 hours, then stops for ' || (i %% 7) || ' minutes. '
-                       || 'What is its average speed while moving? ' || md5(i::text))),
-                   jsonb_build_array(CASE WHEN i %% 2 = 0 THEN 'math' ELSE 'speed' END), now()
-            FROM generate_series(1, %(pairs)s) i""", params)
+                   jsonb_build_array(jsonb_build_object('role', 'user', 'content', content)),
+                   jsonb_build_array(CASE WHEN i %% 2 = 0 THEN 'math' ELSE 'speed' END),
+                   encode(sha256(convert_to('[{"content":' || to_json(content)::text || ',"role":"user"}]', 'UTF8')),
+                          'hex'),
+                   now()
+            FROM generate_series(1, %(pairs)s) i,
+                 LATERAL (SELECT 'A car travels ' || i || ' km in 2 hours, then stops for ' || (i %% 7) || ' minutes. '
+                                 || 'What is its average speed while moving? ' || md5(i::text) AS content) c""", params)
         cursor.execute("""
             INSERT INTO review_response (id, prompt_id, text, text_sha256, model, model_version, created_at)
             SELECT 2 * i + k, i,

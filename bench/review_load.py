@@ -1,13 +1,16 @@
 """Reviewer load: simulated reviewers over HTTP against gunicorn + PostgreSQL.
 
 Each simulated reviewer loops `next` → `judgment` with its own API token. The run is repeated at
-several concurrency levels; afterwards the database is checked for lost judgments (a 201 whose
-judgment is not stored), duplicates and over-assigned pairs.
+several concurrency levels, then once more for one reviewer far ahead of the others: in a project of
+its own they already have --far-ahead judgments (a tenth of them retests), the others a few each, all
+written with bulk SQL before the run. Afterwards the database is checked for lost judgments (a 201
+whose judgment is not stored), duplicates and over-assigned pairs.
 
-    .venv/bin/python bench/review_load.py [--levels 1 8 32] [--seconds 15] [--workers 3]
+    .venv/bin/python bench/review_load.py [--levels 1 8 32] [--far-ahead 10000] [--seconds 15] [--workers 3]
 
 Needs PostgreSQL on 127.0.0.1:5432 (trust auth) and Redis for the broker setting. It creates and
-drops its own database, `pairwise_bench`. Prints a table and writes bench/results/review_load.json.
+drops its own database (--database, `pairwise_bench`). Prints a table and writes
+bench/results/review_load.json.
 """
 
 import argparse
@@ -27,8 +30,8 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DB_NAME = "pairwise_bench"
 PG = "postgres://postgres@127.0.0.1:5432"
+RATIONALE = "The chosen answer divides distance by time correctly."
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -38,30 +41,23 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
 
 
-def recreate_database() -> None:
+def recreate_database(name: str) -> None:
     import psycopg
 
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
 
 
-def prepare(*, prompts: int, reviewers: int) -> list[str]:
-    """Migrate, import `prompts` prompts (one pair each), make reviewers; returns their tokens."""
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from rest_framework.authtoken.models import Token
-
+def make_project(*, slug: str, prompts: int):
+    """A project (overlap 3, retests 10%) with `prompts` imported prompts of one pair each."""
     from annotate.review import services
     from annotate.review.demo_data import DEMO_CRITERIA
     from annotate.review.importing import items_parse
 
-    call_command("migrate", verbosity=0)
     project, _, _ = services.project_create_or_update(
-        slug="load", name="Load", instructions=DEMO_CRITERIA["instructions"], criteria_items=DEMO_CRITERIA["criteria"],
-        overlap=3, retest_rate=0.1,
+        slug=slug, name=slug.title(), instructions=DEMO_CRITERIA["instructions"],
+        criteria_items=DEMO_CRITERIA["criteria"], overlap=3, retest_rate=0.1,
     )
     rows = [
         {"prompt_id": f"q{i}", "prompt": f"A car travels {i} km in 2 hours. What is its average speed?",
@@ -70,15 +66,117 @@ def prepare(*, prompts: int, reviewers: int) -> list[str]:
         for i in range(1, prompts + 1)
     ]
     services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    return project
+
+
+def reviewer_token(username: str) -> str:
+    from rest_framework.authtoken.models import Token
+
+    from annotate.review import services
+
+    user, _, _ = services.user_add(username=username, role="reviewer", password=secrets.token_urlsafe(16))
+    return Token.objects.get_or_create(user=user)[0].key
+
+
+def prepare(*, prompts: int, reviewers: int) -> list[str]:
+    """Migrate, import `prompts` prompts (one pair each), make reviewers; returns their tokens."""
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    make_project(slug="load", prompts=prompts)
+    return [reviewer_token(f"load{i:03d}") for i in range(reviewers)]
+
+
+def give_history(cursor, *, project, reviewer_id: int, pair_ids: list[int], retest_every: int) -> int:
+    """The reviewer has judged these pairs in this order (and a retest of every `retest_every`-th), 20 s
+    apart and ending a minute ago, as the queue would have stored it; returns the judgments written."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    criteria_id = project.criteria_versions.order_by("-version").first().pk
+    rows = []  # (pair, a_on_left, is_retest)
+    for index, pair_id in enumerate(pair_ids):
+        rows.append((pair_id, index % 2 == 0, False))
+        if retest_every and index % retest_every == retest_every - 1:
+            rows.append((pair_id, index % 2 != 0, True))
+    start = timezone.now() - timedelta(minutes=1, seconds=20 * len(rows))
+    times = [start + timedelta(seconds=20 * i) for i in range(len(rows))]
+    who = {"project": project.pk, "reviewer": reviewer_id}
+    cursor.execute(
+        "INSERT INTO review_assignment (project_id, pair_id, reviewer_id, a_on_left, is_retest, status, "
+        "criteria_version_id, served_at, expires_at, completed_at, created_at) "
+        "SELECT %(project)s, r.pair, %(reviewer)s, r.a_on_left, r.is_retest, 'completed', %(criteria)s, "
+        "r.at - interval '20 seconds', r.at + interval '30 minutes', r.at, r.at - interval '20 seconds' "
+        "FROM unnest(%(pairs)s::bigint[], %(left)s::bool[], %(retest)s::bool[], %(times)s::timestamptz[]) "
+        "AS r(pair, a_on_left, is_retest, at)",
+        {**who, "criteria": criteria_id, "pairs": [r[0] for r in rows], "left": [r[1] for r in rows],
+         "retest": [r[2] for r in rows], "times": times},
+    )
+    cursor.execute(
+        "UPDATE review_assignment r SET retest_of_id = o.id FROM review_assignment o "
+        "WHERE r.project_id = %(project)s AND r.reviewer_id = %(reviewer)s AND r.is_retest "
+        "AND o.reviewer_id = %(reviewer)s AND o.pair_id = r.pair_id AND NOT o.is_retest",
+        who,
+    )
+    cursor.execute(
+        "INSERT INTO review_judgment (assignment_id, pair_id, reviewer_id, revision, retracted, winner, strength, "
+        "criteria, criteria_version_id, rationale, seconds_spent, client_key, created_at) "
+        "SELECT a.id, a.pair_id, a.reviewer_id, 1, false, 'tie', NULL, "
+        """'{"correct": "tie", "complete": "tie"}'::jsonb, a.criteria_version_id, %(rationale)s, 20, """
+        "gen_random_uuid(), a.completed_at FROM review_assignment a "
+        "WHERE a.project_id = %(project)s AND a.reviewer_id = %(reviewer)s",
+        {**who, "rationale": RATIONALE},
+    )
+    cursor.execute(
+        "UPDATE review_assignment a SET current_judgment_id = j.id FROM review_judgment j "
+        "WHERE j.assignment_id = a.id AND a.project_id = %(project)s AND a.reviewer_id = %(reviewer)s",
+        who,
+    )
+    cursor.execute("UPDATE review_pair SET assigned_count = assigned_count + 1 WHERE id = ANY(%s)", [pair_ids])
+    retests = sum(r[2] for r in rows)
+    cursor.execute(
+        "INSERT INTO review_reviewertally (project_id, reviewer_id, judged, judged_once, retests) "
+        "VALUES (%s, %s, %s, %s, %s)",
+        [project.pk, reviewer_id, len(rows), len(pair_ids), retests],
+    )
+    return len(rows)
+
+
+def prepare_far_ahead(*, judgments: int, prompts: int, others: int, others_judged: int) -> str:
+    """A project where one reviewer already has `judgments` judgments and `others` reviewers have
+    `others_judged` each; returns the far-ahead reviewer's token.
+
+    The far-ahead reviewer took the newest pairs first, as the queue gives them when nobody else has
+    started; the others, being behind, finished the far-ahead reviewer's newest pairs, two to a pair.
+    """
+    from django.contrib.auth import get_user_model
     from django.db import connection
 
+    from annotate.review.models import Pair
+
+    project = make_project(slug="load-far", prompts=prompts)
+    token = reviewer_token("far-ahead")
+    user_model = get_user_model()
+    far_ahead = user_model.objects.get(username="far-ahead")
+    behind = user_model.objects.bulk_create([user_model(username=f"behind{i:03d}") for i in range(others)])
+    first_time = round(judgments * 10 / 11)  # with a retest of every tenth: `judgments` in all
+    newest_first = list(Pair.objects.filter(project=project).order_by("-id").values_list("id", flat=True))
+    if first_time + 1 > len(newest_first):
+        raise SystemExit(f"--far-ahead-prompts {prompts} is too few for {judgments} judgments; give at least "
+                         f"{first_time * 2}")
     with connection.cursor() as cursor:
+        give_history(cursor, project=project, reviewer_id=far_ahead.pk, pair_ids=newest_first[:first_time],
+                     retest_every=10)
+        finished = newest_first[:others * others_judged // 2]
+        for i, user in enumerate(behind):
+            mine = [pair for k, pair in enumerate(p for p in finished for _ in range(2)) if k % others == i]
+            give_history(cursor, project=project, reviewer_id=user.pk, pair_ids=mine, retest_every=0)
         cursor.execute("ANALYZE")  # as autovacuum would after a large import
-    tokens = []
-    for i in range(reviewers):
-        user, _, _ = services.user_add(username=f"load{i:03d}", role="reviewer", password=secrets.token_urlsafe(16))
-        tokens.append(Token.objects.get_or_create(user=user)[0].key)
-    return tokens
+    return token
 
 
 def free_port() -> int:
@@ -103,14 +201,14 @@ def start_gunicorn(*, env: dict, port: int, workers: int, threads: int) -> subpr
     raise SystemExit("gunicorn did not start within 30 s")
 
 
-async def reviewer_loop(session, base: str, token: str, stop_at: float, record: dict) -> None:
+async def reviewer_loop(session, base: str, slug: str, token: str, stop_at: float, record: dict) -> None:
     import aiohttp
 
     headers = {"Authorization": f"Token {token}"}
     rng = random.Random(token)
     while time.monotonic() < stop_at:
         started = time.perf_counter()
-        async with session.get(f"{base}/api/v1/projects/load/assignments/next", headers=headers) as response:
+        async with session.get(f"{base}/api/v1/projects/{slug}/assignments/next", headers=headers) as response:
             body = await response.read()
             record["next_ms"].append((time.perf_counter() - started) * 1000)
             if response.status == 204:
@@ -124,7 +222,7 @@ async def reviewer_loop(session, base: str, token: str, stop_at: float, record: 
         judgment = {
             "choice": choice, "strength": rng.randint(1, 3),
             "criteria": {item["key"]: rng.choice(["left", "right", "tie"]) for item in assignment["criteria"]["items"]},
-            "rationale": "The chosen answer divides distance by time correctly.",
+            "rationale": RATIONALE,
             "client_key": str(uuid.uuid4()),
         }
         started = time.perf_counter()
@@ -142,7 +240,8 @@ async def reviewer_loop(session, base: str, token: str, stop_at: float, record: 
             record["errors"].append(f"judgment {response.status}: {body[:200]!r}")
 
 
-async def run_level(base: str, tokens: list[str], seconds: float) -> dict:
+async def run_level(base: str, tokens: list[str], seconds: float, *, slug: str = "load", label: str = "",
+                    history: int = 0) -> dict:
     import aiohttp
 
     record = {"next_ms": [], "submit_ms": [], "created": [], "errors": [], "exhausted": 0}
@@ -150,16 +249,19 @@ async def run_level(base: str, tokens: list[str], seconds: float) -> dict:
     async with aiohttp.ClientSession(connector=connector) as session:
         started = time.perf_counter()
         stop_at = time.monotonic() + seconds
-        await asyncio.gather(*(reviewer_loop(session, base, token, stop_at, record) for token in tokens))
+        await asyncio.gather(*(reviewer_loop(session, base, slug, token, stop_at, record) for token in tokens))
         elapsed = time.perf_counter() - started
     both = record["next_ms"] + record["submit_ms"]
     return {
+        "level": label or f"{len(tokens)} reviewer{'s' if len(tokens) > 1 else ''}",
         "concurrency": len(tokens),
+        "judged_before": history,
         "seconds": round(elapsed, 2),
         "judgments": len(record["created"]),
         "judgments_per_s": round(len(record["created"]) / elapsed, 1),
         "p50_ms": round(percentile(both, 50), 1) if both else None,
         "p99_ms": round(percentile(both, 99), 1) if both else None,
+        "next_p50_ms": round(percentile(record["next_ms"], 50), 1) if record["next_ms"] else None,
         "next_p99_ms": round(percentile(record["next_ms"], 99), 1) if record["next_ms"] else None,
         "submit_p99_ms": round(percentile(record["submit_ms"], 99), 1) if record["submit_ms"] else None,
         "mean_ms": round(statistics.fmean(both), 1) if both else None,
@@ -213,19 +315,27 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker (as deploy/gunicorn.conf.py)")
     parser.add_argument("--prompts", type=int, default=6000)
+    parser.add_argument("--far-ahead", type=int, default=10000,
+                        help="judgments the far-ahead reviewer already has (0: no far-ahead level)")
+    parser.add_argument("--far-ahead-prompts", type=int, default=24000, help="pairs in the far-ahead project")
+    parser.add_argument("--database", default="pairwise_bench", help="created and dropped by the bench")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/review_load.json")
     args = parser.parse_args()
 
     env = {
         **os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50),
-        "DATABASE_URL": f"{PG}/{DB_NAME}", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+        "DATABASE_URL": f"{PG}/{args.database}", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
         "DJANGO_SETTINGS_MODULE": "annotate.settings", "PAIRWISE_DATA_DIR": str(ROOT / "var/bench"),
     }
     os.environ.update(env)
     sys.path.insert(0, str(ROOT))
-    recreate_database()
+    recreate_database(args.database)
     warmers = max(args.levels)
     tokens = prepare(prompts=args.prompts, reviewers=sum(args.levels) + warmers)
+    if args.far_ahead:
+        # 31 others with 30 judgments each: behind, as the 32 reviewers of the largest level would be.
+        far_token = prepare_far_ahead(judgments=args.far_ahead, prompts=args.far_ahead_prompts, others=31,
+                                      others_judged=30)
     port = free_port()
     server = start_gunicorn(env=env, port=port, workers=args.workers, threads=args.threads)
     base = f"http://127.0.0.1:{port}"
@@ -241,14 +351,20 @@ def main() -> int:
             offset += level
             created += result.pop("_created")
             results.append(result)
+        if args.far_ahead:
+            result = asyncio.run(run_level(base, [far_token], args.seconds, slug="load-far",
+                                           label=f"1 with {args.far_ahead} judged", history=args.far_ahead))
+            created += result.pop("_created")
+            results.append(result)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
     checks = check_database(created)
 
-    print(f"{'concurrency':>11} {'judgments/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'next p99':>9} {'submit p99':>11} {'errors':>7}")
+    print(f"{'level':<20} {'judgments/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'next p50':>9} {'next p99':>9} "
+          f"{'submit p99':>11} {'errors':>7}")
     for r in results:
-        print(f"{r['concurrency']:>11} {r['judgments_per_s']:>12} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+        print(f"{r['level']:<20} {r['judgments_per_s']:>12} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['next_p50_ms']:>9} "
               f"{r['next_p99_ms']:>9} {r['submit_p99_ms']:>11} {r['errors']:>7}")
     print("database:", ", ".join(f"{k}={v}" for k, v in checks.items()))
     for r in results:
@@ -257,6 +373,8 @@ def main() -> int:
     report = {
         "benchmark": "review_load", "levels": results, "database_checks": checks,
         "gunicorn": {"workers": args.workers, "threads": args.threads}, "seconds_per_level": args.seconds,
+        "far_ahead": {"judged_before": args.far_ahead, "pairs": args.far_ahead_prompts, "others": 31,
+                      "others_judged_before": 30} if args.far_ahead else None,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -120,8 +120,16 @@ def preference_row(*, prompt: str | list[dict], chosen: str, rejected: str, meta
     return {"prompt": prompt, "chosen": chosen, "rejected": rejected, "meta": meta}
 
 
-def _prompt_key(prompt: str | list) -> bytes:
-    return hashlib.sha256(_canonical_json(prompt).encode()).digest()
+def prompt_key(prompt: str | list[Mapping]) -> str:
+    """A prompt's identity, what "the same prompt" means everywhere: sha256 hex of its chat messages'
+    canonical JSON, a plain-string prompt being one user message.
+
+    Two import ids with one text share a key, and so do a prompt's standard and conversational rows: what
+    leaks between train and test is the text, not the id. The writer's one-split-per-prompt check and the
+    web app's split both use it.
+    """
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else [dict(m) for m in prompt]
+    return hashlib.sha256(_canonical_json(messages).encode()).hexdigest()
 
 
 # --- writing -------------------------------------------------------------------------------------------
@@ -287,10 +295,11 @@ class SnapshotWriter:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         check_row(row, self.row_format)
-        key = _prompt_key(row["prompt"])
+        key = bytes.fromhex(prompt_key(row["prompt"]))  # 32 bytes a prompt, not 64 characters
         other = "test" if split == "train" else "train"
         if key in self._prompts[other]:
-            raise ValueError(f"this prompt is already in the {other} split; a snapshot splits by prompt")
+            raise ValueError(f"this prompt (the same messages) is already in the {other} split; a snapshot "
+                             "splits by prompt text")
         self._prompts[split].add(key)
         self._writers[split].write(dict(row))
         self._rows[split] += 1

@@ -4,10 +4,11 @@ Kept out of the models and the Celery task: the task and the command call `snaps
 page and the API call `export_preview`; both walk the same stream through `_plan`, so a preview's
 counts are the counts the snapshot gets.
 
-Consensus follows the tie rules of annotate/quality/consensus.py: the winner is the choice (a, b,
-tie, both_bad) with strictly more votes than any other; a shared top count is no consensus and the
-pair is left out. Only an a or b majority makes a row (chosen = the winner's response); a tie or
-both_bad majority is counted in the manifest and left out.
+Consensus is the quality module's own rule (annotate/quality/consensus.py: strict_majority), decided
+for a batch of pairs at a time: the winner is the choice (a, b, tie, both_bad) with strictly more
+votes than any other; a shared top count is no consensus and the pair is left out. Only an a or b
+majority makes a row (chosen = the winner's response); a tie or both_bad majority is counted in the
+manifest and left out.
 """
 
 from __future__ import annotations
@@ -24,54 +25,52 @@ import numpy as np
 from annotate.exports.filters import ExportError, ExportFilters
 from annotate.exports.selectors import PairVotes, pair_votes_stream, reviewer_ids_by_username
 from annotate.quality.agreement import krippendorff_alpha, percent_agreement
+from annotate.quality.consensus import CONSENSUS_RULE, NO_CONSENSUS, strict_majority
+from annotate.quality.table import WINNER_SWAP
+from annotate.review.choices import WINNERS
 from annotate.review.models import Project
 from training.snapshot import SnapshotWriter
 
-CHOICES = ("a", "b", "tie", "both_bad")
-CONSENSUS_RULE = ("strict majority of a/b/tie/both_bad over the current judgments of original (non-retest) "
-                  "assignments; a shared top count is no consensus; only an a or b majority makes a row")
 # Why a pair made no row, in the order the checks run; the first that applies is counted.
 EXCLUSIONS = ("tags", "gold", "too_few_judgments", "tie_vote", "no_consensus", "both_bad_majority",
               "tie_majority", "below_min_agreement", "max_pairs_per_prompt")
-PROGRESS_EVERY = 2000  # pairs between progress reports
+CONSENSUS_BATCH = 4096  # pairs whose consensus is decided in one vectorised call
 
 ProgressCallback = Callable[[int], None]
 
 
-def consensus(votes: tuple[int, int, int, int]) -> tuple[str | None, float]:
-    """(winner or None for a split top, share of the votes for the top choice)."""
-    top = max(votes)
-    share = top / sum(votes)
-    if votes.count(top) > 1:
-        return None, share
-    return CHOICES[votes.index(top)], share
+def _winner_name(code: int) -> str | None:
+    return None if code == NO_CONSENSUS else WINNERS[code]
 
 
-def pair_exclusion(pair: PairVotes, filters: ExportFilters) -> tuple[str | None, str | None, float]:
-    """(why the pair makes no row or None, its winner, its consensus share)."""
-    winner, share = consensus(pair.votes)
+def pair_exclusion(pair: PairVotes, filters: ExportFilters, *, winner: str | None, share: float) -> str | None:
+    """Why the pair makes no row (the first reason that applies), or None; winner and share are its consensus."""
     if filters.tags and not set(filters.tags) & set(pair.tags):
-        return "tags", winner, share
+        return "tags"
     if (filters.gold == "exclude" and pair.gold) or (filters.gold == "only" and not pair.gold):
-        return "gold", winner, share
+        return "gold"
     if sum(pair.votes) < filters.min_judgments:
-        return "too_few_judgments", winner, share
+        return "too_few_judgments"
     if filters.exclude_ties and (pair.votes[2] or pair.votes[3]):
-        return "tie_vote", winner, share
+        return "tie_vote"
     if winner is None:
-        return "no_consensus", winner, share
+        return "no_consensus"
     if winner == "both_bad":
-        return "both_bad_majority", winner, share
+        return "both_bad_majority"
     if winner == "tie":
-        return "tie_majority", winner, share
+        return "tie_majority"
     if share < filters.min_agreement:
-        return "below_min_agreement", winner, share
-    return None, winner, share
+        return "below_min_agreement"
+    return None
 
 
-def prompt_split(*, prompt_id: str, seed: int, test_ratio: float) -> str:
-    """'train' or 'test' for every pair of a prompt: a hash of (seed, prompt_id), not of the database's ids."""
-    digest = hashlib.sha256(f"{seed}\x00{prompt_id}".encode()).digest()
+def prompt_split(*, prompt_key: str, seed: int, test_ratio: float) -> str:
+    """'train' or 'test' for every pair of a prompt: a hash of (seed, prompt key), not of the database's ids.
+
+    The key is the prompt's text (training.snapshot.prompt_key, stored as Prompt.content_key), not its
+    import id: two ids with one text are one prompt, on one side, as the snapshot writer checks.
+    """
+    digest = hashlib.sha256(f"{seed}\x00{prompt_key}".encode()).digest()
     return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_ratio else "train"
 
 
@@ -88,7 +87,7 @@ class PlannedRow:
         return {
             "pair_id": self.pair.pair_id,
             "prompt_id": self.pair.prompt_id,
-            "votes": dict(zip(CHOICES, votes, strict=True)),
+            "votes": dict(zip(WINNERS, votes, strict=True)),
             "judgments": sum(votes),
             "consensus_share": round(self.share, 6),
             "decided_by": "unanimous" if self.share == 1.0 else "strict_majority",
@@ -122,13 +121,17 @@ class Tally:
         return next(iter(self.criteria_versions)) if len(self.criteria_versions) == 1 else None
 
 
-def _plan_prompt(group: list[PairVotes], filters: ExportFilters, tally: Tally) -> list[PlannedRow]:
+def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float]], filters: ExportFilters,
+                 tally: Tally) -> list[PlannedRow]:
+    """The rows of one prompt's pairs; `decisions` yields each pair's (winner code, share) in order."""
     keep = []
     for pair in group:
         tally.pairs_considered += 1
         tally.judgments_counted += sum(pair.votes)
         tally.votes.extend(pair.votes)
-        reason, winner, share = pair_exclusion(pair, filters)
+        code, share = next(decisions)
+        winner = _winner_name(code)
+        reason = pair_exclusion(pair, filters, winner=winner, share=share)
         if reason is None:
             keep.append((pair, winner, share))
         else:
@@ -139,7 +142,7 @@ def _plan_prompt(group: list[PairVotes], filters: ExportFilters, tally: Tally) -
         keep = sorted(keep[: filters.max_pairs_per_prompt], key=lambda item: item[0].pair_id)
     if not keep:
         return []
-    split = prompt_split(prompt_id=group[0].prompt_id, seed=filters.seed, test_ratio=filters.test_ratio)
+    split = prompt_split(prompt_key=group[0].prompt_key, seed=filters.seed, test_ratio=filters.test_ratio)
     tally.prompts[split] += 1
     rows = []
     for pair, winner, share in keep:
@@ -150,42 +153,60 @@ def _plan_prompt(group: list[PairVotes], filters: ExportFilters, tally: Tally) -
     return rows
 
 
+def _plan_batch(groups: list[list[PairVotes]], filters: ExportFilters, tally: Tally) -> Iterator[PlannedRow]:
+    """Rows of whole prompt groups, their pairs' consensus decided in one call."""
+    votes = np.array([pair.votes for group in groups for pair in group], dtype=np.int64)
+    winners, shares = strict_majority(votes)
+    decisions = zip(winners.tolist(), shares.tolist(), strict=True)
+    for group in groups:
+        yield from _plan_prompt(group, decisions, filters, tally)
+
+
 def _plan(stream: Iterable[PairVotes], filters: ExportFilters, tally: Tally,
           on_progress: ProgressCallback | None) -> Iterator[PlannedRow]:
-    """Rows to write, prompt by prompt (the stream comes ordered by prompt, then pair)."""
+    """Rows to write, prompt by prompt (the stream comes ordered by prompt key, then pair): one group per
+    prompt text, so its pairs share a split, a max_pairs_per_prompt and one count in the manifest."""
+    groups: list[list[PairVotes]] = []
     group: list[PairVotes] = []
-    next_report = PROGRESS_EVERY
+    pending = 0
     for pair in stream:
-        if group and pair.prompt_pk != group[0].prompt_pk:
-            yield from _plan_prompt(group, filters, tally)
+        if group and pair.prompt_key != group[0].prompt_key:
+            groups.append(group)
+            pending += len(group)
             group = []
-            if on_progress is not None and tally.pairs_considered >= next_report:
-                on_progress(tally.pairs_considered)
-                next_report = tally.pairs_considered + PROGRESS_EVERY
+            if pending >= CONSENSUS_BATCH:
+                yield from _plan_batch(groups, filters, tally)
+                groups, pending = [], 0
+                if on_progress is not None:
+                    on_progress(tally.pairs_considered)
         group.append(pair)
     if group:
-        yield from _plan_prompt(group, filters, tally)
+        groups.append(group)
+    yield from _plan_batch(groups, filters, tally)
     if on_progress is not None:
         on_progress(tally.pairs_considered)
 
 
 def _flagged_reviewers(*, project: Project) -> list[dict]:
-    """Reviewers the agreement report flags, with their flags. The report holds every judgment of the
-    project in memory, so it is computed only when the export leaves flagged reviewers out."""
-    # Imported here: the full report pulls in scipy.stats, which only this filter needs.
-    from annotate.quality.selectors import agreement_report_for_project
+    """Reviewers the agreement report flags, with their flags: read from the project's stored report
+    when it is current, recomputed (without intervals) when there is none or judgments came since.
+    Either way the same judgments give the same flags, so the manifest (and the snapshot id) does not
+    say which."""
+    # Imported here: the report pulls in scipy.stats, which only this filter needs.
+    from annotate.quality.services import flagged_reviewers_current
 
-    report = agreement_report_for_project(project=project, bootstrap=0)
-    return [{"username": r["username"], "flags": r["flags"]} for r in report["reviewers"] if r["flags"]]
+    return flagged_reviewers_current(project=project)
 
 
 def agreement_summary(*, votes: array, flagged: list[dict] | None) -> dict:
     """Agreement of the votes this export counted (flat a, b, tie, both_bad per pair), by the quality
-    module's own estimators: the same figures as the agreement report's headline for the same votes."""
-    value_counts = np.frombuffer(votes, dtype=np.int32).reshape(-1, len(CHOICES)) if len(votes) else (
-        np.zeros((0, len(CHOICES)), dtype=np.int32))
+    module's own estimators: the same figures as the agreement report's headline for the same votes,
+    each pair counted in both orientations (which answer is "a" is only the import file's order)."""
+    value_counts = np.frombuffer(votes, dtype=np.int32).reshape(-1, len(WINNERS)) if len(votes) else (
+        np.zeros((0, len(WINNERS)), dtype=np.int32))
+    a_b_exchanged = np.array(WINNER_SWAP)
     alpha = krippendorff_alpha(value_counts=value_counts, level="nominal", n_resamples=0,
-                               rng=np.random.default_rng(0))
+                               rng=np.random.default_rng(0), swap=a_b_exchanged)
     return {
         "of": "the votes this export counted",
         "judgments": int(value_counts.sum()),

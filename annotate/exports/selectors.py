@@ -29,6 +29,7 @@ class PairVotes:
     pair_id: int
     prompt_pk: int
     prompt_id: str
+    prompt_key: str  # Prompt.content_key: which prompts are the same prompt
     messages: list | None
     tags: list
     gold: bool
@@ -61,7 +62,7 @@ def _votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wi
     joins = (f"JOIN {response} ra ON ra.id = p.response_a_id JOIN {response} rb ON rb.id = p.response_b_id"
              if with_texts else "")
     sql = f"""
-        SELECT v.pair_id, pr.id, pr.external_id, pr.tags, pr.gold_response_id,
+        SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
                v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version, {texts}
         FROM (
             SELECT a.pair_id AS pair_id,
@@ -79,7 +80,7 @@ def _votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wi
         JOIN {pair} p ON p.id = v.pair_id
         JOIN {prompt} pr ON pr.id = p.prompt_id
         {joins}
-        ORDER BY pr.id, v.pair_id
+        ORDER BY pr.content_key, v.pair_id
     """
     return sql, params
 
@@ -90,7 +91,8 @@ def _json(value):
 
 def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_reviewers: frozenset[int] = frozenset(),
                       with_texts: bool = True, fetch_rows: int = FETCH_ROWS) -> Iterator[PairVotes]:
-    """Every pair of the project with at least one counted vote, ordered by prompt then pair.
+    """Every pair of the project with at least one counted vote, ordered by prompt key then pair, so the
+    pairs of one prompt text (under any prompt_id) come together.
 
     Counted votes: the current (not retracted) judgment of each original assignment (retests left
     out, so nobody votes twice), made under the chosen criteria versions, on the chosen days, by a
@@ -103,10 +105,10 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     with connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(fetch_rows):
-            for (pair_id, prompt_pk, prompt_id, tags, gold_id, votes_a, votes_b, votes_tie, votes_both_bad,
-                 version, messages, text_a, text_b) in rows:
+            for (pair_id, prompt_pk, prompt_id, prompt_key, tags, gold_id, votes_a, votes_b, votes_tie,
+                 votes_both_bad, version, messages, text_a, text_b) in rows:
                 yield PairVotes(
-                    pair_id=pair_id, prompt_pk=prompt_pk, prompt_id=prompt_id,
+                    pair_id=pair_id, prompt_pk=prompt_pk, prompt_id=prompt_id, prompt_key=prompt_key,
                     messages=_json(messages) if messages is not None else None, tags=_json(tags) or [],
                     gold=gold_id is not None, votes=(int(votes_a), int(votes_b), int(votes_tie), int(votes_both_bad)),
                     criteria_version=int(version), text_a=text_a, text_b=text_b,

@@ -1,15 +1,18 @@
-"""Agreement report over the API (admins and engineers)."""
+"""Agreement report over the API (admins and engineers): the stored report, or a fresh one on request."""
 
 from django.http import Http404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.permissions import IsAdminOrEngineer
+from annotate.quality import services
 from annotate.quality.selectors import agreement_report_for_project
 from annotate.review.models import Project
 
 MAX_BOOTSTRAP = 5000
+_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
 class AgreementReportView(APIView):
@@ -17,14 +20,45 @@ class AgreementReportView(APIView):
 
     @extend_schema(
         summary="Agreement, reviewer quality and model ratings of a project",
-        parameters=[OpenApiParameter("bootstrap", int, description=f"resamples for CIs (0-{MAX_BOOTSTRAP}, default 1000)")],
-        responses={200: OpenApiResponse(description="the agreement report (DESIGN.md)")},
+        description=(
+            "The project's stored report (docs/agreement.md) with computed_at, stale, judgments_since and "
+            "recomputing. A stale report is served as it is while a recompute is queued; fresh=true computes "
+            "and stores one now. A bootstrap other than the stored report's is computed now and not stored."
+        ),
+        parameters=[
+            OpenApiParameter("fresh", bool, description="compute the report now and store it (default false)"),
+            OpenApiParameter(
+                "bootstrap", int,
+                description=f"resamples for CIs (0-{MAX_BOOTSTRAP}, default {services.STORED_BOOTSTRAP})",
+            ),
+        ],
+        responses={200: OpenApiResponse(description="the agreement report and how current it is")},
     )
     def get(self, request, slug: str):
         project = Project.objects.filter(slug=slug).first()
         if project is None:
             raise Http404(f"no project {slug!r}")
-        raw = request.query_params.get("bootstrap", "1000")
-        if not raw.isdigit() or int(raw) > MAX_BOOTSTRAP:
-            return Response({"detail": f"bootstrap: {raw!r} must be a whole number from 0 to {MAX_BOOTSTRAP}"}, status=400)
-        return Response(agreement_report_for_project(project=project, bootstrap=int(raw)))
+        raw_bootstrap = request.query_params.get("bootstrap", str(services.STORED_BOOTSTRAP))
+        if not raw_bootstrap.isdigit() or int(raw_bootstrap) > MAX_BOOTSTRAP:
+            return Response(
+                {"detail": f"bootstrap: {raw_bootstrap!r} must be a whole number from 0 to {MAX_BOOTSTRAP}"},
+                status=400,
+            )
+        raw_fresh = request.query_params.get("fresh", "false").lower()
+        if raw_fresh not in _TRUE + _FALSE:
+            return Response({"detail": f"fresh: {raw_fresh!r} must be true or false"}, status=400)
+        bootstrap = int(raw_bootstrap)
+
+        if bootstrap != services.STORED_BOOTSTRAP:
+            report = agreement_report_for_project(project=project, bootstrap=bootstrap)
+            freshness = {"computed_at": timezone.now().isoformat(), "stale": False, "judgments_since": 0,
+                         "recomputing": False, "stored": False}
+            return Response({**report, **freshness})
+        state = services.stored_report_read(project=project, schedule=False)
+        if raw_fresh in _TRUE or state.report is None:
+            # Asked for, or nothing stored yet: a client of the API wants figures, not a promise of them.
+            services.stored_report_refresh(project=project)
+            state = services.stored_report_read(project=project, schedule=False)
+        elif state.stale:
+            state = services.stored_report_read(project=project)  # queues one recompute
+        return Response({**state.report, **state.freshness(), "stored": True})

@@ -1,6 +1,7 @@
 """Consensus per pair: the majority choice of its reviewers and how many agree with it.
 
-Tie rules (the export pipeline filters on these):
+The one definition of the consensus rule: `strict_majority` decides it for the agreement report and,
+through the same function, for the export pipeline. Tie rules:
 - Votes are the original judgments of the pair (retests left out, so nobody votes twice), over
   four choices: a, b, tie, both_bad.
 - The winner is the choice with strictly more votes than any other. When two or more choices share
@@ -17,10 +18,29 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from annotate.quality.table import WINNER_A, WINNER_B, JudgmentTable
+from annotate.quality.table import JudgmentTable
+from annotate.review.choices import WINNER_A, WINNER_B, WINNER_BOTH_BAD, WINNER_TIE, WINNERS
 
 NO_CONSENSUS = -1
-N_CHOICES = 4
+N_CHOICES = len(WINNERS)
+CONSENSUS_RULE = ("strict majority of a/b/tie/both_bad over the current judgments of original (non-retest) "
+                  "assignments; a shared top count is no consensus; only an a or b majority makes a row")
+
+
+def strict_majority(votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The consensus of (p, 4) vote counts (a, b, tie, both_bad per pair, each pair >= 1 vote).
+
+    Returns (winner, share), both (p,): winner int8, the code of the choice with strictly more votes
+    than any other, or NO_CONSENSUS when two or more share the top count; share float64, the top
+    count over the pair's votes.
+    """
+    votes = np.asarray(votes, dtype=np.int64).reshape(-1, N_CHOICES)
+    if votes.shape[0] == 0:
+        return np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.float64)
+    top = votes.max(axis=1)
+    split = (votes == top[:, None]).sum(axis=1) > 1
+    winner = np.where(split, NO_CONSENSUS, votes.argmax(axis=1)).astype(np.int8)
+    return winner, top / votes.sum(axis=1)
 
 
 @dataclass(frozen=True)
@@ -55,12 +75,9 @@ def pair_consensus(table: JudgmentTable) -> PairConsensus:
         dense * N_CHOICES + table.winner[rows].astype(np.int64), minlength=p * N_CHOICES
     ).reshape(p, N_CHOICES)
     judgments = votes.sum(axis=1)
-    top = votes.max(axis=1) if p else np.zeros(0, dtype=np.int64)
-    split = (votes == top[:, None]).sum(axis=1) > 1
-    winner = np.where(split, NO_CONSENSUS, votes.argmax(axis=1) if p else 0).astype(np.int8)
+    winner, confidence = strict_majority(votes)
     signed = np.bincount(dense, weights=table.signed_strength[rows].astype(np.float64), minlength=p)
     with np.errstate(divide="ignore", invalid="ignore"):
-        confidence = top / judgments
         mean_signed = signed / judgments
     return PairConsensus(
         pair=table.pair_ids[present],
@@ -73,19 +90,24 @@ def pair_consensus(table: JudgmentTable) -> PairConsensus:
 
 
 def consensus_summary(*, consensus: PairConsensus) -> dict:
-    """Counts for the report: pairs by winner, split pairs, mean confidence of overlapping pairs."""
+    """Counts for the report: pairs by kind of winner, split pairs, mean confidence of overlapping pairs.
+
+    Winners are counted as "decisive" (one answer won), "tie" or "both_bad", never as "a" or "b":
+    which answer is "a" is only the import file's order, so a count of "a" wins across pairs says
+    how the file was sorted, not what reviewers found (docs/agreement.md).
+    """
     overlapping = consensus.judgments >= 2
-    winner_names = ("a", "b", "tie", "both_bad")
+    decisive = (consensus.winner == WINNER_A) | (consensus.winner == WINNER_B)
     return {
         "pairs": len(consensus),
         "pairs_with_overlap": int(overlapping.sum()),
         "winner_counts": {
-            name: int((consensus.winner == code).sum()) for code, name in enumerate(winner_names)
+            "decisive": int(decisive.sum()),
+            "tie": int((consensus.winner == WINNER_TIE).sum()),
+            "both_bad": int((consensus.winner == WINNER_BOTH_BAD).sum()),
         },
         "no_consensus": int((consensus.winner == NO_CONSENSUS).sum()),
-        "decisive_with_overlap": int(
-            (overlapping & ((consensus.winner == WINNER_A) | (consensus.winner == WINNER_B))).sum()
-        ),
+        "decisive_with_overlap": int((overlapping & decisive).sum()),
         "mean_confidence_with_overlap": (
             float(consensus.confidence[overlapping].mean()) if overlapping.any() else None
         ),

@@ -24,7 +24,8 @@ from scipy import sparse
 from scipy.sparse.csgraph import connected_components
 
 from annotate.quality.agreement import count_distinct_rows
-from annotate.quality.table import WINNER_A, WINNER_B, WINNER_BOTH_BAD, JudgmentTable
+from annotate.quality.table import JudgmentTable
+from annotate.review.choices import WINNER_A, WINNER_B, WINNER_BOTH_BAD
 
 _BATCH_ELEMENTS = 2_000_000  # bootstrap fits per batch x models**2
 
@@ -112,6 +113,11 @@ def bradley_terry_ratings(
     unit_counts = np.stack(
         [np.bincount(unit[mask], minlength=n_units) for mask in (a_won, b_won, tied)], axis=1
     )
+    # Each unit written with its lower-numbered model first (a-wins and b-wins exchanged where that
+    # reverses it): the same groups, so the same bootstrap draws, whichever answer the import listed first.
+    reverse = unit_a > unit_b
+    unit_a, unit_b = np.where(reverse, unit_b, unit_a), np.where(reverse, unit_a, unit_b)
+    unit_counts = np.where(reverse[:, None], unit_counts[:, [1, 0, 2]], unit_counts)
     groups, frequency = count_distinct_rows(rows=np.column_stack([unit_a, unit_b, unit_counts]))
     # Each group adds (a wins + ties/2) to score[a, b] and (b wins + ties/2) to score[b, a].
     contribution = sparse.csr_matrix(

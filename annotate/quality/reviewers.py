@@ -21,9 +21,10 @@ from scipy.stats import binom
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
-from annotate.quality.table import WINNER_B, JudgmentTable
+from annotate.quality.table import JudgmentTable
+from annotate.review.choices import WINNER_B, WINNERS
 
-N_WINNER_VALUES = 4
+N_WINNER_VALUES = len(WINNERS)
 
 FLAG_POSITION_BIAS = "position_bias"
 FLAG_LOW_AGREEMENT = "low_agreement"

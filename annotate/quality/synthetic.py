@@ -10,6 +10,10 @@ with the Bradley–Terry probability of the two source models. A careful reviewe
 with their own accuracy (drawn in ``accuracy_range``) and otherwise picks the other side, tie or
 both_bad; on a retest (shown in the swapped order) they repeat their choice with probability
 ``retest_repeat`` and otherwise answer afresh.
+
+With ``better_first`` every pair lists the stronger model's answer as response a, as an import
+file sorted best-first would: most decisive judgments are then "a", which is what made
+orientation-blind agreement figures collapse (docs/agreement.md).
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from annotate.quality.table import NO_GOLD, WINNER_A, WINNER_B, WINNER_BOTH_BAD, WINNER_TIE, JudgmentTable
+from annotate.quality.table import NO_GOLD, JudgmentTable
+from annotate.review.choices import WINNER_A, WINNER_B, WINNER_BOTH_BAD, WINNER_TIE
 
 ALWAYS_LEFT = "always-left"
 RANDOM_CLICKER = "random-clicker"
@@ -57,13 +62,15 @@ def synthetic_project(
     accuracy_range: tuple[float, float] = (0.75, 0.92),
     retest_repeat: float = 0.9,
     plant_faults: bool = True,
+    better_first: bool = False,
     days: float = 30.0,
     seed: int = 0,
 ) -> SyntheticProject:
     """Generate ``n_pairs * judgments_per_pair * (1 + retest_share)`` judgments.
 
     With ``plant_faults`` reviewers 0, 1, 2 are the always-left clicker, the random clicker and
-    the self-contradicting reviewer (who flips a and b on every retest).
+    the self-contradicting reviewer (who flips a and b on every retest). With ``better_first``
+    response a is always the stronger model's answer.
     """
     if judgments_per_pair > n_reviewers:
         raise ValueError("judgments_per_pair cannot exceed n_reviewers")
@@ -80,6 +87,9 @@ def synthetic_project(
     # Pairs: two different models, a truth, maybe gold.
     model_a = rng.integers(0, n_models, n_pairs)
     model_b = (model_a + rng.integers(1, n_models, n_pairs)) % n_models
+    if better_first:
+        weaker_first = strength[model_a] < strength[model_b]
+        model_a, model_b = np.where(weaker_first, model_b, model_a), np.where(weaker_first, model_a, model_b)
     p_a = 1.0 / (1.0 + np.exp(-(strength[model_a] - strength[model_b])))
     draw = rng.random(n_pairs)
     truth = np.where(

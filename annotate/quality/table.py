@@ -15,16 +15,22 @@ from typing import Any
 
 import numpy as np
 
-# Codes of the ``winner`` column.
-WINNER_A = 0
-WINNER_B = 1
-WINNER_TIE = 2
-WINNER_BOTH_BAD = 3
-WINNER_NAMES = ("a", "b", "tie", "both_bad")
+from annotate.review.choices import (
+    CRITERION_WINNERS,
+    WINNER_A,
+    WINNER_B,
+    WINNER_CODES,
+    WINNERS,
+    reversed_winner,
+)
 
-# Codes of a per-criterion column (criteria have no both_bad and no strength).
+# Codes of the ``winner`` column and of a criterion column: a winner's index in WINNERS or
+# CRITERION_WINNERS (annotate/review/choices.py, the one definition of choices).
+# The codes with response a and response b exchanged: which answer is "a" is only the order of the
+# import file, so statistics across pairs must not depend on it (docs/agreement.md).
+WINNER_SWAP = tuple(WINNER_CODES[reversed_winner(name)] for name in WINNERS)
+CRITERION_SWAP = tuple(WINNER_CODES[reversed_winner(name)] for name in CRITERION_WINNERS)
 CRITERION_MISSING = -1
-CRITERION_NAMES = ("a", "b", "tie")
 
 # Codes of the ``gold`` column.
 NO_GOLD = -1
@@ -213,7 +219,7 @@ class JudgmentTable:
         rows: dict[str, list[Any]] = {name: [] for name in ROW_COLUMNS}
         criteria: dict[str, list[int]] = {str(key): [] for key in criteria_keys}
         for number, record in enumerate(records):
-            winner = code(record["winner"], WINNER_NAMES, f"record {number}: winner")
+            winner = code(record["winner"], WINNERS, f"record {number}: winner")
             gold = record.get("gold")
             rows["pair"].append(int(record["pair"]))
             rows["reviewer"].append(index_of(str(record["reviewer"]), reviewers, reviewer_index))
@@ -236,7 +242,7 @@ class JudgmentTable:
                 column.append(
                     CRITERION_MISSING
                     if value is None
-                    else code(value, CRITERION_NAMES, f"record {number}: criteria[{key!r}]")
+                    else code(value, CRITERION_WINNERS, f"record {number}: criteria[{key!r}]")
                 )
         return cls(
             **{name: np.asarray(values) for name, values in rows.items()},

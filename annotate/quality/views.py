@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.shortcuts import render
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 from annotate.permissions import project_for_staff_page
 from annotate.quality.charts import charts_for_report, interval, notes_by_key, number, p_value, percent
@@ -16,10 +18,7 @@ from annotate.quality.reviewers import (
     FLAG_POSITION_BIAS,
     FLAG_TOO_FAST,
 )
-from annotate.quality.selectors import agreement_report_for_project
-
-# Enough resamples for intervals stable to about a percentage point, few enough for a page load.
-DASHBOARD_BOOTSTRAP = 500
+from annotate.quality.services import STORED_BOOTSTRAP, StoredReportState, stored_report_read
 
 FLAGS = {
     FLAG_POSITION_BIAS: ("position bias", "Picks one side more often than chance allows, whatever the answers."),
@@ -177,15 +176,37 @@ def _criterion_rows(report: dict, notes: dict[str, str], texts: dict[str, str]) 
     return rows
 
 
+def _age_line(state: StoredReportState, now) -> str:
+    """How old the stored report is and what is being done about it, e.g.
+    "computed 3 minutes ago, 12 new judgments since, recomputing"."""
+    parts = [f"computed {timesince(state.computed_at, now, depth=1)} ago"]
+    if state.stale:
+        parts.append(f"{state.judgments_since} new judgment{'' if state.judgments_since == 1 else 's'} since")
+        if state.recomputing:
+            parts.append("recomputing")
+    else:
+        parts.append("up to date")
+    return ", ".join(parts)
+
+
 def quality_dashboard(request, slug: str):
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
-    report = agreement_report_for_project(project=project, bootstrap=DASHBOARD_BOOTSTRAP)
+    now = timezone.now()
+    state = stored_report_read(project=project, now=now)
+    if state.report is None:
+        # Before the first report exists (a worker is computing it): say so instead of a blank page.
+        return render(request, "quality/dashboard.html", {
+            "project": project, "report": None, "state": state, "bootstrap": STORED_BOOTSTRAP,
+        })
+    report = state.report
     notes = notes_by_key(report["notes"])
     criteria = project.criteria_versions.first()  # newest version first
     texts = {item["key"]: item.get("text", "") for item in criteria.items} if criteria else {}
     return render(request, "quality/dashboard.html", {
         "project": project,
         "report": report,
+        "state": state,
+        "age": _age_line(state, now),
         "headline": _headline(report, notes),
         "charts": charts_for_report(report, notes),
         "reviewers": _reviewer_rows(report),
@@ -193,5 +214,5 @@ def quality_dashboard(request, slug: str):
         "criteria": _criterion_rows(report, notes, texts),
         "bucket": (report.get("agreement_over_time") or {}).get("bucket"),
         "kappa_min_shared": (report.get("cohen_kappa") or {}).get("min_shared_pairs"),
-        "bootstrap": DASHBOARD_BOOTSTRAP,
+        "bootstrap": report.get("method", {}).get("bootstrap_resamples", STORED_BOOTSTRAP),
     })

@@ -1,14 +1,12 @@
 """Django admin for projects, criteria, prompts and responses, with an import upload per project."""
 
-import io
-
 from django import forms
 from django.contrib import admin, messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 
 from annotate.review import services
-from annotate.review.importing import ImportRejected, items_parse
+from annotate.review.importing import ImportRejected
 from annotate.review.models import Assignment, CriteriaVersion, Judgment, Pair, Project, Prompt, Response
 
 
@@ -44,12 +42,9 @@ class ProjectAdmin(admin.ModelAdmin):
         errors: list[str] = []
         if request.method == "POST" and form.is_valid():
             try:
-                items = items_parse(io.TextIOWrapper(form.cleaned_data["file"].file, encoding="utf-8"))
-                summary = services.items_import(project=project, items=items)
+                summary = services.items_import_file(project=project, lines=form.cleaned_data["file"].file)
             except ImportRejected as exc:
                 errors = exc.errors
-            except UnicodeDecodeError:
-                errors = ["line 1: the file is not UTF-8 text"]
             else:
                 messages.success(
                     request,

@@ -1,6 +1,5 @@
 """Reviewer and admin API for review work (under /api/v1/)."""
 
-import io
 import uuid
 
 from django.http import Http404
@@ -12,7 +11,7 @@ from rest_framework.views import APIView
 
 from annotate.permissions import CanReview, IsAdmin
 from annotate.review import selectors, services
-from annotate.review.importing import ImportRejected, items_parse
+from annotate.review.importing import ImportRejected
 
 
 def _project_or_404(slug: str):
@@ -118,11 +117,9 @@ class ItemsImportView(APIView):
         if upload is None:
             return Response({"detail": "file: attach the JSONL file as the multipart field 'file'"}, status=400)
         try:
-            items = items_parse(io.TextIOWrapper(upload.file, encoding="utf-8", errors="strict"))
-            summary = services.items_import(project=project, items=items)
+            # The raw bytes, line by line: a line that is not UTF-8 is reported with its number.
+            summary = services.items_import_file(project=project, lines=upload.file)
         except ImportRejected as exc:
             return Response({"detail": f"the file was rejected whole, nothing was stored: {len(exc.errors)} error(s)",
                              "errors": exc.errors}, status=400)
-        except UnicodeDecodeError:
-            return Response({"detail": "file: not UTF-8 text; nothing was stored"}, status=400)
         return Response(summary.__dict__, status=201)

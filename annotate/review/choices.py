@@ -41,3 +41,7 @@ def swap_back(winner: str, *, a_on_left: bool) -> str:
     """A stored winner -> the click its reviewer made, as they saw the pair."""
     return _CLICK_OF_WINNER.get((winner, bool(a_on_left)), winner)
 
+
+def reversed_winner(winner: str) -> str:
+    """The same judgment of the same pair, with the pair's responses a and b listed the other way round."""
+    return {"a": "b", "b": "a"}.get(winner, winner)

@@ -1,15 +1,26 @@
 """Reading an import file (JSONL, one prompt a line) into checked items, or every error in it.
 
 Pure: no database. A file with any error is rejected whole, so the caller stores nothing from it.
+`items_read` streams: it yields each good item as its line is read and keeps none, so a file of any
+size is read in flat memory. A repeated prompt_id can only be seen with every id read so far at hand:
+`items_parse` (a small file in memory) keeps them in a dict, the import (annotate/review/import_sql.py)
+finds them in its staging table.
 """
 
 import hashlib
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+
+from training.snapshot import prompt_key
 
 ROLES = {"system", "user", "assistant"}
 MAX_ERRORS = 200  # past this many, the rest of the file is not worth listing
+MAX_NAME_CHARS = 200  # prompt_id, model and model_version columns
+# JSON escapes of what no database column can hold as text: NUL (PostgreSQL refuses it) and a UTF-16
+# surrogate without its pair (not a character at all). Only a line with one of these is searched further.
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,11 @@ class ImportedItem:
     responses: list[ImportedResponse]
     tags: list[str] = field(default_factory=list)
     gold_preferred: int | None = None
+
+    @property
+    def prompt_key(self) -> str:
+        """Which prompts are "the same prompt": the messages' key (training.snapshot.prompt_key)."""
+        return prompt_key(self.messages)
 
 
 class ImportRejected(ValueError):
@@ -77,8 +93,12 @@ def _responses(value, where: str, errors: list[str]) -> list[ImportedResponse]:
             errors.append(f"{where}: response {i} needs a non-empty 'text'")
         elif not isinstance(model, str) or not model.strip():
             errors.append(f"{where}: response {i} needs a 'model' name")
+        elif len(model.strip()) > MAX_NAME_CHARS:
+            errors.append(f"{where}: response {i} 'model' is longer than {MAX_NAME_CHARS} characters")
         elif not isinstance(version, str | int):
             errors.append(f"{where}: response {i} 'model_version' must be a string")
+        elif len(str(version).strip()) > MAX_NAME_CHARS:
+            errors.append(f"{where}: response {i} 'model_version' is longer than {MAX_NAME_CHARS} characters")
         else:
             responses.append(ImportedResponse(text=text, model=model.strip(), model_version=str(version).strip()))
     return responses
@@ -94,6 +114,10 @@ def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
     if not isinstance(row, dict):
         errors.append(f"{where}: must be a JSON object")
         return None
+    if _SUSPECT_ESCAPE.search(raw) and _unstorable(row):
+        errors.append(f"{where}: holds \\u0000 or an unpaired surrogate (\\ud800-\\udfff), which is not text that "
+                      "can be stored; remove it")
+        return None
     before = len(errors)
     unknown = set(row) - {"prompt_id", "prompt", "responses", "tags", "gold"}
     if unknown:
@@ -101,8 +125,8 @@ def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
     prompt_id = row.get("prompt_id")
     if not isinstance(prompt_id, str | int) or not str(prompt_id).strip():
         errors.append(f"{where}: 'prompt_id' is missing")
-    elif len(str(prompt_id)) > 200:
-        errors.append(f"{where}: 'prompt_id' is longer than 200 characters")
+    elif len(str(prompt_id)) > MAX_NAME_CHARS:
+        errors.append(f"{where}: 'prompt_id' is longer than {MAX_NAME_CHARS} characters")
     messages = _messages(row.get("prompt"), where, errors)
     responses = _responses(row.get("responses"), where, errors)
     tags = row.get("tags", [])
@@ -127,32 +151,79 @@ def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
     )
 
 
-def items_parse(lines: Iterable[str | bytes]) -> list[ImportedItem]:
-    """Every item of an import file, or ImportRejected with every error as 'line N: reason'."""
-    errors: list[str] = []
-    items: list[ImportedItem] = []
-    first_line_of: dict[str, int] = {}
+def _unstorable(value) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return True
+        return "\x00" in value
+    if isinstance(value, list):
+        return any(_unstorable(item) for item in value)
+    if isinstance(value, dict):
+        return any(_unstorable(key) or _unstorable(item) for key, item in value.items())
+    return False
+
+
+def items_read(lines: Iterable[str | bytes], errors: list[tuple[int, str]]) -> Iterator[ImportedItem]:
+    """Each good item of an import file as its line is read; every problem goes to `errors` as
+    (line number, 'line N: reason'). Stops reading after MAX_ERRORS problems.
+
+    Does not look for repeated prompt_ids (see the module's docstring); `errors_in_order` merges the
+    caller's findings with these.
+    """
+    found = 0
     for line_no, raw in enumerate(lines, start=1):
+        line_errors: list[str] = []
         if isinstance(raw, bytes):
             try:
                 raw = raw.decode("utf-8")
             except UnicodeDecodeError:
-                errors.append(f"line {line_no}: not UTF-8 text")
+                line_errors.append(f"line {line_no}: not UTF-8 text")
+        if not line_errors:
+            if not raw.strip():
                 continue
-        if not raw.strip():
-            continue
-        item = _item(line_no, raw, errors)
-        if item is not None:
-            if item.prompt_id in first_line_of:
-                errors.append(
-                    f"line {line_no}: prompt_id {item.prompt_id!r} already appears on line {first_line_of[item.prompt_id]}"
-                )
-            else:
-                first_line_of[item.prompt_id] = line_no
-                items.append(item)
-        if len(errors) >= MAX_ERRORS:
-            errors.append(f"line {line_no}: stopped after {MAX_ERRORS} errors")
+            item = _item(line_no, raw, line_errors)
+            if item is not None:
+                yield item
+        if line_errors:
+            errors.extend((line_no, error) for error in line_errors)
+            found += len(line_errors)
+            if found >= MAX_ERRORS:
+                return
+
+
+def errors_in_order(found: Iterable[tuple[int, str]]) -> list[str]:
+    """Problems found by line, as a file's errors are listed: in line order, a line's own in the order found,
+    cut after the line that brings the count to MAX_ERRORS."""
+    errors: list[str] = []
+    last_line = None
+    for line, error in sorted(found, key=lambda problem: problem[0]):  # stable: a line's errors keep their order
+        if line != last_line and len(errors) >= MAX_ERRORS:
             break
+        errors.append(error)
+        last_line = line
+    if len(errors) >= MAX_ERRORS:
+        errors.append(f"line {last_line}: stopped after {MAX_ERRORS} errors")
+    return errors
+
+
+def items_parse(lines: Iterable[str | bytes]) -> list[ImportedItem]:
+    """Every item of an import file, or ImportRejected with every error as 'line N: reason'.
+
+    Holds the whole file: for tests and small files. The import reads files with `items_read`.
+    """
+    found: list[tuple[int, str]] = []
+    items: list[ImportedItem] = []
+    first_line_of: dict[str, int] = {}
+    for item in items_read(lines, found):
+        if item.prompt_id in first_line_of:
+            found.append((item.line, f"line {item.line}: prompt_id {item.prompt_id!r} already appears on line "
+                                     f"{first_line_of[item.prompt_id]}"))
+        else:
+            first_line_of[item.prompt_id] = item.line
+            items.append(item)
+    errors = errors_in_order(found)
     if not items and not errors:
         errors.append("line 1: the file has no items")
     if errors:

@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 
 from annotate.review.choices import WINNERS
+from training.snapshot import prompt_key
 
 
 class Project(models.Model):
@@ -57,27 +58,45 @@ class CriteriaVersion(models.Model):
 
 
 class Prompt(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="prompts")
+    # Indexed by prompt_external_id_unique and prompt_content_key, which start with it: an index of its
+    # own would only be one more to write for every imported prompt.
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="prompts", db_index=False)
     external_id = models.CharField(max_length=200, help_text="prompt_id from the import file.")
     messages = models.JSONField(help_text='Chat messages: [{"role": "user", "content": "..."}]')
+    # Which prompts are "the same prompt" (training.snapshot.prompt_key of the messages): the export
+    # splits by it, so two ids with one text never land on both sides, without reading the texts.
+    content_key = models.CharField(max_length=64, editable=False, help_text="sha256 of the prompt's messages.")
     tags = models.JSONField(default=list, blank=True)
-    gold_response = models.ForeignKey(
-        "Response", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+    gold_response = models.ForeignKey(  # indexed by prompt_gold_response, where set
+        "Response", null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False,
         help_text="Honeypot: the response known to be better.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["project", "external_id"], name="prompt_external_id_unique")]
+        indexes = [
+            models.Index(fields=["project", "content_key"], name="prompt_content_key"),
+            # Most prompts have no gold answer; only the ones that do are worth an index entry.
+            models.Index(fields=["gold_response"], condition=Q(gold_response__isnull=False), name="prompt_gold_response"),
+        ]
 
     def __str__(self) -> str:
         return self.external_id
+
+    def save(self, *args, **kwargs) -> None:
+        # The import writes the key itself, in bulk; this keeps it true for prompts made or edited one by one.
+        self.content_key = prompt_key(self.messages)
+        if kwargs.get("update_fields") is not None and "messages" in kwargs["update_fields"]:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "content_key"}
+        super().save(*args, **kwargs)
 
 
 class Response(models.Model):
     """An answer to a prompt. Its model and version are never shown to reviewers."""
 
-    prompt = models.ForeignKey(Prompt, on_delete=models.PROTECT, related_name="responses")
+    # indexed by response_unique_per_prompt
+    prompt = models.ForeignKey(Prompt, on_delete=models.PROTECT, related_name="responses", db_index=False)
     text = models.TextField()
     text_sha256 = models.CharField(max_length=64)
     model = models.CharField(max_length=200)

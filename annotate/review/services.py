@@ -4,33 +4,30 @@ Views and commands validate their input shape, call one function here, and shape
 Every function is keyword-only and raises ReviewError (with an HTTP-like status) for a user's mistake.
 """
 
-import itertools
-import random
 import secrets
 import time
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.cache import cache
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from annotate.errors import UserMistake
-from annotate.review import queue_sql
+from annotate.review import import_sql, queue_sql
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, unswap
-from annotate.review.importing import ImportedItem, ImportRejected
+from annotate.review.import_sql import ImportSummary
+from annotate.review.importing import ImportedItem, items_read
 from annotate.review.models import (
     Assignment,
     CriteriaVersion,
     Judgment,
     Pair,
     Project,
-    Prompt,
-    Response,
     ReviewerTally,
 )
 from annotate.review.selectors import roles_cache_key
@@ -101,77 +98,26 @@ def project_create_or_update(
 # --- import ----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ImportSummary:
-    prompts_created: int
-    prompts_existing: int
-    responses_created: int
-    pairs_created: int
+def items_import(*, project: Project, items: Iterable[ImportedItem]) -> ImportSummary:
+    """Store checked items (from `items_parse`): new prompts, new responses, new pairs; all or nothing.
 
-
-def _pairs_for_prompt(*, project: Project, prompt: Prompt) -> int:
-    """Pair every two responses of a prompt whose texts differ, up to the project's cap; returns pairs made."""
-    responses = list(prompt.responses.order_by("id"))
-    existing = set(Pair.objects.filter(prompt=prompt).values_list("response_a_id", "response_b_id"))
-    candidates = [
-        (a, b) for a, b in itertools.combinations(responses, 2)
-        if a.text_sha256 != b.text_sha256 and (a.id, b.id) not in existing
-    ]
-    room = len(candidates)
-    if project.max_pairs_per_prompt is not None:
-        room = max(0, project.max_pairs_per_prompt - len(existing))
-        # The same prompt and answers always give the same pairs, whatever order the file listed them in.
-        candidates.sort(key=lambda pair: (pair[0].text_sha256, pair[1].text_sha256))
-        random.Random(prompt.external_id).shuffle(candidates)
-    Pair.objects.bulk_create(
-        [Pair(project=project, prompt=prompt, response_a=a, response_b=b) for a, b in candidates[:room]]
-    )
-    return min(room, len(candidates))
-
-
-def items_import(*, project: Project, items: list[ImportedItem]) -> ImportSummary:
-    """Store checked items: new prompts, new responses, new pairs; all or nothing.
-
-    Re-importing a prompt_id adds only responses not already there. A prompt_id that exists with a
-    different prompt text rejects the whole file, since judgments already made would lose their meaning.
+    Re-importing a prompt_id adds only responses not already there (a response is its model, version
+    and text) and pairs them with the old ones; its new tags are added, its gold set as given. A
+    prompt_id that exists with a different prompt text rejects the whole file, since judgments already
+    made would lose their meaning. Identical texts are never paired; the project's pair cap holds.
     """
-    created = existing = responses_created = pairs_created = 0
-    with transaction.atomic():
-        known = {p.external_id: p for p in Prompt.objects.filter(project=project)}
-        errors = [
-            f"line {item.line}: prompt_id {item.prompt_id!r} already exists with a different prompt; "
-            "give the new prompt its own prompt_id"
-            for item in items
-            if item.prompt_id in known and known[item.prompt_id].messages != item.messages
-        ]
-        if errors:
-            raise ImportRejected(errors)
-        for item in items:
-            prompt = known.get(item.prompt_id)
-            if prompt is None:
-                prompt = Prompt.objects.create(
-                    project=project, external_id=item.prompt_id, messages=item.messages, tags=item.tags
-                )
-                created += 1
-            else:
-                existing += 1
-                merged_tags = prompt.tags + [t for t in item.tags if t not in prompt.tags]
-                if merged_tags != prompt.tags:
-                    prompt.tags = merged_tags
-                    prompt.save(update_fields=["tags"])
-            stored = []
-            for response in item.responses:
-                row, was_created = Response.objects.get_or_create(
-                    prompt=prompt, model=response.model, model_version=response.model_version,
-                    text_sha256=response.text_sha256, defaults={"text": response.text},
-                )
-                responses_created += was_created
-                stored.append(row)
-            if item.gold_preferred is not None and prompt.gold_response_id != stored[item.gold_preferred].id:
-                prompt.gold_response = stored[item.gold_preferred]
-                prompt.save(update_fields=["gold_response"])
-            pairs_created += _pairs_for_prompt(project=project, prompt=prompt)
-    return ImportSummary(created, existing, responses_created, pairs_created)
+    return import_sql.items_store(project=project, items=items, read_errors=[], empty_is_error=False)
+
+
+def items_import_file(*, project: Project, lines: Iterable[str | bytes]) -> ImportSummary:
+    """Read, check and store an import file (JSONL lines) as `items_import` does, in one streaming pass.
+
+    Memory does not grow with the file. ImportRejected lists every problem as 'line N: reason', and
+    then nothing is stored.
+    """
+    read_errors: list[tuple[int, str]] = []
+    return import_sql.items_store(project=project, items=items_read(lines, read_errors), read_errors=read_errors,
+                                  empty_is_error=True)
 
 
 # --- assignments -----------------------------------------------------------------------------------
@@ -230,6 +176,60 @@ def _serve(assignment: Assignment, *, project: Project, now: datetime) -> Assign
     return assignment
 
 
+# How long a request keeps trying when every pair left for the reviewer is being taken by other requests
+# right now (each holds it for one short transaction), before it answers with what else it has.
+LOCKED_PAIRS_PATIENCE_SECONDS = 10.0
+DEADLOCK_RETRIES = 3
+DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE for a transaction it aborted to break a deadlock
+
+
+def _take_pair_postgres(*, project: Project, reviewer: AbstractBaseUser, now: datetime) -> Assignment | None:
+    """Take a pair new to the reviewer, or None when none is left for them.
+
+    Pair rows are only ever locked with SKIP LOCKED, never waited for: a lock that found its row changed
+    and failed the re-check is kept to the end of the transaction, so two requests each waiting for a pair
+    the other kept could deadlock. When every pair left for the reviewer is locked by requests taking it
+    right now, this tries again shortly, rather than wrongly answering "nothing left".
+    """
+    given_up_at = time.monotonic() + LOCKED_PAIRS_PATIENCE_SECONDS
+    everywhere = False  # first only the front of the queue and the untouched pairs: what a request needs
+    while True:
+        taken = queue_sql.take_fresh_pair(
+            project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap,
+            a_on_left=secrets.randbelow(2) == 1, now=now,
+            expires_at=now + timedelta(minutes=project.assignment_minutes), everywhere=everywhere,
+        )
+        if taken is not None:
+            return taken
+        if everywhere:
+            left = queue_sql.first_open_pair(project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap)
+            if left is None or time.monotonic() > given_up_at:
+                return None
+            time.sleep(0.005)
+        everywhere = True
+
+
+def _take_pair_sqlite(*, project: Project, reviewer: AbstractBaseUser, now: datetime) -> Assignment | None:
+    """Take a pair new to the reviewer, or None when none is left for them.
+
+    SQLite has no row locks: its single-writer database lock serialises the count's UPDATE, which
+    re-checks `assigned_count < overlap`, so a pair is never over-assigned here either.
+    """
+    for _ in range(100):
+        candidate = queue_sql.first_open_pair(project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap)
+        if candidate is None:
+            return None
+        if Pair.objects.filter(pk=candidate, assigned_count__lt=project.overlap).update(
+            assigned_count=F("assigned_count") + 1
+        ):
+            return Assignment.objects.create(
+                project=project, pair_id=candidate, reviewer=reviewer, a_on_left=secrets.randbelow(2) == 1,
+                status=Assignment.Status.ACTIVE, criteria_version=_criteria_in_force(project), served_at=now,
+                expires_at=now + timedelta(minutes=project.assignment_minutes),
+            )
+    return None
+
+
 def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: datetime | None = None) -> Assignment | None:
     """The reviewer's next assignment, or None when nothing is left for them.
 
@@ -241,68 +241,41 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
     The pair's assigned_count only changes under that lock, and the UPDATE re-checks
     `assigned_count < overlap`, so a pair is never given to more than `overlap` reviewers.
     SQLite has no row locks; there, its single-writer database lock gives the same guarantee.
+
+    Even SKIP LOCKED waits while PostgreSQL follows a row's chain of newer versions, so two takes can
+    deadlock on a pair both are changing; PostgreSQL then aborts one, which undid all it did and is
+    run again (at most DEADLOCK_RETRIES times).
     """
     now = now or timezone.now()
     _sweep_now_and_then(now)
-    with transaction.atomic():
-        queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
-        waiting, judged = queue_sql.reviewer_open_assignments(project_id=project.pk, reviewer_id=reviewer.pk)
-        held = [a for a in waiting if a.status == Assignment.Status.ACTIVE and a.expires_at > now]
-        if held:
-            return held[0]
-        scheduled = sorted(
-            (a for a in waiting if a.status == Assignment.Status.SCHEDULED), key=lambda a: (a.due_after_judgments, a.pk)
-        )
-        if scheduled and scheduled[0].due_after_judgments <= judged:
-            return _serve(scheduled[0], project=project, now=now)
-        if connection.vendor == "postgresql":
-            taken = queue_sql.take_fresh_pair(
-                project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap,
-                a_on_left=secrets.randbelow(2) == 1, now=now,
-                expires_at=now + timedelta(minutes=project.assignment_minutes),
-            )
-            if taken is not None:
-                return taken
-        # The general path: SQLite, and PostgreSQL when every open pair is locked by someone else.
-        taken_by_me = Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)
-        open_pairs = (
-            Pair.objects.filter(project=project, assigned_count__lt=project.overlap)
-            .filter(~Exists(taken_by_me))
-            # Fullest pairs first, so pairs reach their overlap (and agreement can be measured) early;
-            # this is the pair_open_slots index read backwards, so no sort is needed.
-            .order_by("-assigned_count", "-id")
-            .only("id")
-        )
-        for _ in range(100):
-            # SKIP LOCKED first, so concurrent reviewers spread over pairs instead of queueing on one.
-            pair = open_pairs.select_for_update(skip_locked=True, of=("self",)).first()
-            if pair is None:
-                candidate = open_pairs.first()
-                if candidate is None:
-                    break
-                # Every open pair is locked by someone else right now: wait for one rather than wrongly
-                # answering "nothing left". Waiting on one row by id while holding no other pair lock
-                # cannot deadlock; after the wait, Postgres re-checks the count.
-                pair = (
-                    Pair.objects.select_for_update(of=("self",))
-                    .filter(pk=candidate.pk, assigned_count__lt=project.overlap)
-                    .only("id")
-                    .first()
-                )
-                if pair is None:
-                    continue
-            # Re-checked in the UPDATE itself: a count raised by a transaction that committed after our
-            # snapshot cannot slip past.
-            if Pair.objects.filter(pk=pair.pk, assigned_count__lt=project.overlap).update(
-                assigned_count=F("assigned_count") + 1
-            ):
-                return Assignment.objects.create(
-                    project=project, pair_id=pair.pk, reviewer=reviewer, a_on_left=secrets.randbelow(2) == 1,
-                    status=Assignment.Status.ACTIVE, criteria_version=_criteria_in_force(project), served_at=now,
-                    expires_at=now + timedelta(minutes=project.assignment_minutes),
-                )
-        if scheduled:
-            return _serve(scheduled[0], project=project, now=now)
+    for attempt in range(DEADLOCK_RETRIES + 1):
+        try:
+            with transaction.atomic():
+                return _assignment_next_locked(project=project, reviewer=reviewer, now=now)
+        except OperationalError as exc:
+            if attempt == DEADLOCK_RETRIES or getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
+                raise
+    return None  # not reached: the last attempt returns or raises
+
+
+def _assignment_next_locked(*, project: Project, reviewer: AbstractBaseUser, now: datetime) -> Assignment | None:
+    """assignment_next's work, in its transaction."""
+    queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
+    waiting, judged = queue_sql.reviewer_open_assignments(project_id=project.pk, reviewer_id=reviewer.pk)
+    held = [a for a in waiting if a.status == Assignment.Status.ACTIVE and a.expires_at > now]
+    if held:
+        return held[0]
+    scheduled = sorted(
+        (a for a in waiting if a.status == Assignment.Status.SCHEDULED), key=lambda a: (a.due_after_judgments, a.pk)
+    )
+    if scheduled and scheduled[0].due_after_judgments <= judged:
+        return _serve(scheduled[0], project=project, now=now)
+    take = _take_pair_postgres if connection.vendor == "postgresql" else _take_pair_sqlite
+    taken = take(project=project, reviewer=reviewer, now=now)
+    if taken is not None:
+        return taken
+    if scheduled:
+        return _serve(scheduled[0], project=project, now=now)
     return None
 
 

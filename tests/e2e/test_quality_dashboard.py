@@ -106,6 +106,8 @@ def test_admin_opens_the_dashboard_from_the_project_list(live_server, quality_pr
     page.get_by_role("link", name="Quality").click()
     expect(page).to_have_url(live_server.url + "/projects/e2e-quality/quality/")
     expect(page.get_by_role("heading", name="Quality · Average speed")).to_be_visible()
+    # The first look computed and stored the report (no broker here: Celery runs in-process).
+    expect(page.locator("#report-age")).to_contain_text("computed 0 minutes ago, up to date")
 
     for chart in ("agreement-over-time", "left-rate", "model-ratings", "win-rate", "reviewer-agreement"):
         expect(page.locator(f"#chart-{chart} svg")).to_be_visible()

@@ -7,33 +7,33 @@ import pytest
 from django.core.management import call_command
 
 from annotate.exports.filters import ExportError, filters_parse
-from annotate.exports.pipeline import CHOICES, consensus, export_preview, prompt_split
-from annotate.exports.selectors import pair_votes_stream
-from annotate.quality.consensus import NO_CONSENSUS, pair_consensus
+from annotate.exports.pipeline import export_preview, prompt_split
+from annotate.quality.consensus import consensus_summary, pair_consensus
 from annotate.quality.selectors import judgment_table_for_project
 from annotate.review import services
 from tests.conftest import import_rows, make_items
+from training.snapshot import prompt_key
 
 from .conftest import judge, read_jsonl
 
 
-def test_the_consensus_rule_is_the_quality_modules(voted_project):
-    quality = pair_consensus(judgment_table_for_project(project=voted_project))
-    expected = {int(pair): (None if winner == NO_CONSENSUS else CHOICES[winner], share)
-                for pair, winner, share in zip(quality.pair, quality.winner, quality.confidence, strict=True)}
-    stream = pair_votes_stream(project=voted_project, filters=filters_parse({}), with_texts=False)
-    ours = {pair.pair_id: consensus(pair.votes) for pair in stream}
-    assert ours.keys() == expected.keys()
-    for pair_id, (winner, share) in ours.items():
-        assert winner == expected[pair_id][0] and share == pytest.approx(expected[pair_id][1])
+def test_the_export_decides_each_pair_as_the_agreement_report_does(voted_project):
+    quality = consensus_summary(consensus=pair_consensus(judgment_table_for_project(project=voted_project)))
+    preview = export_preview(project=voted_project, filters=filters_parse({}))
+    assert quality["no_consensus"] > 0 and quality["winner_counts"]["tie"] > 0  # the fixture has both
+    assert preview["excluded"]["no_consensus"] == quality["no_consensus"]
+    assert preview["excluded"]["tie_majority"] == quality["winner_counts"]["tie"]
+    assert preview["excluded"]["both_bad_majority"] == quality["winner_counts"]["both_bad"]
+    assert preview["train"] + preview["test"] == quality["winner_counts"]["decisive"]
 
 
-def test_split_is_by_prompt_id_and_seed_only():
-    splits = [prompt_split(prompt_id=f"q{i}", seed=3, test_ratio=0.2) for i in range(2000)]
-    assert splits == [prompt_split(prompt_id=f"q{i}", seed=3, test_ratio=0.2) for i in range(2000)]
+def test_split_is_by_prompt_key_and_seed_only():
+    keys = [prompt_key(f"Question {i}") for i in range(2000)]
+    splits = [prompt_split(prompt_key=key, seed=3, test_ratio=0.2) for key in keys]
+    assert splits == [prompt_split(prompt_key=key, seed=3, test_ratio=0.2) for key in keys]
     assert 300 < splits.count("test") < 500
-    assert splits != [prompt_split(prompt_id=f"q{i}", seed=4, test_ratio=0.2) for i in range(2000)]
-    assert {prompt_split(prompt_id=f"q{i}", seed=3, test_ratio=0.0) for i in range(100)} == {"train"}
+    assert splits != [prompt_split(prompt_key=key, seed=4, test_ratio=0.2) for key in keys]
+    assert {prompt_split(prompt_key=key, seed=3, test_ratio=0.0) for key in keys[:100]} == {"train"}
 
 
 def test_filters_are_checked_with_one_line_naming_the_field():

@@ -11,7 +11,7 @@ from annotate.quality.reviewers import FLAG_INCONSISTENT_RETEST, FLAG_LOW_AGREEM
 from annotate.quality.synthetic import ALWAYS_LEFT, RANDOM_CLICKER, SELF_CONTRADICTING, synthetic_project
 from annotate.quality.table import ROW_COLUMNS, JudgmentTable
 
-DESIGN_KEYS = set(
+REPORT_KEYS = set(
     [
         "judgments",
         "pairs",
@@ -70,7 +70,7 @@ def report(project):
 def test_empty_project_gives_nulls_with_reasons_and_valid_json():
     report = agreement_report(JudgmentTable.empty(criteria_keys=["correct"]))
     json.dumps(report, allow_nan=False)
-    assert set(report) >= DESIGN_KEYS
+    assert set(report) >= REPORT_KEYS
     assert report["judgments"] == 0 and report["pairs"] == 0 and report["pairs_with_overlap"] == 0
     assert report["percent_agreement"] is None
     assert report["krippendorff_alpha"]["nominal"] == {"value": None, "ci": None}
@@ -81,7 +81,7 @@ def test_empty_project_gives_nulls_with_reasons_and_valid_json():
 
 def test_report_has_the_design_keys_and_valid_json(report):
     json.dumps(report, allow_nan=False)
-    assert set(report) >= DESIGN_KEYS
+    assert set(report) >= REPORT_KEYS
     assert all(set(reviewer) >= REVIEWER_KEYS for reviewer in report["reviewers"])
     assert all(set(model) >= MODEL_KEYS for model in report["models"])
     for level in ("nominal", "ordinal"):
@@ -123,13 +123,24 @@ def test_position_bias_overall_counts_left_clicks_among_side_choices():
     assert bias["ci"][0] < 0.8 < bias["ci"][1]
 
 
-def test_everyone_choosing_the_same_answer_leaves_alpha_undefined_with_a_reason():
-    records = [{"pair": p, "reviewer": r, "winner": "a"} for p in range(5) for r in ("ann", "bob")]
+def test_everyone_calling_every_pair_a_tie_leaves_alpha_undefined_with_a_reason():
+    records = [{"pair": p, "reviewer": r, "winner": "tie"} for p in range(5) for r in ("ann", "bob")]
     report = agreement_report(JudgmentTable.from_records(records), bootstrap=50)
     assert report["percent_agreement"] == 1.0
     assert report["krippendorff_alpha"]["nominal"]["value"] is None
     assert any(note.startswith("krippendorff_alpha.nominal") for note in report["notes"])
     json.dumps(report, allow_nan=False)
+
+
+def test_everyone_preferring_the_first_listed_answer_is_perfect_agreement_not_undefined():
+    """Which answer is "a" is the import file's order: reviewers who all prefer the answer the file
+    listed first agree perfectly on which answer is better, whatever the file's order was."""
+    records = [{"pair": p, "reviewer": r, "winner": "a"} for p in range(5) for r in ("ann", "bob")]
+    report = agreement_report(JudgmentTable.from_records(records), bootstrap=50)
+    assert report["percent_agreement"] == 1.0
+    assert report["krippendorff_alpha"]["nominal"]["value"] == pytest.approx(1.0)
+    assert report["krippendorff_alpha"]["ordinal"]["value"] == pytest.approx(1.0)
+    assert report["fleiss_kappa"]["value"] == pytest.approx(1.0)
 
 
 def test_retests_do_not_change_agreement_consensus_or_ratings(project):
@@ -202,5 +213,5 @@ def test_small_random_projects_never_raise_and_never_emit_nan(seed):
         JudgmentTable.from_records(records), bootstrap=int(rng.integers(0, 40)), seed=seed
     )
     json.dumps(report, allow_nan=False)
-    assert set(report) >= DESIGN_KEYS
+    assert set(report) >= REPORT_KEYS
     assert _nulls_have_notes(report) == []

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from annotate.quality.consensus import NO_CONSENSUS, consensus_summary, pair_consensus
-from annotate.quality.table import WINNER_A, WINNER_B, WINNER_BOTH_BAD, JudgmentTable
+from annotate.quality.table import JudgmentTable
+from annotate.review.choices import WINNER_A, WINNER_B, WINNER_BOTH_BAD
 
 
 def _votes(pair, *choices, retest=None):
@@ -66,7 +67,8 @@ def test_summary_counts(consensus):
     assert summary["pairs"] == 6
     assert summary["pairs_with_overlap"] == 5
     assert summary["no_consensus"] == 3
-    assert summary["winner_counts"] == {"a": 1, "b": 1, "tie": 0, "both_bad": 1}
+    # Counted by kind, never by "a"/"b": which answer is "a" is only the import file's order.
+    assert summary["winner_counts"] == {"decisive": 2, "tie": 0, "both_bad": 1}
     assert summary["mean_confidence_with_overlap"] == pytest.approx(
         np.mean([1 / 2, 1 / 3, 2 / 3, 2 / 3, 1 / 2])
     )

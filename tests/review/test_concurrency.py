@@ -7,9 +7,10 @@ from collections import Counter
 import pytest
 from django.db import connection, connections
 
-from annotate.review import services
-from annotate.review.models import Assignment, Judgment
+from annotate.review import queue_sql, services
+from annotate.review.models import Assignment, Judgment, Pair
 from tests.conftest import import_rows, make_items
+from tests.review.test_queue_long_history import give_history
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -87,3 +88,26 @@ def test_the_same_judgment_sent_twice_at_once_is_stored_once(project, make_user)
     assert len({judgment.pk for judgment, _ in results}) == 1
     assert sorted(replayed for _, replayed in results) == [False] + [True] * 7
     assert Judgment.objects.count() == 1
+
+
+def test_a_reviewer_far_ahead_racing_the_others_never_gets_a_pair_twice_nor_over_assigns(make_project, make_user):
+    project = make_project(overlap=3, retest_rate=0)
+    history = 2 * queue_sql.STARTED_LOOKAHEAD  # the queue's front is all theirs
+    import_rows(project, make_items(history + 20))
+    newest_first = list(Pair.objects.filter(project=project).order_by("-id").values_list("id", flat=True))
+    reviewers = [make_user("ahead")] + [make_user(f"r{i:02d}") for i in range(7)]
+    give_history(project, reviewers[0], newest_first[:history])
+
+    def judge_until_done(i: int) -> None:
+        while (assignment := services.assignment_next(project=project, reviewer=reviewers[i])) is not None:
+            services.judgment_submit(
+                assignment_id=assignment.pk, reviewer=reviewers[i], choice="tie", strength=None,
+                criteria={"correct": "tie", "complete": "tie"}, rationale="Both answers are equally good here.",
+                client_key=uuid.uuid4(),
+            )
+
+    run_at_once(8, judge_until_done)
+    per_pair = Counter(Judgment.objects.filter(pair__project=project).values_list("pair_id", flat=True))
+    assert len(per_pair) == history + 20 and set(per_pair.values()) == {3}
+    # Nobody judged a pair twice: not the reviewer ahead (their history is in the count), nor anyone else.
+    assert set(Counter(Judgment.objects.values_list("reviewer_id", "pair_id")).values()) == {1}

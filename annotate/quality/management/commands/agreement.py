@@ -3,6 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.quality.selectors import agreement_report_for_project
+from annotate.quality.services import STORED_BOOTSTRAP, stored_report_refresh
 from annotate.review.models import Project
 
 
@@ -11,12 +12,18 @@ def _fmt(value, digits: int = 3) -> str:
 
 
 class Command(BaseCommand):
-    help = "Agreement, reviewer quality and model ratings of a project (--json for the full report)."
+    help = (
+        "Agreement, reviewer quality and model ratings of a project, computed now and stored for the "
+        "dashboard and the API (--json for the full report)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("slug")
         parser.add_argument("--json", action="store_true", help="Print the whole report as JSON.")
-        parser.add_argument("--bootstrap", type=int, default=1000, help="Resamples for confidence intervals.")
+        parser.add_argument(
+            "--bootstrap", type=int, default=STORED_BOOTSTRAP,
+            help=f"Resamples for confidence intervals (default {STORED_BOOTSTRAP}; any other count is printed, not stored).",
+        )
 
     def handle(self, *args, slug, json: bool, bootstrap: int, **options):
         project = Project.objects.filter(slug=slug).first()
@@ -24,7 +31,12 @@ class Command(BaseCommand):
             raise CommandError(f"no project {slug!r}")
         if bootstrap < 0:
             raise CommandError("--bootstrap must be 0 or more")
-        report = agreement_report_for_project(project=project, bootstrap=bootstrap)
+        if bootstrap == STORED_BOOTSTRAP:
+            report = stored_report_refresh(project=project).report
+            stored = "stored for the dashboard and the API"
+        else:
+            report = agreement_report_for_project(project=project, bootstrap=bootstrap)
+            stored = f"not stored: the stored report uses --bootstrap {STORED_BOOTSTRAP}"
         if json:
             self.stdout.write(_json_dumps(report))
             return
@@ -47,6 +59,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{m['model']:<24} {_fmt(m['rating'], 2):>7} {m['wins']:>5} {m['losses']:>6} {m['ties']:>5}")
         for note in report["notes"]:
             self.stdout.write(f"note: {note}")
+        self.stdout.write(f"report {stored}")
 
 
 def _json_dumps(report: dict) -> str:
