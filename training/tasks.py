@@ -1,8 +1,9 @@
-"""Task files (docs/training.md, "Task files"): JSONL, one math or code task a line.
+"""Task files (docs/training.md, "Task files"): JSONL, one task a line (math, code, missing_info, short_answer).
 
-`load_tasks` reads and validates a whole file; a bad file is rejected whole with every problem given
-as `line N: reason`. `write_tasks` validates, then writes aside and renames, so a reader never sees
-half a file.
+`load_tasks` reads and validates a whole file: every row against the schema, then every reference
+solution (and worked `solution`) through the row's own verifier, which must call it correct. A bad
+file is rejected whole with every problem given as `line N: reason`; nothing is half-loaded.
+`write_tasks` checks the schema, then writes aside and renames, so a reader never sees half a file.
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-KINDS = ("math", "code")
+KINDS = ("math", "code", "missing_info", "short_answer")
 # `solution` is a worked answer used as the SFT target; it is never shown in a prompt nor used to score.
 COMMON_KEYS = {"task_id", "kind", "prompt", "meta", "tags", "solution"}
-MATH_KEYS = COMMON_KEYS | {"answer", "unit"}
+MATH_KEYS = COMMON_KEYS | {"answer", "unit", "unit_exact"}
 CODE_KEYS = COMMON_KEYS | {
     "entry_point", "reference_solution", "public_tests", "hidden_tests", "random_tests", "limits",
     "float_tolerance",
 }
+MISSING_INFO_KEYS = COMMON_KEYS | {"missing", "missing_terms"}
+SHORT_ANSWER_KEYS = COMMON_KEYS | {"answer", "accept", "max_chars"}
+KEYS_BY_KIND = {"math": MATH_KEYS, "code": CODE_KEYS, "missing_info": MISSING_INFO_KEYS,
+                "short_answer": SHORT_ANSWER_KEYS}
 LIMIT_KEYS = {"time_s", "memory_mb"}
 MAX_TIME_S = 60
 MAX_MEMORY_MB = 8192
@@ -116,18 +121,54 @@ def _check_code(task: dict) -> list[str]:
     return errors
 
 
-def _check_math(task: dict) -> list[str]:
-    errors = []
+def _check_answer(task: dict) -> list[str]:
     answer = task.get("answer")
     if isinstance(answer, bool) or not (isinstance(answer, str) and answer.strip() or _is_number(answer)):
-        errors.append("answer must be a non-empty string (or a number)")
+        return ["answer must be a non-empty string (or a number)"]
+    return []
+
+
+def _is_word_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value)
+
+
+def _check_math(task: dict) -> list[str]:
+    errors = _check_answer(task)
     unit = task.get("unit")
     if unit is not None:
         from training.verifiers.units import parse_unit
 
         if not isinstance(unit, str) or parse_unit(unit) is None:
             errors.append(f"unit {unit!r} is not a unit pint knows (try 'km/h', 'm/s', 'kg')")
+    if "unit_exact" in task:
+        if not isinstance(task["unit_exact"], bool):
+            errors.append("unit_exact must be true or false")
+        elif task["unit_exact"] and unit is None:
+            errors.append("unit_exact needs a unit: the unit the answer must be written in")
     return errors
+
+
+def _check_missing_info(task: dict) -> list[str]:
+    errors = []
+    if not isinstance(task.get("missing"), str) or not task["missing"].strip():
+        errors.append("missing must name the absent quantity (a non-empty string such as 'time')")
+    if "missing_terms" in task and not _is_word_list(task["missing_terms"]):
+        errors.append("missing_terms must be a non-empty list of non-empty strings")
+    return errors
+
+
+def _check_short_answer(task: dict) -> list[str]:
+    errors = _check_answer(task)
+    if "accept" in task and not _is_word_list(task["accept"]):
+        errors.append("accept must be a non-empty list of non-empty strings (other right answers)")
+    budget = task.get("max_chars")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+        errors.append("max_chars must be a whole number >= 1 (the length budget of the answer, in characters)")
+    return errors
+
+
+_CHECKS_BY_KIND = {"math": _check_math, "code": _check_code, "missing_info": _check_missing_info,
+                   "short_answer": _check_short_answer}
 
 
 def validate_task(task: Any) -> list[str]:
@@ -143,15 +184,55 @@ def validate_task(task: Any) -> list[str]:
         return errors + [f"kind must be one of {', '.join(KINDS)}, not {kind!r}"]
     if "solution" in task and not isinstance(task["solution"], str):
         errors.append("solution must be a string (a worked answer)")
-    unknown = set(task) - (MATH_KEYS if kind == "math" else CODE_KEYS)
+    unknown = set(task) - KEYS_BY_KIND[kind]
     if unknown:
         errors.append(f"unknown keys for a {kind} task: {', '.join(sorted(unknown))}")
     if "prompt" not in task:
         errors.append("prompt is missing")
     else:
         errors += _check_prompt(task["prompt"])
-    errors += _check_math(task) if kind == "math" else _check_code(task)
+    errors += _CHECKS_BY_KIND[kind](task)
     return errors
+
+
+def solution_problems(numbered_tasks: list[tuple[int, dict]], *, verifier=None) -> list[str]:
+    """`line N: reason` for every task whose reference solution (code) or worked `solution` its own
+    verifier does not call correct: a task that fails its own tests would score every answer wrongly.
+
+    Code runs only in the sandbox; where the sandbox cannot isolate code (not root), code references
+    are left to be checked when they are scored, which then fails with the sandbox's reason.
+    """
+    from training.verifiers.sandbox import SandboxUnavailable
+    from training.verifiers.task_verifier import TaskVerifier
+
+    checks: list[tuple[int, str, dict, str]] = []
+    for number, task in numbered_tasks:
+        if task["kind"] == "code":
+            checks.append((number, "reference_solution", task, task["reference_solution"]))
+        solution = task.get("solution")
+        if isinstance(solution, str) and solution != task.get("reference_solution"):
+            checks.append((number, "solution", task, solution))
+    if not checks:
+        return []
+    own_verifier = verifier is None
+    verifier = verifier or TaskVerifier()
+    try:
+        if any(task["kind"] == "code" for _, _, task, _ in checks):
+            try:
+                verifier.start_sandbox()
+            except SandboxUnavailable:
+                checks = [check for check in checks if check[2]["kind"] != "code"]
+        results = verifier.verify_many([(task, text) for _, _, task, text in checks])
+    finally:
+        if own_verifier:
+            verifier.close()
+    problems = []
+    for (number, key, _, _), result in zip(checks, results, strict=True):
+        if result.status == "error":
+            problems.append(f"line {number}: the task cannot be scored ({result.reason})")
+        elif result.status != "correct":
+            problems.append(f"line {number}: the {key} fails its own task ({result.status}: {result.reason})")
+    return problems
 
 
 def read_jsonl_lines(path: str | os.PathLike, errors: list[str]) -> Iterator[tuple[int, Any]]:
@@ -177,11 +258,18 @@ def _decoded_lines(lines: list[str], errors: list[str]) -> Iterator[tuple[int, A
             errors.append(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})")
 
 
-def parse_tasks(lines: list[str], path: str | os.PathLike = "<tasks>") -> list[dict]:
-    tasks, errors, seen = [], [], {}
+def parse_tasks(lines: list[str], path: str | os.PathLike = "<tasks>", *, check_solutions: bool = False,
+                verifier=None) -> list[dict]:
+    """Task rows of JSONL lines; raises TaskFileError listing every problem, in line order.
+
+    With check_solutions, every schema-valid row's reference solution and worked `solution` are also
+    scored by its own verifier (`verifier`, else a TaskVerifier started and closed here)."""
+    tasks, errors, seen, valid = [], [], {}, []
     for number, task in _decoded_lines(lines, errors):
         problems = validate_task(task)
         errors += [f"line {number}: {problem}" for problem in problems]
+        if not problems:
+            valid.append((number, task))
         if isinstance(task, dict) and isinstance(task.get("task_id"), str):
             if task["task_id"] in seen:
                 errors.append(f"line {number}: task_id {task['task_id']!r} repeats line {seen[task['task_id']]}")
@@ -189,14 +277,22 @@ def parse_tasks(lines: list[str], path: str | os.PathLike = "<tasks>") -> list[d
         tasks.append(task)
     if not errors and not tasks:
         errors.append("line 1: the file holds no tasks")
+    if check_solutions and valid:
+        errors += solution_problems(valid, verifier=verifier)
     if errors:
+        errors.sort(key=_line_number)  # stable: one line's problems keep their order
         raise TaskFileError(path, errors)
     return tasks
 
 
-def load_tasks(path: str | os.PathLike) -> list[dict]:
-    """Reads and validates a task file; raises TaskFileError listing every bad line."""
-    return parse_tasks(_text_lines(path), path)
+def _line_number(error: str) -> int:
+    return int(error.split(":", 1)[0].removeprefix("line "))
+
+
+def load_tasks(path: str | os.PathLike, *, check_solutions: bool = True, verifier=None) -> list[dict]:
+    """Reads and validates a task file, reference solutions included; raises TaskFileError listing
+    every bad line. check_solutions=False checks the schema only (no verifier runs)."""
+    return parse_tasks(_text_lines(path), path, check_solutions=check_solutions, verifier=verifier)
 
 
 def write_jsonl_atomically(path: str | os.PathLike, rows: list[dict]) -> None:
@@ -217,6 +313,7 @@ def write_jsonl_atomically(path: str | os.PathLike, rows: list[dict]) -> None:
 
 
 def write_tasks(path: str | os.PathLike, tasks: list[dict]) -> None:
-    """Validates every task, then writes the file atomically."""
+    """Validates every task against the schema, then writes the file atomically. (Reference solutions
+    are run when the file is loaded, not here: writing stays fast for generated families.)"""
     parse_tasks([json.dumps(task) for task in tasks], path)
     write_jsonl_atomically(path, tasks)

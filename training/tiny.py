@@ -28,7 +28,11 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
 )
-TRAIN_FAMILIES = "speed,arithmetic,code"
+# Share of the SFT problems per family. Word problems weigh most: they are what GRPO's learning benchmark
+# (bench/grpo_learning.py) trains and tests on.
+TRAIN_MIX = (("speed", 0.55), ("rate", 0.1), ("arithmetic", 0.15), ("code", 0.2))
+TRAIN_FAMILIES = ",".join(family for family, _ in TRAIN_MIX)
+SNAPSHOT_FAMILIES = "speed,arithmetic,code"  # the synthetic preference snapshot for DPO
 EVAL_SAMPLES = 4  # pass@4 needs four samples per problem
 
 
@@ -37,7 +41,7 @@ class TinySFTConfig:
     """The tiny-sft recipe. The defaults are the demo checkpoint; tests lower `steps`."""
 
     seed: int = field(default=0, metadata={"help": "Seed for data, initial weights, batches and sampling."})
-    steps: int = field(default=240, metadata={"help": "Optimizer steps of SFT."})
+    steps: int = field(default=320, metadata={"help": "Optimizer steps of SFT."})
     batch_size: int = field(default=32, metadata={"help": "Sequences per step."})
     learning_rate: float = field(default=5e-3, metadata={"help": "Peak AdamW learning rate (cosine decay)."})
     warmup_steps: int = field(default=30, metadata={"help": "Linear warm-up steps."})
@@ -47,6 +51,9 @@ class TinySFTConfig:
     num_layers: int = field(default=2, metadata={"help": "Decoder layers."})
     num_heads: int = field(default=6, metadata={"help": "Attention heads."})
     max_new_tokens: int = field(default=64, metadata={"help": "Generation length limit at evaluation."})
+    noisy_share: float = field(default=0.5, metadata={
+        "help": "Share of word-problem prompts trained with some words replaced (see noisy_wording)."})
+    noise_rate: float = field(default=0.3, metadata={"help": "Chance that a word of such a prompt is replaced."})
     torch_threads: int = field(default=2, metadata={"help": "CPU threads for torch."})
 
 
@@ -95,15 +102,52 @@ def build_tiny_model(tokenizer, config: TinySFTConfig):
     return model
 
 
-def _chat_prompt(tokenizer, prompt: str) -> str:
-    return tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True)
+def _chat_prompt(tokenizer, prompt) -> str:
+    """The text a model is prompted with: its chat template over the prompt's messages (a string is one
+    user message), as TRL's trainers render it; without a chat template, a string prompt as it is."""
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    if not tokenizer.chat_template and isinstance(prompt, str):
+        return prompt
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def _encode_sft_examples(tokenizer, tasks: list[dict]) -> list[tuple[list[int], int]]:
-    """(token ids of prompt + solution + EOS, number of prompt tokens) per task."""
+def noisy_wording(prompt: str, rng: random.Random, rate: float) -> str:
+    """`prompt` with some words replaced by made-up ones; numbers and the word after each number (its
+    unit) are kept. Trained on such prompts too, the tiny model finds a problem's quantities by their
+    numbers and units rather than by the few phrasings of the training variant, so it can still read the
+    held-out variant's new wordings."""
+    words = prompt.split(" ")
+    out = []
+    for index, word in enumerate(words):
+        has_digit = any(ch.isdigit() for ch in word)
+        after_number = index > 0 and any(ch.isdigit() for ch in words[index - 1])
+        if has_digit or after_number or rng.random() >= rate:
+            out.append(word)
+            continue
+        core = word.rstrip(".,?!:;")
+        made_up = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 7)))
+        out.append(made_up + word[len(core):])
+    return " ".join(out)
+
+
+def sft_tasks(n: int, seed: int, variant: str = "train") -> list[dict]:
+    """`n` problems split across the families by TRAIN_MIX."""
+    rows: list[dict] = []
+    for family, share in TRAIN_MIX:
+        rows += make_tasks(family, n=max(1, round(n * share)), seed=seed, variant=variant)
+    return rows
+
+
+def _encode_sft_examples(tokenizer, tasks: list[dict], config: "TinySFTConfig | None" = None) -> list[tuple[list[int], int]]:
+    """(token ids of prompt + solution + EOS, number of prompt tokens) per task; with a config, a share
+    of the word problems gets noisy wording."""
+    rng = random.Random(f"wording:{config.seed}") if config is not None else None
     examples = []
     for task in tasks:
-        prompt_ids = tokenizer(_chat_prompt(tokenizer, task["prompt"]), add_special_tokens=False)["input_ids"]
+        prompt = task["prompt"]
+        if rng is not None and task["kind"] == "math" and isinstance(prompt, str) and rng.random() < config.noisy_share:
+            prompt = noisy_wording(prompt, rng, config.noise_rate)
+        prompt_ids = tokenizer(_chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(task["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         examples.append((prompt_ids + answer_ids, len(prompt_ids)))
     return examples
@@ -128,7 +172,7 @@ def train_sft(model, tokenizer, tasks: list[dict], config: TinySFTConfig, log=pr
     """One readable SFT loop: AdamW, warm-up then cosine decay, loss on answer tokens. Returns step losses."""
     import torch
 
-    examples = _encode_sft_examples(tokenizer, tasks)
+    examples = _encode_sft_examples(tokenizer, tasks, config)
     rng = random.Random(config.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
 
@@ -217,9 +261,11 @@ def score_completions(pairs: list[tuple[dict, str]]) -> tuple[list[bool], str]:
     return verdicts, "training.verifiers"
 
 
-def generate_completions(model, tokenizer, prompts: list[str], *, samples: int, temperature: float,
-                         max_new_tokens: int, batch_size: int = 64) -> list[list[str]]:
-    """`samples` completions per prompt; temperature 0 means greedy."""
+def generate_completions(model, tokenizer, prompts: list, *, samples: int, temperature: float,
+                         max_new_tokens: int, batch_size: int = 64, top_p: float = 1.0,
+                         top_k: int = 0) -> list[list[str]]:
+    """`samples` completions per prompt (a string or chat messages); temperature 0 means greedy; top_k 0
+    and top_p 1 leave the distribution whole."""
     import torch
 
     results: list[list[str]] = [[] for _ in prompts]
@@ -227,8 +273,9 @@ def generate_completions(model, tokenizer, prompts: list[str], *, samples: int, 
     for start in range(0, len(flat), batch_size):
         chunk = flat[start : start + batch_size]
         texts = [_chat_prompt(tokenizer, p) for _, p in chunk]
-        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        kwargs = {"do_sample": False} if temperature == 0 else {"do_sample": True, "temperature": temperature, "top_k": 0}
+        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+        kwargs = {"do_sample": False} if temperature == 0 else {"do_sample": True, "temperature": temperature,
+                                                                "top_k": top_k, "top_p": top_p}
         with torch.no_grad():
             output = model.generate(**encoded, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
                                     eos_token_id=tokenizer.eos_token_id, **kwargs)
@@ -302,7 +349,7 @@ def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, config)
-    train_tasks = make_tasks(TRAIN_FAMILIES, n=config.train_tasks, seed=config.seed)
+    train_tasks = sft_tasks(config.train_tasks, config.seed)
     eval_tasks = make_tasks(TRAIN_FAMILIES, n=config.eval_tasks, seed=config.seed, variant="heldout")
     parameters = sum(p.numel() for p in model.parameters())
     log(f"tiny-sft: {parameters:,} parameters, {len(train_tasks)} training problems, {config.steps} steps")
@@ -392,8 +439,8 @@ def write_tiny_snapshot(out: Path, *, train: int = 64, test: int = 16, seed: int
     from training.snapshot import SnapshotWriter
 
     rng = random.Random(seed)
-    rows = {"train": make_tasks(TRAIN_FAMILIES, n=train, seed=seed),
-            "test": make_tasks(TRAIN_FAMILIES, n=test, seed=seed, variant="heldout")}
+    rows = {"train": make_tasks(SNAPSHOT_FAMILIES, n=train, seed=seed),
+            "test": make_tasks(SNAPSHOT_FAMILIES, n=test, seed=seed, variant="heldout")}
     with SnapshotWriter(out, project="tiny-demo", created_at="2025-01-01T00:00:00Z", criteria_version=1,
                         filters={"synthetic": True, "seed": seed}, agreement=None,
                         row_format=row_format, file_format=file_format) as writer:

@@ -1,4 +1,4 @@
-"""`python -m training`: every subcommand of docs/design.md exists; what is not built yet says so and exits 2."""
+"""`python -m training`: every subcommand of docs/design.md exists; bad input is one line and exit code 2."""
 
 import json
 
@@ -9,15 +9,16 @@ from training.cli import main
 from .conftest import run_training_cli
 
 
-@pytest.mark.parametrize("argv", [
-    ["grpo", "--config", "x.yaml"],
-    ["rescore", "--run", "r", "--scorer", "v1"],
-    ["eval", "--checkpoint", "c", "--tasks", "t.jsonl"],
+@pytest.mark.parametrize(("argv", "message"), [
+    (["grpo", "--config", "x.yaml"], "config file x.yaml does not exist"),
+    (["rescore", "--run", "r", "--scorer", "current"], "--run r is not a GRPO run folder"),
+    (["grpo-filter", "--checkpoint", "c", "--tasks", "t.jsonl", "--out", "k.jsonl", "--samples", "0"],
+     "--samples must be at least 1"),
 ])
-def test_commands_not_built_yet_exit_2_with_one_line(argv, capsys):
+def test_grpo_commands_refuse_bad_input_with_one_line(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not available yet" in err[0]
+    assert len(err) == 1 and message in err[0], err
 
 
 @pytest.mark.parametrize("family", ["speed", "arithmetic", "code"])
@@ -37,7 +38,7 @@ def test_made_tasks_score_their_own_worked_solutions_correct(family, tmp_path):
 
 def test_help_lists_every_design_command():
     result = run_training_cli("--help", timeout=60)
-    for command in ("tiny-sft", "tasks", "verify", "dpo", "grpo", "rescore", "eval"):
+    for command in ("tiny-sft", "tasks", "verify", "dpo", "grpo", "grpo-filter", "rescore", "eval"):
         assert command in result.stdout
 
 

@@ -1,4 +1,4 @@
-"""Config files: every mistake is one line naming the key; nothing is silently ignored."""
+"""Config files: TRL's own config classes read by TRL's parser; every mistake is one line naming the key."""
 
 import pytest
 
@@ -60,6 +60,28 @@ def test_broken_yaml_names_the_line(tmp_path):
         load_config(path, DPORunConfig)
 
 
-def test_every_config_field_has_help():
-    for field in DPORunConfig.__dataclass_fields__.values():
-        assert field.metadata.get("help"), field.name
+def test_every_pairwise_key_has_help_and_trl_keys_are_listed_too(capsys):
+    from training.cli import main
+
+    fields = DPORunConfig.__dataclass_fields__
+    for name in DPORunConfig.pairwise_keys:
+        assert fields[name].metadata.get("help"), name
+    assert main(["dpo", "--help-config"]) == 0
+    out = capsys.readouterr().out
+    # TRL's own keys work without Pairwise copying them: every DPOConfig key is listed.
+    for name in ("loss_weights", "precompute_ref_log_probs", "truncation_mode", "warmup_steps", "deepspeed"):
+        assert f"  {name} = " in out, name
+
+
+def test_any_trl_key_is_read_without_pairwise_copying_it(tmp_path):
+    config = load_dpo_config(write(tmp_path, "precompute_ref_log_probs: true\nwarmup_steps: 3\nlr_scheduler_type: cosine\n"
+                                             "model_init_kwargs: {dtype: bfloat16}\nreport_to: none\n"))
+    assert config.precompute_ref_log_probs is True and config.warmup_steps == 3
+    assert config.lr_scheduler_type == "cosine"
+    assert config.model_init_kwargs == {"dtype": "bfloat16"}
+    assert config.report_to == []
+
+
+def test_old_dtype_key_says_what_to_write_instead(tmp_path):
+    with pytest.raises(ConfigError, match=r"unknown key 'dtype' \(write model_init_kwargs: \{dtype: bfloat16\} instead\)"):
+        load_dpo_config(write(tmp_path, "dtype: bfloat16\n"))

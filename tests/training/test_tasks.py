@@ -59,3 +59,63 @@ def test_write_tasks_is_atomic_and_refuses_bad_rows(tmp_path):
         write_tasks(path, [MATH, {"kind": "math"}])
     assert load_tasks(path) == [MATH]
     assert [p.name for p in tmp_path.iterdir()] == ["out.jsonl"]
+
+
+MISSING = {"task_id": "missing-001", "kind": "missing_info", "prompt": "A car travels 120 km. What is its average speed?",
+           "missing": "time", "missing_terms": ["how long", "hours"],
+           "solution": "The time is not given.\nAnswer: cannot be determined (the time is missing)"}
+SHORT = {"task_id": "simple-001", "kind": "short_answer", "prompt": "What day comes after Monday?",
+         "answer": "Tuesday", "accept": ["Tue"], "max_chars": 40, "solution": "Answer: Tuesday"}
+CONVERT = {"task_id": "convert-001", "kind": "math", "prompt": "Convert 3 km to m.", "answer": "3000", "unit": "m",
+           "unit_exact": True, "solution": "3 * 1000 = 3000\nAnswer: 3000 m"}
+
+
+def test_evaluation_kinds_and_conversions_load(tmp_path):
+    rows = [MISSING, SHORT, CONVERT, {**MATH, "solution": "150 / 3 = 50\nAnswer: 50 km/h"}]
+    assert load_tasks(write_lines(tmp_path / "tasks.jsonl", rows)) == rows
+
+
+@pytest.mark.parametrize("row, reason", [
+    ({**MISSING, "missing": ""}, "missing must name the absent quantity"),
+    ({**MISSING, "missing_terms": "time"}, "missing_terms must be a non-empty list"),
+    ({**MISSING, "answer": "50"}, "unknown keys for a missing_info task: answer"),
+    ({**SHORT, "max_chars": 0}, "max_chars must be a whole number >= 1"),
+    ({key: value for key, value in SHORT.items() if key != "max_chars"}, "max_chars must be a whole number >= 1"),
+    ({**SHORT, "accept": []}, "accept must be a non-empty list"),
+    ({**SHORT, "answer": ""}, "answer must be a non-empty string"),
+    ({key: value for key, value in CONVERT.items() if key != "unit"}, "unit_exact needs a unit"),
+    ({**CONVERT, "unit_exact": "yes"}, "unit_exact must be true or false"),
+])
+def test_malformed_evaluation_rows_are_rejected_with_their_line(tmp_path, row, reason):
+    with pytest.raises(TaskFileError) as caught:
+        load_tasks(write_lines(tmp_path / "t.jsonl", [MATH, row]))
+    errors = caught.value.errors
+    assert len(errors) == 1 and errors[0].startswith(f"line 2: {reason}"), errors
+
+
+def test_reference_solutions_that_fail_their_own_tests_are_rejected_all_at_once(tmp_path):
+    rows = [
+        MATH,
+        {**CODE, "task_id": "c1", "public_tests": [{"args": [[3, 1, 2]], "expected": [3, 2, 1]}]},
+        {**CODE, "task_id": "c2", "reference_solution": "def sort_numbers(xs):\n    return sorted(xs) if xs else 1 / 0"},
+        {**MATH, "task_id": "m1", "solution": "150 / 3 = 40\nAnswer: 40 km/h"},
+        {**CONVERT, "solution": "Answer: 3 km"},
+        {**MISSING, "solution": "Probably 2 hours, so 60 km/h.\nAnswer: 60 km/h"},
+        {**SHORT, "solution": "Let me think. " * 5 + "Answer: Tuesday"},
+        {"task_id": "z", "kind": "essay", "prompt": "?"},
+        {**SHORT, "task_id": "simple-002"},
+    ]
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    with pytest.raises(TaskFileError) as caught:
+        load_tasks(path)
+    errors = caught.value.errors
+    assert [int(e.split(":")[0].removeprefix("line ")) for e in errors] == [2, 3, 4, 5, 6, 7, 8]
+    assert "reference_solution fails its own task" in errors[0] and "expected [3, 2, 1], got [1, 2, 3]" in errors[0]
+    assert "cannot be scored" in errors[1] and "ZeroDivisionError" in errors[1]
+    assert "solution fails its own task" in errors[2] and "40" in errors[2]
+    assert "written in km, not in m" in errors[3]
+    assert "invents 2, 60" in errors[4]
+    assert "over the 40-character budget" in errors[5]
+    assert "kind must be one of math, code, missing_info, short_answer, not 'essay'" in errors[6]
+    # The schema alone does not run anything: the same file passes when solutions are not checked.
+    assert len(load_tasks(write_lines(tmp_path / "ok.jsonl", rows[:7] + rows[8:]), check_solutions=False)) == 8

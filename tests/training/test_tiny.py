@@ -63,3 +63,19 @@ def test_tiny_sft_command_prints_accuracy_and_pass_at_k(tmp_path):
         assert words in result.stdout
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
     assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_noisy_wording_keeps_every_number_and_its_unit():
+    import random
+
+    from training.tiny import noisy_wording
+
+    prompt = "A bus travels 40 km, then 80 km. The whole trip takes 2 hours. What is its average speed?"
+    noisy = [noisy_wording(prompt, random.Random(seed), 0.5) for seed in range(20)]
+    assert any(text != prompt for text in noisy)
+    for text in noisy:
+        words = text.split(" ")
+        assert len(words) == len(prompt.split(" "))
+        for kept in ("40", "km,", "80", "km.", "2", "hours."):
+            assert kept in words
+        assert text.endswith("?")

@@ -1,8 +1,15 @@
-"""One entry point for every task kind: routes math tasks to MathVerifier and code to CodeVerifier."""
+"""One entry point for every task kind: routes math tasks to MathVerifier and code to CodeVerifier;
+missing_info and short_answer tasks are scored in this process (see their modules)."""
 
 from __future__ import annotations
 
+from training.verifiers.length import score_short_answer
+from training.verifiers.missing_info import score_missing_info
 from training.verifiers.results import VerificationResult, error_result
+from training.verifiers.unit_exact import require_exact_unit
+
+# Kinds whose scoring is bounded regular-expression work, run here without a worker pool.
+IN_PROCESS_SCORERS = {"missing_info": score_missing_info, "short_answer": score_short_answer}
 
 
 class TaskVerifier:
@@ -38,16 +45,20 @@ class TaskVerifier:
         """Results in the order of pairs."""
         results: list[VerificationResult | None] = [None] * len(pairs)
         by_kind: dict[str, list[int]] = {"math": [], "code": []}
-        for index, (task, _) in enumerate(pairs):
+        for index, (task, completion) in enumerate(pairs):
             kind = task.get("kind")
             if kind in by_kind:
                 by_kind[kind].append(index)
+            elif kind in IN_PROCESS_SCORERS:
+                results[index] = IN_PROCESS_SCORERS[kind](task, completion)
             else:
                 results[index] = error_result(task.get("task_id", ""), "none", f"unknown task kind {kind!r}")
         for kind, indices in by_kind.items():
             if indices:
                 backend = self.math if kind == "math" else self.code
                 for index, result in zip(indices, backend.verify_many([pairs[i] for i in indices]), strict=True):
+                    if kind == "math":
+                        result = require_exact_unit(*pairs[index], result, self.math.config)
                     results[index] = result
         return results
 

@@ -1,0 +1,197 @@
+"""Does GRPO teach the tiny model? Tiny SFT checkpoint -> `python -m training grpo` -> held-out success.
+
+For each seed: build the tiny SFT checkpoint (`python -m training tiny-sft --seed S`), train GRPO on
+word problems of the training variant (`python -m training grpo`, the recipe below), then score the parent
+and the child on the same held-out problems (changed numbers and changed wording) with
+`training.evaluate.evaluate_checkpoints`: success rate = mean over problems of the share of sampled
+answers the verifier calls correct, sampled at the temperature GRPO trains at. Greedy success is shown
+beside it, and so is success on fresh problems of the training variant (the wordings GRPO trained
+on). Target: the child beats the parent by at least 15 points in every seed, with the GRPO run
+within 15 CPU-minutes (user + system time of the `grpo` process and its verifier workers).
+
+    python bench/grpo_learning.py [--seeds 0 1 2] [--family speed] [--heldout 100] [--samples 4]
+
+Prints a table and the ledger of each run, and writes bench/results/grpo_learning.json.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "grpo_learning.json"
+TARGET_GAIN_POINTS = 15.0
+CPU_MINUTES_LIMIT = 15.0
+
+# The GRPO recipe (TRL's GRPOConfig names). Groups of 8 leave few all-wrong groups on the tiny model; a
+# high learning rate suits a 1M-parameter model trained from scratch.
+RECIPE = {
+    "num_generations": 8,
+    "per_device_train_batch_size": 32,     # 4 prompts x 8 answers per step
+    "max_steps": 200,
+    "learning_rate": 3e-4,
+    "lr_scheduler_type": "constant",
+    "temperature": 1.0,
+    "max_completion_length": 64,
+    "beta": 0.0,
+    "loss_type": "dapo",
+    "scale_rewards": "group",
+    "logging_steps": 10,
+    "save_strategy": "no",
+    "use_cpu": True,
+    "report_to": ["none"],
+    "verifier_workers": 1,
+}
+TRAIN_TASKS = 400
+
+
+def run_child(command: list[str], threads: int) -> tuple[int, float, float, str]:
+    """(exit code, wall seconds, CPU seconds of the process tree, stderr tail) of one child process."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads)}
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env)
+        _, status, usage = os.wait4(process.pid, 0)
+        wall = time.perf_counter() - started
+        err.seek(0)
+        tail = err.read()[-2000:]
+    return os.waitstatus_to_exitcode(status), wall, usage.ru_utime + usage.ru_stime, tail
+
+
+def write_tasks(path: Path, family: str, n: int, seed: int, variant: str) -> list[dict]:
+    from training.task_families import make_tasks
+    from training.tasks import write_tasks as write_task_file
+
+    rows = make_tasks(family, n=n, seed=seed, variant=variant)
+    write_task_file(path, rows)
+    return rows
+
+
+def evaluate(checkpoints: list[Path], tasks: list[dict], *, samples: int, temperature: float, seed: int) -> dict:
+    from training.evaluate import evaluate_checkpoints
+
+    return evaluate_checkpoints(checkpoints=[str(c) for c in checkpoints], tasks=tasks, samples=samples,
+                                temperature=temperature, max_new_tokens=RECIPE["max_completion_length"], seed=seed)
+
+
+def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
+    import yaml
+
+    sft = workdir / f"sft-{seed}"
+    code, sft_wall, sft_cpu, err = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(sft),
+                                              "--seed", str(seed), "--eval-tasks", "4"], args.threads)
+    if code != 0:
+        raise SystemExit(f"tiny-sft --seed {seed} failed (exit {code}): {err}")
+    tasks = workdir / f"train-{seed}.jsonl"
+    write_tasks(tasks, args.family, TRAIN_TASKS, seed, "train")
+    run = workdir / f"grpo-{seed}"
+    config = workdir / f"grpo-{seed}.yaml"
+    config.write_text(yaml.safe_dump({**RECIPE, "max_steps": args.steps, "base_checkpoint": str(sft),
+                                      "tasks": str(tasks), "output_dir": str(run), "seed": seed,
+                                      "torch_threads": args.threads}))
+    code, grpo_wall, grpo_cpu, err = run_child([sys.executable, "-m", "training", "grpo", "--config", str(config)],
+                                               args.threads)
+    if code != 0:
+        raise SystemExit(f"python -m training grpo failed (exit {code}) with {config}: {err}")
+    child = run / "checkpoint"
+    sampled = evaluate([sft, child], heldout, samples=args.samples, temperature=RECIPE["temperature"], seed=seed)
+    greedy = evaluate([sft, child], heldout, samples=1, temperature=0.0, seed=seed)
+    # Fresh problems of the training variant (wordings GRPO trained on): what GRPO learned in distribution.
+    seen = evaluate([sft, child], write_tasks(workdir / f"train-eval-{seed}.jsonl", args.family, args.heldout,
+                                              2000 + seed, "train"),
+                    samples=args.samples, temperature=RECIPE["temperature"], seed=seed)
+
+    def success(result: dict, index: int) -> dict:
+        return result["checkpoints"][index]["all"]
+
+    ledger = json.loads((run / "ledger.json").read_text())
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [m for m in metrics if m["event"] == "train" and "reward" in m]
+    return {
+        "seed": seed,
+        "parent": success(sampled, 0),
+        "child": success(sampled, 1),
+        "parent_greedy": success(greedy, 0),
+        "child_greedy": success(greedy, 1),
+        "gain_points": round(100 * (success(sampled, 1)["success_rate"] - success(sampled, 0)["success_rate"]), 1),
+        "greedy_gain_points": round(100 * (success(greedy, 1)["success_rate"] - success(greedy, 0)["success_rate"]), 1),
+        "train_variant": [success(seen, 0)["success_rate"], success(seen, 1)["success_rate"]],
+        "grpo_cpu_minutes": round(grpo_cpu / 60, 2),
+        "grpo_wall_s": round(grpo_wall, 1),
+        "sft_cpu_minutes": round(sft_cpu / 60, 2),
+        "reward_first_last": [train_rows[0]["reward"], train_rows[-1]["reward"]] if train_rows else None,
+        "zero_variance_first_last": ([train_rows[0].get("zero_variance/share"), train_rows[-1].get("zero_variance/share")]
+                                     if train_rows else None),
+        "ledger": {key: ledger[key] for key in ("time_s", "optimizer_steps", "completions", "completions_trained",
+                                                "tokens_generated", "completion_length", "truncated_share", "groups",
+                                                "gpu_hours")},
+        "scorers": sampled["checkpoints"][1]["all"]["scorers"],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--family", default="speed", help="word-problem family to train and test on (default speed)")
+    parser.add_argument("--heldout", type=int, default=100, help="held-out problems (default 100)")
+    parser.add_argument("--samples", type=int, default=4, help="sampled answers per held-out problem (default 4)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per process (default 2)")
+    parser.add_argument("--steps", type=int, default=RECIPE["max_steps"], help="GRPO steps (default: the recipe's)")
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(REPO))
+    from training.grpo.ledger import format_ledger
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pairwise-grpo-learning-") as tmp:
+        workdir = Path(tmp)
+        heldout = write_tasks(workdir / "heldout.jsonl", args.family, args.heldout, 1000, "heldout")
+        for seed in args.seeds:
+            row = one_seed(workdir, seed, args, heldout)
+            rows.append(row)
+            print(f"seed {seed}: held-out success {row['parent']['success_rate']:.3f} -> {row['child']['success_rate']:.3f} "
+                  f"({row['gain_points']:+.1f} points), GRPO {row['grpo_cpu_minutes']:.1f} CPU-min", flush=True)
+
+    print()
+    print(f"held-out {args.family}: {args.heldout} problems, {args.samples} answers each at temperature "
+          f"{RECIPE['temperature']} (greedy beside it); scorer {', '.join(rows[0]['scorers'])}")
+    print(f"{'seed':<6}{'parent':>8}{'child':>8}{'gain':>8}{'95% interval parent':>22}{'95% interval child':>21}"
+          f"{'greedy p->c':>14}{'train-variant p->c':>20}{'GRPO CPU-min':>14}{'wall s':>8}")
+    for row in rows:
+        p, c = row["parent"], row["child"]
+        seen = row["train_variant"]
+        print(f"{row['seed']:<6}{p['success_rate']:>8.3f}{c['success_rate']:>8.3f}{row['gain_points']:>+8.1f}"
+              f"{str(p['interval']):>22}{str(c['interval']):>21}"
+              f"{row['parent_greedy']['success_rate']:>7.3f}->{row['child_greedy']['success_rate']:.3f}"
+              f"{seen[0]:>13.3f}->{seen[1]:.3f}"
+              f"{row['grpo_cpu_minutes']:>14.1f}{row['grpo_wall_s']:>8.0f}")
+    met = all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows) and all(
+        r["grpo_cpu_minutes"] <= CPU_MINUTES_LIMIT for r in rows)
+    print(f"target: child >= parent + {TARGET_GAIN_POINTS:.0f} points in every seed within {CPU_MINUTES_LIMIT:.0f} "
+          f"CPU-minutes: {'met' if met else 'NOT met'} (min gain {min(r['gain_points'] for r in rows):+.1f}, "
+          f"median {statistics.median(r['gain_points'] for r in rows):+.1f})")
+    for row in rows:
+        print(f"\nledger, seed {row['seed']} (reward {row['reward_first_last']}, zero-variance share first/last "
+              f"logged {row['zero_variance_first_last']}):")
+        print(format_ledger(row["ledger"]))
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({
+        "benchmark": "grpo_learning",
+        "settings": {"seeds": args.seeds, "family": args.family, "heldout": args.heldout, "samples": args.samples,
+                     "threads": args.threads, "train_tasks": TRAIN_TASKS, "recipe": {**RECIPE, "max_steps": args.steps}},
+        "target": {"gain_points": TARGET_GAIN_POINTS, "cpu_minutes": CPU_MINUTES_LIMIT, "met": met},
+        "runs": rows,
+    }, indent=2) + "\n")
+    print(f"wrote {RESULTS.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""GRPO config files: TRL's own GRPOConfig keys under TRL's names, Pairwise's keys beside them, one line per mistake."""
+
+import pytest
+
+from training.cli import main
+from training.config import ConfigError
+from training.grpo.config import GRPORunConfig, load_grpo_config
+
+REQUIRED = "base_checkpoint: ckpt\ntasks: tasks.jsonl\noutput_dir: run\nuse_cpu: true\n"
+
+
+def write(tmp_path, text):
+    path = tmp_path / "grpo.yaml"
+    path.write_text(REQUIRED + text)
+    return path
+
+
+def test_trl_keys_are_read_under_trl_names_with_trl_defaults(tmp_path):
+    config = load_grpo_config(write(tmp_path, (
+        "num_generations: 4\nper_device_train_batch_size: 8\nloss_type: dr_grpo\nscale_rewards: batch\nbeta: 0.04\n"
+        "epsilon: 0.3\ntemperature: 0.7\nmax_completion_length: 32\nlearning_rate: 5e-6\ntop_p: 0.9\n"
+        "mask_truncated_completions: true\nnum_iterations: 2\n")))
+
+    assert isinstance(config, GRPORunConfig)
+    assert (config.num_generations, config.loss_type, config.scale_rewards) == (4, "dr_grpo", "batch")
+    assert (config.beta, config.epsilon, config.temperature, config.top_p) == (0.04, 0.3, 0.7, 0.9)
+    assert config.max_completion_length == 32 and config.learning_rate == 5e-6
+    assert config.mask_truncated_completions is True and config.num_iterations == 2
+    # TRL derives its own values as it would for `trl grpo`: one generation batch per optimizer step.
+    assert config.generation_batch_size == 8 and config.steps_per_generation == 1
+    # Keys not written keep TRL's defaults, except the few Pairwise changes (documented in --help-config).
+    from trl import GRPOConfig
+
+    assert config.epsilon_high == GRPOConfig.__dataclass_fields__["epsilon_high"].default
+    assert config.bf16 is False and config.activation_checkpointing is False
+    assert config.dynamic_sampling is False and config.difficulty_filter is False
+
+
+def test_pairwise_keys_sit_beside_trl_keys(tmp_path):
+    config = load_grpo_config(write(tmp_path, (
+        "dynamic_sampling: true\ndynamic_sampling_max_rounds: 2\ndifficulty_filter: true\ndifficulty_samples: 4\n"
+        "difficulty_min_pass_rate: 0.1\nmax_generated_tokens: 5000\n")))
+
+    assert config.base_checkpoint == "ckpt" and config.tasks == "tasks.jsonl" and config.output_dir == "run"
+    assert config.dynamic_sampling and config.dynamic_sampling_max_rounds == 2
+    assert config.difficulty_filter and config.difficulty_samples == 4 and config.difficulty_min_pass_rate == 0.1
+    assert config.max_generated_tokens == 5000
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("num_generatons: 4\n", "unknown key 'num_generatons' (did you mean 'num_generations'?)"),
+    ("scale_rewards: sometimes\n", "scale_rewards must be one of"),
+    ("num_generations: four\n", "num_generations must be a whole number, got 'four'"),
+    ("num_generations: 1\n", "num_generations must be at least 2"),
+    ("temperature: 0\n", "temperature must be above 0"),
+    ("difficulty_min_pass_rate: 0.8\ndifficulty_max_pass_rate: 0.5\n", "0 <= min < max <= 1"),
+    ("dynamic_sampling: perhaps\n", "dynamic_sampling must be true or false"),
+    ("use_vllm: true\n", "vllm is not installed here"),
+    ("num_generations: 3\nper_device_train_batch_size: 8\n", "must be divisible by num_generations"),
+    ("dtype: bfloat16\n", "write model_init_kwargs: {dtype: bfloat16} instead"),
+])
+def test_a_mistake_is_one_line_naming_the_key(tmp_path, text, message):
+    with pytest.raises(ConfigError) as caught:
+        load_grpo_config(write(tmp_path, text))
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_missing_required_key(tmp_path):
+    path = tmp_path / "grpo.yaml"
+    path.write_text("base_checkpoint: ckpt\noutput_dir: run\n")
+    with pytest.raises(ConfigError, match="required key 'tasks' is missing"):
+        load_grpo_config(path)
+
+
+def test_help_config_lists_pairwise_and_trl_keys(capsys):
+    assert main(["grpo", "--help-config"]) == 0
+    out = capsys.readouterr().out
+    for key in ("base_checkpoint", "tasks", "dynamic_sampling", "difficulty_filter", "num_generations", "loss_type",
+                "scale_rewards", "beta", "epsilon", "temperature", "max_completion_length", "use_vllm", "vllm_mode"):
+        assert f"  {key} = " in out, key
+    assert out.index("dynamic_sampling") < out.index("num_generations")  # Pairwise's keys first
+
+
+def test_every_pairwise_key_has_help():
+    fields = GRPORunConfig.__dataclass_fields__
+    for name in GRPORunConfig.pairwise_keys:
+        assert fields[name].metadata.get("help"), name
+
+
+def test_grpo_without_config_is_one_line(capsys):
+    assert main(["grpo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--config FILE.yaml is required" in err[0]
+
+
+def test_slurm_templates_launch_grpo_with_a_vllm_server_or_in_process():
+    from pathlib import Path
+
+    slurm = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
+    in_process = (slurm / "grpo.sbatch").read_text()
+    assert in_process.startswith("#!/bin/bash") and "accelerate launch" in in_process
+    assert "-m training grpo --config" in in_process
+    server = (slurm / "grpo_vllm.sbatch").read_text()
+    assert server.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in server
+    assert "trl vllm-serve --model" in server and "accelerate launch" in server
+    assert "-m training grpo --config '$SERVER_CONFIG'" in server
+    assert 'vllm_mode="server"' in server and "vllm_server_host=host" in server

@@ -1,0 +1,96 @@
+"""Keys of a GRPO config file: TRL's GRPOConfig (and every TrainingArguments key) plus Pairwise's own."""
+
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from trl import GRPOConfig
+
+from training.config import ConfigError, PairwiseConfigMixin, load_config
+
+# TRL checks these only when the first batch is scored (trl/trainer/grpo_trainer.py); Pairwise checks them
+# before anything runs.
+_CHOICES = {
+    "loss_type": ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"),
+    "scale_rewards": ("group", "batch", "none"),
+    "multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+    "importance_sampling_level": ("token", "sequence"),
+    "vllm_mode": ("server", "colocate"),
+}
+
+
+@dataclass
+class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
+    """TRL's GRPOConfig under TRL's names (num_generations, loss_type, scale_rewards, beta, epsilon,
+    temperature, max_completion_length, use_vllm, vllm_mode, ...), plus the keys below."""
+
+    pairwise_keys: ClassVar[tuple[str, ...]] = (
+        "base_checkpoint", "tasks", "output_dir", "dynamic_sampling", "dynamic_sampling_max_rounds",
+        "difficulty_filter", "difficulty_samples", "difficulty_min_pass_rate", "difficulty_max_pass_rate",
+        "max_generated_tokens", "verifier_workers", *PairwiseConfigMixin.pairwise_keys[1:])
+    required_keys: ClassVar[tuple[str, ...]] = ("base_checkpoint", "tasks", "output_dir")
+
+    base_checkpoint: str | None = field(default=None, metadata={
+        "help": "Local Hugging Face causal-LM checkpoint to start from (the same base a DPO run takes); also "
+                "the reference model when beta > 0."})
+    tasks: str | None = field(default=None, metadata={
+        "help": "Task file (JSONL, docs/training.md 'Task files'): the prompts, scored by training.verifiers."})
+    dynamic_sampling: bool = field(default=False, metadata={
+        "help": "Drop groups whose rewards are all equal (zero advantage) and fill the batch with groups of "
+                "fresh prompts, as DAPO's dynamic sampling does."})
+    dynamic_sampling_max_rounds: int = field(default=4, metadata={
+        "help": "Extra generation rounds per batch at most; a batch still short afterwards keeps some "
+                "zero-variance groups."})
+    difficulty_filter: bool = field(default=False, metadata={
+        "help": "Before training, sample difficulty_samples answers per task with the base checkpoint and train "
+                "only on tasks whose pass rate lies strictly between the two bounds below."})
+    difficulty_samples: int = field(default=8, metadata={"help": "Answers sampled per task by the pre-pass."})
+    difficulty_min_pass_rate: float = field(default=0.0, metadata={
+        "help": "Tasks with a pass rate at or below this are dropped as too hard."})
+    difficulty_max_pass_rate: float = field(default=1.0, metadata={
+        "help": "Tasks with a pass rate at or above this are dropped as too easy."})
+    max_generated_tokens: int | None = field(default=None, metadata={
+        "help": "Stop after the step in which this many completion tokens have been generated (a budget); "
+                "null: max_steps / num_train_epochs decide."})
+    verifier_workers: int | None = field(default=None, metadata={
+        "help": "Processes scoring math answers; null: up to 4."})
+
+    @classmethod
+    def check_values(cls, values: dict, source: str) -> None:
+        super().check_values(values, source)
+
+        def bad(key: str, why: str) -> ConfigError:
+            return ConfigError(f"{source}: {key} {why}")
+
+        for key, choices in _CHOICES.items():
+            if values[key] not in choices:
+                raise bad(key, f"must be one of {', '.join(choices)}, got {values[key]!r}")
+        if values["num_generations"] is not None and values["num_generations"] < 2:
+            raise bad("num_generations", f"must be at least 2 (advantages compare answers within a group), got "
+                                         f"{values['num_generations']}")
+        if not values["temperature"] > 0:
+            raise bad("temperature", f"must be above 0 (GRPO samples its answers), got {values['temperature']}")
+        if not values["learning_rate"] > 0:
+            raise bad("learning_rate", f"must be above 0, got {values['learning_rate']}")
+        if values["max_steps"] == 0 or values["max_steps"] < -1:
+            raise bad("max_steps", f"must be -1 (use num_train_epochs) or at least 1, got {values['max_steps']}")
+        if values["dynamic_sampling_max_rounds"] < 0:
+            raise bad("dynamic_sampling_max_rounds", f"must be 0 or more, got {values['dynamic_sampling_max_rounds']}")
+        if values["difficulty_samples"] < 1:
+            raise bad("difficulty_samples", f"must be at least 1, got {values['difficulty_samples']}")
+        low, high = values["difficulty_min_pass_rate"], values["difficulty_max_pass_rate"]
+        if not 0.0 <= low < high <= 1.0:
+            raise bad("difficulty_min_pass_rate", f"and difficulty_max_pass_rate must satisfy 0 <= min < max <= 1, "
+                                                  f"got {low} and {high}")
+        if values["max_generated_tokens"] is not None and values["max_generated_tokens"] < 1:
+            raise bad("max_generated_tokens", f"must be at least 1 or null, got {values['max_generated_tokens']}")
+        if values["verifier_workers"] is not None and values["verifier_workers"] < 1:
+            raise bad("verifier_workers", f"must be at least 1 or null, got {values['verifier_workers']}")
+        if values["use_vllm"] and importlib.util.find_spec("vllm") is None:
+            raise bad("use_vllm", "is true but vllm is not installed here; install it (pip install vllm) on the GPU "
+                                  "nodes, or set use_vllm: false to generate with transformers")
+
+
+def load_grpo_config(path: str | Path) -> GRPORunConfig:
+    return load_config(path, GRPORunConfig)

@@ -1,0 +1,283 @@
+"""`python -m training grpo --config FILE.yaml`: GRPO on verifiable tasks, from a base checkpoint, into a run folder.
+
+The recipe: read and check the config, the base checkpoint and the task file before anything is written
+(bad input leaves no run folder); optionally keep only the tasks the base checkpoint solves sometimes
+(the difficulty pre-pass); then TRL's GRPOTrainer (training/grpo/trainer.py) with training.verifiers as
+the reward; then the lineage (run.json, ledger.json, checkpoint/parent.json), with every completion in
+rollouts/ and the ledger printed as a table.
+
+Generation: transformers' generate, or TRL's vLLM modes when `use_vllm: true` (colocate, or server with
+`trl vllm-serve`, see deploy/slurm/). Multi-GPU: `accelerate launch --config_file deploy/accelerate/zero2.yaml
+-m training grpo --config F`.
+"""
+
+import shutil
+import time
+from pathlib import Path
+
+from training.config import config_record
+from training.errors import PairwiseInputError
+from training.grpo.config import GRPORunConfig, load_grpo_config
+from training.trl_setup import (
+    check_output_dir,
+    is_main_process,
+    lora_config,
+    run_callbacks,
+    save_checkpoint,
+    trainer_arguments,
+)
+
+
+def _load_tasks(config: GRPORunConfig) -> list[dict]:
+    from training.tasks import TaskFileError, load_tasks
+
+    try:
+        return load_tasks(config.tasks)
+    except TaskFileError as error:
+        raise PairwiseInputError(f"tasks file {error}; fix these lines and run again") from None
+
+
+def _dataset_rows(tasks: list[dict], tokenizer, base_path: Path) -> list[dict]:
+    """TRL dataset rows: the prompt (as chat messages when the checkpoint has a chat template) and task_id;
+    the reward looks the rest of the task up by its id."""
+    if tokenizer.chat_template:
+        return [{"prompt": [{"role": "user", "content": t["prompt"]}] if isinstance(t["prompt"], str) else t["prompt"],
+                 "task_id": t["task_id"]} for t in tasks]
+    if any(not isinstance(t["prompt"], str) for t in tasks):
+        raise PairwiseInputError(f"base_checkpoint {base_path} has no chat template but some task prompts are chat "
+                                 "messages; use a chat checkpoint or plain-text prompts")
+    return [{"prompt": t["prompt"], "task_id": t["task_id"]} for t in tasks]
+
+
+def _budget_callback(config: GRPORunConfig, ledger):
+    from transformers import TrainerCallback
+
+    class LoopClockAndBudget(TrainerCallback):
+        """Times the training loop for the ledger; stops at max_generated_tokens."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            ledger.loop_started()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            ledger.loop_ended()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if config.max_generated_tokens is not None and ledger.tokens_generated >= config.max_generated_tokens:
+                control.should_training_stop = True
+
+    return LoopClockAndBudget()
+
+
+def run_grpo(config: GRPORunConfig) -> dict:
+    """Train; return the final run record. Raises PairwiseInputError for bad input before writing anything."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from training.grpo.difficulty import _check_sandbox, band_summary, keep_in_band, pass_rates
+    from training.grpo.ledger import Ledger
+    from training.grpo.rewards import VerifierComponentsReward
+    from training.grpo.rollouts import ROLLOUT_FORMAT, next_batch_number
+    from training.grpo.trainer import PairwiseGRPOTrainer
+    from training.run_folder import (
+        RUN_FORMAT,
+        RunFolder,
+        check_causal_lm_checkpoint,
+        checkpoint_content_hash,
+        hardware,
+        library_versions,
+        utc_now,
+        write_parent_json,
+    )
+    from training.snapshot import code_version, file_sha256
+    from training.tasks import write_tasks
+
+    started = time.perf_counter()
+    # 1. Everything a user can get wrong is checked before the run folder exists.
+    run = RunFolder(config.output_dir)
+    resume_from = check_output_dir(config, run)
+    base_path = check_causal_lm_checkpoint(config.base_checkpoint)
+    all_tasks = _load_tasks(config)
+    _check_sandbox(all_tasks, config.tasks)
+    tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
+    _dataset_rows(all_tasks[:1], tokenizer, base_path)
+    if config.torch_threads is not None:
+        torch.set_num_threads(config.torch_threads)
+    is_main = is_main_process()
+    fresh = resume_from is None
+    base_hash = checkpoint_content_hash(base_path) if is_main else None
+    tasks_hash = file_sha256(Path(config.tasks))
+
+    difficulty = None
+    tasks = all_tasks
+    if config.difficulty_filter and fresh:
+        if config.world_size > 1:
+            raise PairwiseInputError("difficulty_filter runs on one process; for a multi-process run, run "
+                                     "python -m training grpo-filter first and set tasks to its output")
+        loading = time.perf_counter()
+        rates = pass_rates(checkpoint=base_path, tasks=all_tasks, samples=config.difficulty_samples,
+                           temperature=config.temperature, top_p=config.top_p, top_k=config.top_k or 0,
+                           max_new_tokens=config.max_completion_length, seed=config.seed,
+                           workers=config.verifier_workers)
+        tasks = keep_in_band(all_tasks, rates, min_pass_rate=config.difficulty_min_pass_rate,
+                             max_pass_rate=config.difficulty_max_pass_rate, checkpoint_hash=base_hash)
+        difficulty = {**band_summary(rates, min_pass_rate=config.difficulty_min_pass_rate,
+                                     max_pass_rate=config.difficulty_max_pass_rate),
+                      "samples": config.difficulty_samples, "wall_s": round(time.perf_counter() - loading, 2)}
+        if not tasks:
+            raise PairwiseInputError(f"difficulty_filter kept no task of {config.tasks} (pass rates: "
+                                     f"{difficulty['too_hard']} at or below {config.difficulty_min_pass_rate}, "
+                                     f"{difficulty['too_easy']} at or above {config.difficulty_max_pass_rate}); "
+                                     "widen the band or use tasks nearer the checkpoint's level")
+    elif not fresh and (run.path / "tasks.jsonl").is_file():
+        tasks = _load_tasks_file(run.path / "tasks.jsonl")  # a resumed run trains on the tasks it started with
+    rows = _dataset_rows(tasks, tokenizer, base_path)
+
+    # 2. The run folder: run.json is kept current so a watcher sees the status.
+    if is_main:
+        run.create()
+        previous = run.read_record() if not fresh else None
+        run.record = previous or {}
+        if fresh:
+            write_tasks(run.path / "tasks.jsonl", tasks)
+        run.update(
+            format=RUN_FORMAT,
+            run=run.path.name,
+            kind="grpo",
+            status="running",
+            config=config_record(config),
+            base_checkpoint={"path": str(base_path.resolve()), "content_hash": base_hash},
+            snapshot=None,
+            tasks={"path": str(Path(config.tasks).resolve()), "sha256": tasks_hash, "count": len(all_tasks),
+                   "trained_on": len(tasks), "copy": "tasks.jsonl"},
+            tasks_hash=tasks_hash,
+            difficulty_filter=difficulty if fresh else (previous or {}).get("difficulty_filter"),
+            rollouts={"path": "rollouts", "format": ROLLOUT_FORMAT},
+            scorers={},
+            code_version=code_version(),
+            libraries=library_versions(),
+            hardware=hardware(),
+            started_at=(previous or {}).get("started_at") or utc_now(),
+            ended_at=None,
+            error=None,
+        )
+        if not fresh:
+            run.update(resumed=[*run.record.get("resumed", []), {"at": utc_now(), "from": str(resume_from)}])
+
+    ledger = Ledger(prepass_s=difficulty["wall_s"] if difficulty else 0.0)
+    reward = VerifierComponentsReward(tasks, workers=config.verifier_workers)
+    trainer = None
+    try:
+        try:
+            trainer = PairwiseGRPOTrainer(
+                model=str(base_path),
+                reward_funcs=[reward],
+                args=trainer_arguments(config, run),
+                train_dataset=Dataset.from_list(rows),
+                processing_class=tokenizer,
+                callbacks=[*run_callbacks(config, run), _budget_callback(config, ledger)],
+                peft_config=lora_config(config),
+                pairwise_reward=reward,
+                rollouts_dir=run.path / "rollouts",
+                ledger=ledger,
+                task_prompts={t["task_id"]: t["prompt"] for t in tasks},
+                first_batch=next_batch_number(run.path),
+                dynamic_sampling=config.dynamic_sampling,
+                dynamic_sampling_max_rounds=config.dynamic_sampling_max_rounds,
+                append_metrics=run.append_metrics if is_main else None,
+            )
+        except ValueError as error:
+            if isinstance(error, PairwiseInputError):
+                raise
+            # TRL checks option combinations when the trainer is built; those are config mistakes.
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise PairwiseInputError(f"{config.output_dir}: GRPO setup refused the config: {first_line}") from None
+    except BaseException:
+        reward.close()
+        if fresh and is_main:
+            shutil.rmtree(run.path, ignore_errors=True)  # nothing trained yet: leave no half-made run behind
+        raise
+
+    try:
+        try:
+            train_output = trainer.train(resume_from_checkpoint=resume_from)
+        finally:
+            trainer.flush_rollouts()
+            reward.close()
+        ledger.verification_s = reward.seconds
+        saving = time.perf_counter()
+        save_checkpoint(trainer, config, run, tokenizer)
+        trainer.accelerator.wait_for_everyone()
+        ledger.loading_s += time.perf_counter() - saving
+        if not is_main:
+            return {}
+        out_hash = checkpoint_content_hash(run.checkpoint)
+        write_parent_json(run.checkpoint, parent_path=str(base_path), parent_hash=base_hash, run=run.path.name,
+                          kind="grpo", snapshot_id=None, content_hash=out_hash)
+        wall_s = time.perf_counter() - started
+        gpus = trainer.accelerator.num_processes if torch.cuda.is_available() and not config.use_cpu else 0
+        summary = ledger.summary(wall_s=wall_s, gpus=gpus, steps=trainer.state.global_step)
+        scorers = sorted({s for s in _scorers_seen(run.path)})
+        run.write_ledger({
+            "inputs": [
+                {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
+                {"kind": "tasks", "path": str(Path(config.tasks).resolve()), "sha256": tasks_hash},
+            ],
+            "outputs": [{"kind": "checkpoint", "path": "checkpoint", "content_hash": out_hash},
+                        {"kind": "rollouts", "path": "rollouts", "format": ROLLOUT_FORMAT}],
+            "consumed": {
+                "optimizer_steps": trainer.state.global_step,
+                "epochs": round(trainer.state.epoch or 0.0, 4),
+                "tasks": len(tasks),
+                "completions": ledger.completions,
+                "tokens_generated": ledger.tokens_generated,
+                "wall_s": round(wall_s, 2),
+            },
+            **summary,
+        })
+        run.update(
+            status="completed",
+            ended_at=utc_now(),
+            wall_s=round(wall_s, 2),
+            steps=trainer.state.global_step,
+            train_loss=round(train_output.training_loss, 6),
+            scorers={"training": scorers},
+            results={"ledger": summary},
+            output_checkpoint={"path": str(run.checkpoint.resolve()), "content_hash": out_hash},
+        )
+        return run.record
+    except KeyboardInterrupt:
+        if is_main:
+            run.update(status="interrupted", ended_at=utc_now(), error="interrupted")
+        raise
+    except BaseException as error:
+        if is_main:
+            run.update(status="failed", ended_at=utc_now(), error=f"{type(error).__name__}: {error}")
+        raise
+
+
+def _load_tasks_file(path: Path) -> list[dict]:
+    from training.tasks import load_tasks
+
+    return load_tasks(path)
+
+
+def _scorers_seen(run_path: Path) -> set[str]:
+    from training.grpo.rollouts import read_rollouts
+
+    table = read_rollouts(run_path)
+    return set(table.column("scorer").to_pylist()) if table.num_rows else set()
+
+
+def grpo_main(args) -> int:
+    """`python -m training grpo --config FILE.yaml`."""
+    from training.grpo.ledger import format_ledger
+
+    config = load_grpo_config(args.config)
+    record = run_grpo(config)
+    if record:
+        print(format_ledger(record["results"]["ledger"]))
+        print(f"run {record['run']}: {record['status']} after {record['steps']} steps; rollouts in "
+              f"{Path(config.output_dir) / 'rollouts'}; checkpoint {record['output_checkpoint']['path']} "
+              f"({record['output_checkpoint']['content_hash'][:23]}...)")
+    return 0

@@ -1,0 +1,414 @@
+"""TRL's GRPOTrainer with every attempt recorded, zero-variance groups counted, and DAPO's dynamic sampling.
+
+The subclass overrides three seams of GRPOTrainer and leaves its algorithm alone:
+
+- `_generate` is timed (the ledger's generation time) and its token ids are kept for the records;
+- `_generate_and_score_completions` (one generation batch: sample, score, compute advantages) is
+  followed by building one rollout row per completion and counting the groups whose rewards are all
+  equal; with dynamic sampling, such groups are dropped and more rounds of fresh prompts fill the
+  batch before TRL splits it into micro-batches;
+- `compute_loss` keeps the per-token log-probabilities of the policy's forward pass. When generation and
+  update are aligned (TRL's default: one generation batch per optimizer step, num_iterations 1), TRL
+  uses exactly these as the "old" log-probabilities, because the weights that generated the batch are
+  the weights of that forward pass; recording them costs nothing extra. Otherwise the log-probabilities
+  TRL computes right after generation (or vLLM's own sampling log-probabilities) are recorded.
+
+Log-probabilities are of the sampling distribution at `temperature` (TRL divides the logits by it), before
+top-k / top-p truncation.
+"""
+
+import hashlib
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from trl import GRPOTrainer
+
+from training.errors import PairwiseInputError
+from training.grpo.ledger import GroupCounts, Ledger
+from training.grpo.rewards import VerifierComponentsReward, component_scores
+from training.grpo.rollouts import prompt_text, write_batch
+from training.verifiers.results import CORRECT
+
+# Output keys of _generate_and_score_completions that dynamic sampling knows how to merge across rounds;
+# anything else (images, multimodal fields) is refused rather than merged wrongly.
+_PER_TOKEN_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps",
+                   "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask")
+_MERGEABLE_KEYS = {"prompt_ids", "prompt_mask", "advantages", "num_items_in_batch", "pairwise_row", *_PER_TOKEN_KEYS}
+
+
+@dataclass
+class _Round:
+    """One call of TRL's generate-and-score: its output and which of its local groups carry signal."""
+
+    output: dict
+    batch: int
+    teaches: list[bool]           # per local group: rewards not all equal
+    counts: GroupCounts = field(default_factory=GroupCounts)
+
+
+def _pad_rows(parts: list[torch.Tensor], *, side: str, value) -> torch.Tensor:
+    """Stack (b_i, w_i) tensors into (sum b_i, max w_i), padding on the left or right."""
+    width = max(part.shape[1] for part in parts)
+    padded = []
+    for part in parts:
+        missing = width - part.shape[1]
+        if missing:
+            filler = torch.full((part.shape[0], missing), value, dtype=part.dtype, device=part.device)
+            part = torch.cat([filler, part] if side == "left" else [part, filler], dim=1)
+        padded.append(part)
+    return torch.cat(padded, dim=0)
+
+
+class PairwiseGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer that writes rollouts/, keeps a ledger, and can replace zero-variance groups."""
+
+    def __init__(self, *args, pairwise_reward: VerifierComponentsReward, rollouts_dir: Path, ledger: Ledger,
+                 task_prompts: dict[str, object], first_batch: int = 0, dynamic_sampling: bool = False,
+                 dynamic_sampling_max_rounds: int = 4, append_metrics=None, **kwargs):
+        started = time.perf_counter()
+        super().__init__(*args, **kwargs)
+        self.pairwise_reward = pairwise_reward
+        self.rollouts_dir = Path(rollouts_dir)
+        self.ledger = ledger
+        self.ledger.loading_s += time.perf_counter() - started
+        self.task_prompts = task_prompts
+        self.dynamic_sampling = dynamic_sampling
+        self.dynamic_sampling_max_rounds = dynamic_sampling_max_rounds
+        self.append_metrics = append_metrics
+        self._next_batch = first_batch
+        self._next_row = 0
+        self._rows: dict[int, dict] = {}                 # row key -> rollout row (until its batch is written)
+        self._rows_waiting: dict[int, int] = {}          # batch -> rows still without log-probabilities
+        self._batch_keys: dict[int, list[int]] = {}      # batch -> row keys
+        self._capture_logps = False
+        self._captured_logps: torch.Tensor | None = None
+        self._last_generated: tuple[list, list] | None = None
+        self._weights_hash: tuple[int, str | None] | None = None
+        self._fresh_prompts = random.Random(f"dynamic-sampling:{self.args.seed}:{self.accelerator.process_index}")
+        local_batch = self.args.generation_batch_size // self.accelerator.num_processes
+        if dynamic_sampling and local_batch % self.num_generations:
+            raise PairwiseInputError(
+                f"dynamic_sampling needs whole groups on each process: the per-process generation batch "
+                f"({local_batch}) must be a multiple of num_generations ({self.num_generations}); change "
+                "per_device_train_batch_size or steps_per_generation")
+        if self.use_vllm:
+            sync = self.vllm_generation.sync_weights
+
+            def timed_sync():
+                began = time.perf_counter()
+                sync()
+                self.ledger.switching_s += time.perf_counter() - began
+
+            self.vllm_generation.sync_weights = timed_sync
+
+    # --- generation -------------------------------------------------------------------------------------
+
+    def _generate(self, prompts: list):
+        started = time.perf_counter()
+        result = super()._generate(prompts)
+        self.ledger.generation_s += time.perf_counter() - started
+        self._last_generated = (result[0], result[1])  # prompt ids, completion ids (EOS included)
+        return result
+
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        first = self._scored_round(inputs)
+        counts = GroupCounts()
+        counts.add(first.counts)
+        if self.dynamic_sampling:
+            output, dropped, surplus, rounds = self._fill_with_teaching_groups(first, counts)
+            counts.dropped += dropped
+            counts.surplus += surplus
+            counts.refill_rounds += rounds
+        else:
+            output = first.output
+        self.ledger.groups.add(counts)
+        trained = self.accelerator.gather(torch.tensor([output["advantages"].shape[0]], device=self.accelerator.device))
+        self.ledger.completions_trained += int(trained.sum().item())
+        metrics = self._metrics["train"]
+        metrics["zero_variance/groups"].append(counts.zero_variance)
+        metrics["zero_variance/share"].append(counts.zero_variance / counts.groups if counts.groups else 0.0)
+        metrics["zero_variance/all_correct"].append(counts.all_correct)
+        metrics["zero_variance/all_wrong"].append(counts.all_wrong)
+        if self.dynamic_sampling:
+            metrics["dynamic_sampling/dropped_groups"].append(counts.dropped)
+            metrics["dynamic_sampling/extra_rounds"].append(counts.refill_rounds)
+        if self.append_metrics is not None and self.accelerator.is_main_process:
+            self.append_metrics({"event": "generation", "step": self.state.global_step + 1,
+                                 "zero_variance_share": counts.zero_variance_share,
+                                 **{k: v for k, v in vars(counts).items()}})
+        return output
+
+    def _scored_round(self, inputs: list[dict]) -> _Round:
+        """TRL's generate-and-score for `inputs`, then one rollout row per completion."""
+        output = super()._generate_and_score_completions(inputs)
+        started = time.perf_counter()
+        batch = self._next_batch
+        self._next_batch += 1
+        scored = self.pairwise_reward.last
+        _, completion_ids = self._last_generated
+        group_size = self.num_generations
+        local_n = len(inputs)
+        offset = self.accelerator.process_index * local_n
+        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        truncated = [not ids or ids[-1] not in eos_and_pad for ids in completion_ids]
+        rewards = [math.nan if r is None else float(r) for r in scored.rewards]
+        local = torch.tensor([[reward, float(result.status == CORRECT), len(ids), float(cut)]
+                              for reward, result, ids, cut in zip(rewards, scored.results, completion_ids, truncated,
+                                                                   strict=True)],
+                             dtype=torch.float64, device=self.accelerator.device)
+        everything = self.accelerator.gather(local).cpu()
+        self.ledger.count_completions([int(x) for x in everything[:, 2].tolist()], int(everything[:, 3].sum().item()))
+
+        counts = GroupCounts()
+        teaches_global = []
+        for start in range(0, everything.shape[0], group_size):
+            group = everything[start : start + group_size]
+            scorable = group[:, 0][~torch.isnan(group[:, 0])]
+            # All equal (or fewer than two scorable answers): every advantage in the group is zero.
+            teaches = scorable.numel() >= 2 and not torch.allclose(scorable, scorable[0].expand_as(scorable))
+            teaches_global.append(teaches)
+            counts.groups += 1
+            if not teaches:
+                counts.zero_variance += 1
+                right = int(group[:, 1].sum().item())
+                counts.all_correct += right == group.shape[0]
+                counts.all_wrong += right == 0
+        first_group = offset // group_size
+        local_groups = math.ceil(local_n / group_size)
+        teaches_local = teaches_global[first_group : first_group + local_groups]
+
+        if "sampling_per_token_logps" in output:
+            source, logps = "vllm sampler", output["sampling_per_token_logps"]
+        elif "old_per_token_logps" in output:
+            source, logps = "policy forward after generation", output["old_per_token_logps"]
+        else:
+            source, logps = "policy forward in the update", None
+        mask_truncated = bool(self.args.mask_truncated_completions)
+        policy_hash = self._policy_weights_sha256()
+        advantages = output["advantages"].tolist()
+        keys = list(range(self._next_row, self._next_row + local_n))
+        self._next_row += local_n
+        waiting = 0
+        for i, key in enumerate(keys):
+            global_index = offset + i
+            group, member = divmod(global_index, group_size)
+            result = scored.results[i]
+            task_id = inputs[i]["task_id"]
+            ids = list(completion_ids[i])
+            row = {
+                "rollout_id": f"{batch:06d}-{group:04d}-{member:02d}",
+                "batch": batch,
+                "group_id": f"{batch:06d}-{group:04d}",
+                "member": member,
+                "task_id": task_id,
+                "prompt": prompt_text(self.task_prompts.get(task_id, inputs[i]["prompt"])),
+                "completion": scored.texts[i],
+                "completion_token_ids": ids,
+                "logprobs": None,
+                "logprobs_source": source,
+                "finish_reason": "truncated" if truncated[i] else "stopped",
+                "length": len(ids),
+                "status": result.status,
+                "reward": None if result.reward is None else float(result.reward),
+                "components": _json(result.components),
+                "component_scores": component_scores(result.components),
+                "reason": result.reason,
+                "scorer": result.scorer,
+                "advantage": float(advantages[i]),
+                "in_batch": True,
+                "policy_step": self.state.global_step,
+                "policy_weights_sha256": policy_hash,
+                "process_index": self.accelerator.process_index,
+            }
+            if mask_truncated and truncated[i]:
+                row["logprobs_source"] = "not recorded: truncated completions are masked (mask_truncated_completions)"
+            elif logps is not None:
+                row["logprobs"] = logps[i, : len(ids)].float().cpu().tolist()
+            else:
+                waiting += 1
+            self._rows[key] = row
+        self._batch_keys[batch] = keys
+        self._rows_waiting[batch] = waiting
+        output["pairwise_row"] = torch.tensor(keys, dtype=torch.long)
+        self._write_if_complete(batch)
+        self.ledger.recording_s += time.perf_counter() - started
+        return _Round(output=output, batch=batch, teaches=teaches_local, counts=counts)
+
+    # --- dynamic sampling -----------------------------------------------------------------------------------
+
+    def _fill_with_teaching_groups(self, first: _Round, counts: GroupCounts) -> tuple[dict, int, int, int]:
+        """DAPO's dynamic sampling: keep groups whose rewards differ, draw fresh prompts until the batch is
+        full again (at most dynamic_sampling_max_rounds extra rounds), then top up with zero-variance groups.
+        Returns the merged output, the zero-variance groups dropped, the surplus groups left out, and the
+        extra rounds (counts over all processes)."""
+        unknown = set(first.output) - _MERGEABLE_KEYS
+        if unknown:
+            raise PairwiseInputError(f"dynamic_sampling cannot merge batches carrying {sorted(unknown)} (multimodal "
+                                     "inputs); set dynamic_sampling: false")
+        size = self.num_generations
+        needed = first.output["advantages"].shape[0] // size
+        chosen: list[tuple[dict, int]] = []   # (round output, local group)
+        spare: list[tuple[dict, int]] = []
+        spare_teaches: list[bool] = []
+
+        def take(round_: _Round) -> None:
+            for local_group, teaches in enumerate(round_.teaches):
+                if teaches and len(chosen) < needed:
+                    chosen.append((round_.output, local_group))
+                else:
+                    spare.append((round_.output, local_group))
+                    spare_teaches.append(teaches)
+
+        take(first)
+        rounds = 0
+        while rounds < self.dynamic_sampling_max_rounds:
+            short = torch.tensor([needed - len(chosen)], device=self.accelerator.device)
+            if self.accelerator.gather(short).max().item() <= 0:  # every process must run the same rounds
+                break
+            rounds += 1
+            fresh = self._scored_round(self._fresh_inputs(needed))
+            counts.add(fresh.counts)
+            take(fresh)
+        # Still short after the extra rounds: zero-variance groups keep the batch whole. (Spare groups with
+        # signal exist only once the batch is full: surplus from the round that filled it.)
+        fill = max(0, needed - len(chosen))
+        chosen += spare[:fill]
+        left_out, left_out_teaches = spare[fill:], spare_teaches[fill:]
+        self._record_dropped(left_out)
+        dropped = sum(not teaches for teaches in left_out_teaches)
+        totals = self.accelerator.gather(torch.tensor([[dropped, len(left_out) - dropped]], device=self.accelerator.device))
+        dropped_total, surplus_total = totals.sum(dim=0).tolist()
+        return self._merge(chosen), int(dropped_total), int(surplus_total), rounds
+
+    def _fresh_inputs(self, groups: int) -> list[dict]:
+        dataset = self.train_dataset
+        picks = [self._fresh_prompts.randrange(len(dataset)) for _ in range(groups)]
+        return [dict(dataset[index]) for index in picks for _ in range(self.num_generations)]
+
+    def _merge(self, parts: list[tuple[dict, int]]) -> dict:
+        size = self.num_generations
+        rows = [(output, slice(group * size, (group + 1) * size)) for output, group in parts]
+        merged: dict = {}
+        for key in rows[0][0]:
+            if key == "num_items_in_batch":
+                continue
+            pieces = [output[key][where] for output, where in rows]
+            if key in ("prompt_ids", "prompt_mask"):
+                merged[key] = _pad_rows(pieces, side="left", value=self._tokenizer.pad_token_id if key == "prompt_ids" else 0)
+            elif key in _PER_TOKEN_KEYS and pieces[0].dim() == 2 and not (key == "importance_sampling_ratio" and pieces[0].shape[1] == 1):
+                value = {"completion_ids": self._tokenizer.pad_token_id, "tool_mask": 1}.get(key, 0)
+                merged[key] = _pad_rows(pieces, side="right", value=value)
+            else:
+                merged[key] = torch.cat(pieces, dim=0)
+        loss_mask = merged["completion_mask"] if "tool_mask" not in merged else merged["completion_mask"] * merged["tool_mask"]
+        merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        return merged
+
+    def _record_dropped(self, parts: list[tuple[dict, int]]) -> None:
+        """Dropped groups are not trained on; their log-probabilities come from one extra forward pass."""
+        size = self.num_generations
+        for output, group in parts:
+            where = slice(group * size, (group + 1) * size)
+            keys = output["pairwise_row"][where].tolist()
+            for key in keys:
+                self._rows[key]["in_batch"] = False
+            pending = [k for k in keys if self._rows[k]["logprobs"] is None and self._rows[k]["logprobs_source"]
+                       == "policy forward in the update"]
+            if pending:
+                prompt_ids, prompt_mask = output["prompt_ids"][where], output["prompt_mask"][where]
+                completion_ids, completion_mask = output["completion_ids"][where], output["completion_mask"][where]
+                with torch.no_grad():
+                    logps, _, _ = self._get_per_token_logps_and_entropies(
+                        self.model, torch.cat([prompt_ids, completion_ids], dim=1),
+                        torch.cat([prompt_mask, completion_mask], dim=1), completion_ids.size(1),
+                        batch_size=self.args.per_device_train_batch_size)
+                for row_index, key in enumerate(keys):
+                    self._store_logps(key, logps[row_index], source="policy forward (dropped group)")
+
+    # --- log-probabilities from the update's forward pass ----------------------------------------------------
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        keys = inputs.get("pairwise_row")
+        wanted = keys is not None and any(key in self._rows and self._rows[key]["logprobs"] is None
+                                          for key in keys.tolist())
+        self._capture_logps = wanted
+        self._captured_logps = None
+        try:
+            loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        finally:
+            self._capture_logps = False
+        if wanted and self._captured_logps is not None:
+            started = time.perf_counter()
+            for row_index, key in enumerate(keys.tolist()):
+                self._store_logps(key, self._captured_logps[row_index])
+            self._captured_logps = None
+            self.ledger.recording_s += time.perf_counter() - started
+        return loss
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._capture_logps:  # the first call inside compute_loss is the policy's forward pass
+            self._captured_logps = result[0].detach()
+            self._capture_logps = False
+        return result
+
+    def _store_logps(self, key: int, logps: torch.Tensor, source: str | None = None) -> None:
+        row = self._rows.get(key)
+        if row is None or row["logprobs"] is not None or row["logprobs_source"].startswith("not recorded"):
+            return
+        row["logprobs"] = logps[: row["length"]].float().cpu().tolist()
+        if source is not None:
+            row["logprobs_source"] = source
+        self._rows_waiting[row["batch"]] -= 1
+        self._write_if_complete(row["batch"])
+
+    # --- writing ----------------------------------------------------------------------------------------
+
+    def _write_if_complete(self, batch: int) -> None:
+        if self._rows_waiting.get(batch) == 0:
+            self._write_batch(batch)
+
+    def _write_batch(self, batch: int) -> None:
+        keys = self._batch_keys.pop(batch)
+        self._rows_waiting.pop(batch, None)
+        rows = [self._rows.pop(key) for key in keys]
+        write_batch(self.rollouts_dir, batch, self.accelerator.process_index, rows)
+
+    def flush_rollouts(self) -> None:
+        """Write every batch still waiting for log-probabilities (training ended or stopped before its update)."""
+        for batch in sorted(self._batch_keys):
+            for key in self._batch_keys[batch]:
+                row = self._rows[key]
+                if row["logprobs"] is None and not row["logprobs_source"].startswith("not recorded"):
+                    row["logprobs_source"] = "not recorded: training ended before this batch's update"
+            self._write_batch(batch)
+
+    def _policy_weights_sha256(self) -> str | None:
+        """sha256 over the policy's parameters (names and bytes), once per optimizer step."""
+        step = self.state.global_step
+        if self._weights_hash is not None and self._weights_hash[0] == step:
+            return self._weights_hash[1]
+        digest = None
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        if not (plugin is not None and getattr(plugin, "zero_stage", 0) == 3) and not self.is_fsdp_enabled:
+            hasher = hashlib.sha256()
+            model = self.accelerator.unwrap_model(self.model)
+            for name, parameter in sorted(model.named_parameters(), key=lambda item: item[0]):
+                hasher.update(name.encode() + b"\0")
+                hasher.update(parameter.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes())
+            digest = "sha256:" + hasher.hexdigest()
+        self._weights_hash = (step, digest)
+        return digest
+
+
+def _json(value) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)
