@@ -1,4 +1,4 @@
-"""Role checks: Django groups named reviewer, engineer and admin; a superuser counts as admin."""
+"""Role checks: Django groups named reviewer, engineer, admin and adjudicator; a superuser counts as admin."""
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
@@ -24,6 +24,11 @@ class CanReview(_HasAnyRole):
 class IsAdmin(_HasAnyRole):
     roles = frozenset({"admin"})
     message = "only admins can do this"
+
+
+class CanAdjudicate(_HasAnyRole):
+    roles = frozenset({"adjudicator", "admin"})
+    message = "only adjudicators and admins can adjudicate"
 
 
 class IsAdminOrEngineer(_HasAnyRole):

@@ -159,6 +159,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BEAT_SCHEDULE = {
     "expire-stale-assignments": {"task": "annotate.review.tasks.expire_stale_assignments", "schedule": 60.0},
+    "refresh-queue-priorities": {"task": "annotate.review.tasks.refresh_queue_priorities", "schedule": 300.0},
     "fail-stale-exports": {"task": "annotate.exports.tasks.fail_stale_exports", "schedule": 60.0},
 }
 

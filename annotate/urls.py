@@ -8,6 +8,7 @@ from annotate.exports import views as exports_views
 from annotate.quality import api as quality_api
 from annotate.quality import views as quality_views
 from annotate.review import api as review_api
+from annotate.review import project_api
 from annotate.review import views as review_views
 
 api_v1 = [
@@ -15,6 +16,12 @@ api_v1 = [
     path("assignments/<int:assignment_id>/judgment", review_api.JudgmentSubmitView.as_view(), name="judgment-submit"),
     path("projects/<slug:slug>/judgments/undo", review_api.JudgmentUndoView.as_view(), name="judgment-undo"),
     path("projects/<slug:slug>/items", review_api.ItemsImportView.as_view(), name="items-import"),
+    path("projects/<slug:slug>/queue-settings", project_api.ProjectQueueSettingsView.as_view(), name="queue-settings"),
+    path("projects/<slug:slug>/standing", review_api.StandingView.as_view(), name="reviewer-standing"),
+    path("projects/<slug:slug>/qualification", review_api.QualificationView.as_view(), name="qualification"),
+    path("projects/<slug:slug>/adjudications/next", review_api.AdjudicationNextView.as_view(), name="adjudication-next"),
+    path("projects/<slug:slug>/adjudications", review_api.AdjudicationListView.as_view(), name="adjudications"),
+    path("adjudications/<int:adjudication_id>/ruling", review_api.RulingSubmitView.as_view(), name="ruling-submit"),
     path("projects/<slug:slug>/agreement", quality_api.AgreementReportView.as_view(), name="agreement-report"),
     path("projects/<slug:slug>/exports", exports_api.ProjectExportsView.as_view(), name="project-exports"),
     path("projects/<slug:slug>/exports/preview", exports_api.ExportPreviewView.as_view(), name="export-preview"),
@@ -29,7 +36,10 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("", review_views.home, name="home"),
     path("review/<slug:slug>/", review_views.review_page, name="review"),
+    path("adjudicate/<slug:slug>/", review_views.adjudicate_page, name="adjudicate"),
     path("projects/<slug:slug>/quality/", quality_views.quality_dashboard, name="quality-dashboard"),
+    path("projects/<slug:slug>/quality/qualification", quality_views.qualification_release_page,
+         name="qualification-release"),
     path("projects/<slug:slug>/exports/", exports_views.exports_page, name="exports-page"),
     path("projects/<slug:slug>/exports/<int:export_id>/retry", exports_views.export_retry_page, name="exports-retry"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

@@ -3,10 +3,12 @@
 Each simulated reviewer loops `next` → `judgment` with its own API token. The run is repeated at
 several concurrency levels, then once more for one reviewer far ahead of the others: in a project of
 its own they already have --far-ahead judgments (a tenth of them retests), the others a few each, all
-written with bulk SQL before the run. Afterwards the database is checked for lost judgments (a 201
+written with bulk SQL before the run. Last, --adaptive reviewers on a project of its own with adaptive
+overlap (2 to 5, lead2): each judgment also decides what its pair needs, under the pair's row lock. Afterwards the database is checked for lost judgments (a 201
 whose judgment is not stored), duplicates and over-assigned pairs.
 
-    .venv/bin/python bench/review_load.py [--levels 1 8 32] [--far-ahead 10000] [--seconds 15] [--workers 3]
+    .venv/bin/python bench/review_load.py [--levels 1 8 32] [--far-ahead 10000] [--adaptive 32] [--seconds 15]
+                                          [--workers 3]
 
 Needs PostgreSQL on 127.0.0.1:5432 (trust auth) and Redis for the broker setting. It creates and
 drops its own database (--database, `pairwise_bench`). Prints a table and writes
@@ -49,15 +51,15 @@ def recreate_database(name: str) -> None:
         conn.execute(f"CREATE DATABASE {name}")
 
 
-def make_project(*, slug: str, prompts: int):
-    """A project (overlap 3, retests 10%) with `prompts` imported prompts of one pair each."""
+def make_project(*, slug: str, prompts: int, **overlap):
+    """A project (overlap 3 unless given, retests 10%) with `prompts` imported prompts of one pair each."""
     from annotate.review import services
     from annotate.review.demo_data import DEMO_CRITERIA
     from annotate.review.importing import items_parse
 
     project, _, _ = services.project_create_or_update(
         slug=slug, name=slug.title(), instructions=DEMO_CRITERIA["instructions"],
-        criteria_items=DEMO_CRITERIA["criteria"], overlap=3, retest_rate=0.1,
+        criteria_items=DEMO_CRITERIA["criteria"], retest_rate=0.1, **(overlap or {"overlap": 3}),
     )
     rows = [
         {"prompt_id": f"q{i}", "prompt": f"A car travels {i} km in 2 hours. What is its average speed?",
@@ -78,7 +80,7 @@ def reviewer_token(username: str) -> str:
     return Token.objects.get_or_create(user=user)[0].key
 
 
-def prepare(*, prompts: int, reviewers: int) -> list[str]:
+def prepare(*, prompts: int, reviewers: int, adaptive: bool) -> list[str]:
     """Migrate, import `prompts` prompts (one pair each), make reviewers; returns their tokens."""
     import django
 
@@ -87,6 +89,8 @@ def prepare(*, prompts: int, reviewers: int) -> list[str]:
 
     call_command("migrate", verbosity=0)
     make_project(slug="load", prompts=prompts)
+    if adaptive:
+        make_project(slug="load-adaptive", prompts=prompts, min_overlap=2, max_overlap=5)
     return [reviewer_token(f"load{i:03d}") for i in range(reviewers)]
 
 
@@ -318,6 +322,8 @@ def main() -> int:
     parser.add_argument("--far-ahead", type=int, default=10000,
                         help="judgments the far-ahead reviewer already has (0: no far-ahead level)")
     parser.add_argument("--far-ahead-prompts", type=int, default=24000, help="pairs in the far-ahead project")
+    parser.add_argument("--adaptive", type=int, default=32,
+                        help="reviewers at once on a project with adaptive overlap 2-5 (0: no adaptive level)")
     parser.add_argument("--database", default="pairwise_bench", help="created and dropped by the bench")
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/review_load.json")
     args = parser.parse_args()
@@ -331,7 +337,8 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     recreate_database(args.database)
     warmers = max(args.levels)
-    tokens = prepare(prompts=args.prompts, reviewers=sum(args.levels) + warmers)
+    tokens = prepare(prompts=args.prompts, reviewers=sum(args.levels) + warmers + args.adaptive,
+                     adaptive=bool(args.adaptive))
     if args.far_ahead:
         # 31 others with 30 judgments each: behind, as the 32 reviewers of the largest level would be.
         far_token = prepare_far_ahead(judgments=args.far_ahead, prompts=args.far_ahead_prompts, others=31,
@@ -356,6 +363,11 @@ def main() -> int:
                                            label=f"1 with {args.far_ahead} judged", history=args.far_ahead))
             created += result.pop("_created")
             results.append(result)
+        if args.adaptive:
+            result = asyncio.run(run_level(base, tokens[offset:offset + args.adaptive], args.seconds,
+                                           slug="load-adaptive", label=f"{args.adaptive} adaptive 2-5"))
+            created += result.pop("_created")
+            results.append(result)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
@@ -373,6 +385,8 @@ def main() -> int:
     report = {
         "benchmark": "review_load", "levels": results, "database_checks": checks,
         "gunicorn": {"workers": args.workers, "threads": args.threads}, "seconds_per_level": args.seconds,
+        "adaptive": {"reviewers": args.adaptive, "min_overlap": 2, "max_overlap": 5, "stop_rule": "lead2"}
+        if args.adaptive else None,
         "far_ahead": {"judged_before": args.far_ahead, "pairs": args.far_ahead_prompts, "others": 31,
                       "others_judged_before": 30} if args.far_ahead else None,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.exports import selectors, services
-from annotate.exports.filters import GOLD_CHOICES, filters_parse
+from annotate.exports.filters import ADJUDICATION_CHOICES, GOLD_CHOICES, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import export_preview
 from annotate.permissions import IsAdminOrEngineer
@@ -31,6 +31,10 @@ class ExportFiltersSerializer(serializers.Serializer):
     judged_since = serializers.DateField(required=False, help_text="first day of judgments counted (UTC)")
     judged_until = serializers.DateField(required=False, help_text="last day of judgments counted (UTC)")
     exclude_flagged = serializers.BooleanField(required=False, help_text="leave out flagged reviewers' judgments")
+    exclude_flagged_rationales = serializers.BooleanField(
+        required=False, help_text="leave out judgments whose rationale has a rationale-check flag")
+    adjudications = serializers.ChoiceField(ADJUDICATION_CHOICES, required=False,
+                                            help_text="rulings: ignore (default), decide split pairs, or all ruled pairs")
     gold = serializers.ChoiceField(GOLD_CHOICES, required=False, help_text="gold prompts: include, exclude, only")
     max_pairs_per_prompt = serializers.IntegerField(required=False, allow_null=True)
     test_ratio = serializers.FloatField(required=False, help_text="share of prompts in the test split (0.1)")

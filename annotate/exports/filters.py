@@ -17,6 +17,9 @@ from annotate.errors import UserMistake
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
 GOLD_CHOICES = ("include", "exclude", "only")
+# How adjudicators' rulings (annotate/review/adjudication.py) decide pairs: not at all, the pairs whose votes
+# have no strict majority, or every pair with a ruling.
+ADJUDICATION_CHOICES = ("ignore", "split", "all")
 
 
 class ExportError(UserMistake):
@@ -34,6 +37,8 @@ class ExportFilters:
     tags                   keep prompts with at least one of these tags (empty: all)
     judged_since/_until    count only judgments made on these days (UTC, both inclusive)
     exclude_flagged        do not count judgments of reviewers the agreement report flags
+    exclude_flagged_rationales  do not count judgments whose rationale has a rationale-check flag
+    adjudications          ignore rulings; let the latest ruling decide split pairs; or every ruled pair
     gold                   gold (honeypot) prompts: include, exclude, or only them
     max_pairs_per_prompt   keep at most this many pairs of one prompt: the most agreed-on first
     test_ratio, seed       the share of prompts in the test split; the split hashes prompt_id with seed
@@ -49,6 +54,8 @@ class ExportFilters:
     judged_since: dt.date | None = None
     judged_until: dt.date | None = None
     exclude_flagged: bool = False
+    exclude_flagged_rationales: bool = False
+    adjudications: str = "ignore"
     gold: str = "include"
     max_pairs_per_prompt: int | None = None
     test_ratio: float = 0.1
@@ -156,9 +163,11 @@ def filters_parse(data: Mapping[str, Any]) -> ExportFilters:
         values["min_judgments"] = _int("min_judgments", given["min_judgments"], low=1)
     if "min_agreement" in given:
         values["min_agreement"] = _share("min_agreement", given["min_agreement"], low=0.0, high=1.0)
-    for name in ("exclude_ties", "exclude_flagged"):
+    for name in ("exclude_ties", "exclude_flagged", "exclude_flagged_rationales"):
         if name in given:
             values[name] = _bool(name, given[name])
+    if "adjudications" in given:
+        values["adjudications"] = _choice("adjudications", given["adjudications"], ADJUDICATION_CHOICES)
     if "criteria_versions" in given:
         versions = {_int("criteria_versions", v, low=1) for v in _list("criteria_versions", given["criteria_versions"])}
         values["criteria_versions"] = tuple(sorted(versions))

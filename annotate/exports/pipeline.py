@@ -9,6 +9,14 @@ for a batch of pairs at a time: the winner is the choice (a, b, tie, both_bad) w
 votes than any other; a shared top count is no consensus and the pair is left out. Only an a or b
 majority makes a row (chosen = the winner's response); a tie or both_bad majority is counted in the
 manifest and left out.
+
+Adjudicators' rulings (annotate/review/adjudication.py) may decide pairs instead (the `adjudications`
+filter): with `split`, the latest ruling of a pair whose counted votes have no strict majority; with `all`,
+the latest ruling of every ruled pair, whatever its votes. A pair a ruling decides skips the vote checks
+(min_judgments, exclude_ties, min_agreement); tags, gold and max_pairs_per_prompt still apply. A ruling of
+a or b makes a row (`meta.decided_by` "adjudication"); tie or both_bad leaves the pair out. The manifest
+counts what the rulings did (`counts.adjudications`) and says how they were used
+(`filters.adjudication_rule`).
 """
 
 from __future__ import annotations
@@ -27,13 +35,21 @@ from annotate.exports.selectors import PairVotes, pair_votes_stream, reviewer_id
 from annotate.quality.agreement import krippendorff_alpha, percent_agreement
 from annotate.quality.consensus import CONSENSUS_RULE, NO_CONSENSUS, strict_majority
 from annotate.quality.table import WINNER_SWAP
+from annotate.review.adjudication import latest_rulings
 from annotate.review.choices import WINNERS
 from annotate.review.models import Project
 from training.snapshot import SnapshotWriter
 
 # Why a pair made no row, in the order the checks run; the first that applies is counted.
-EXCLUSIONS = ("tags", "gold", "too_few_judgments", "tie_vote", "no_consensus", "both_bad_majority",
-              "tie_majority", "below_min_agreement", "max_pairs_per_prompt")
+EXCLUSIONS = ("tags", "gold", "adjudicated_tie", "adjudicated_both_bad", "too_few_judgments", "tie_vote",
+              "no_consensus", "both_bad_majority", "tie_majority", "below_min_agreement", "max_pairs_per_prompt")
+ADJUDICATION_RULES = {
+    "ignore": "rulings are not used: every pair is decided by its counted votes",
+    "split": ("a pair whose counted votes have no strict majority is decided by its latest ruling; a or b makes a "
+              "row, tie or both_bad leaves it out; other pairs are decided by their votes"),
+    "all": ("every pair with a ruling is decided by its latest ruling, whatever its votes; a or b makes a row, tie "
+            "or both_bad leaves it out; pairs without a ruling are decided by their votes"),
+}
 CONSENSUS_BATCH = 4096  # pairs whose consensus is decided in one vectorised call
 
 ProgressCallback = Callable[[int], None]
@@ -43,12 +59,16 @@ def _winner_name(code: int) -> str | None:
     return None if code == NO_CONSENSUS else WINNERS[code]
 
 
-def pair_exclusion(pair: PairVotes, filters: ExportFilters, *, winner: str | None, share: float) -> str | None:
-    """Why the pair makes no row (the first reason that applies), or None; winner and share are its consensus."""
+def pair_exclusion(pair: PairVotes, filters: ExportFilters, *, winner: str | None, share: float,
+                   ruling: str | None = None) -> str | None:
+    """Why the pair makes no row (the first reason that applies), or None; winner and share are its consensus,
+    `ruling` the adjudicator's winner when a ruling decides the pair (the vote checks are then skipped)."""
     if filters.tags and not set(filters.tags) & set(pair.tags):
         return "tags"
     if (filters.gold == "exclude" and pair.gold) or (filters.gold == "only" and not pair.gold):
         return "gold"
+    if ruling is not None:
+        return {"tie": "adjudicated_tie", "both_bad": "adjudicated_both_bad"}.get(ruling)
     if sum(pair.votes) < filters.min_judgments:
         return "too_few_judgments"
     if filters.exclude_ties and (pair.votes[2] or pair.votes[3]):
@@ -80,6 +100,7 @@ class PlannedRow:
     pair: PairVotes
     winner: str
     share: float
+    adjudicated: bool = False
 
     @property
     def meta(self) -> dict:
@@ -90,7 +111,8 @@ class PlannedRow:
             "votes": dict(zip(WINNERS, votes, strict=True)),
             "judgments": sum(votes),
             "consensus_share": round(self.share, 6),
-            "decided_by": "unanimous" if self.share == 1.0 else "strict_majority",
+            "decided_by": "adjudication" if self.adjudicated else (
+                "unanimous" if self.share == 1.0 else "strict_majority"),
             "criteria_version": self.pair.criteria_version,
         }
 
@@ -107,6 +129,7 @@ class Tally:
     prompts: dict = field(default_factory=lambda: {"train": 0, "test": 0})
     criteria_versions: set = field(default_factory=set)
     votes: array = field(default_factory=lambda: array("i"))  # a, b, tie, both_bad of every pair seen
+    adjudications: Counter = field(default_factory=Counter)
 
     def counts(self) -> dict:
         return {
@@ -114,6 +137,7 @@ class Tally:
             "judgments_counted": self.judgments_counted,
             "judgments_in_rows": self.judgments_in_rows,
             "excluded": {reason: self.excluded[reason] for reason in EXCLUSIONS},
+            "adjudications": {key: self.adjudications[key] for key in ADJUDICATION_COUNTS},
         }
 
     def criteria_version(self) -> int | None:
@@ -121,8 +145,21 @@ class Tally:
         return next(iter(self.criteria_versions)) if len(self.criteria_versions) == 1 else None
 
 
+# What counts.adjudications holds: pairs considered that have a ruling; rulings that decided a pair; of those,
+# pairs whose votes were split, and pairs whose votes had a strict majority the ruling agreed with or overruled;
+# rows made by a ruling.
+ADJUDICATION_COUNTS = ("pairs_with_ruling", "rulings_used", "split_pairs_decided", "majorities_confirmed",
+                       "majorities_overruled", "rows")
+
+
+def _ruling_applies(filters: ExportFilters, *, ruling: str | None, winner: str | None) -> bool:
+    if ruling is None or filters.adjudications == "ignore":
+        return False
+    return filters.adjudications == "all" or winner is None
+
+
 def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float]], filters: ExportFilters,
-                 tally: Tally) -> list[PlannedRow]:
+                 tally: Tally, rulings: dict[int, str]) -> list[PlannedRow]:
     """The rows of one prompt's pairs; `decisions` yields each pair's (winner code, share) in order."""
     keep = []
     for pair in group:
@@ -131,9 +168,19 @@ def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float]],
         tally.votes.extend(pair.votes)
         code, share = next(decisions)
         winner = _winner_name(code)
-        reason = pair_exclusion(pair, filters, winner=winner, share=share)
+        ruling = rulings.get(pair.pair_id)
+        adjudicated = _ruling_applies(filters, ruling=ruling, winner=winner)
+        if ruling is not None:
+            tally.adjudications["pairs_with_ruling"] += 1
+        reason = pair_exclusion(pair, filters, winner=winner, share=share, ruling=ruling if adjudicated else None)
+        if adjudicated and reason not in ("tags", "gold"):
+            tally.adjudications["rulings_used"] += 1
+            if winner is None:
+                tally.adjudications["split_pairs_decided"] += 1
+            else:
+                tally.adjudications["majorities_confirmed" if ruling == winner else "majorities_overruled"] += 1
         if reason is None:
-            keep.append((pair, winner, share))
+            keep.append((pair, ruling if adjudicated else winner, share, adjudicated))
         else:
             tally.excluded[reason] += 1
     if filters.max_pairs_per_prompt is not None and len(keep) > filters.max_pairs_per_prompt:
@@ -145,25 +192,27 @@ def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float]],
     split = prompt_split(prompt_key=group[0].prompt_key, seed=filters.seed, test_ratio=filters.test_ratio)
     tally.prompts[split] += 1
     rows = []
-    for pair, winner, share in keep:
+    for pair, winner, share, adjudicated in keep:
         tally.rows[split] += 1
         tally.judgments_in_rows += sum(pair.votes)
         tally.criteria_versions.add(pair.criteria_version)
-        rows.append(PlannedRow(split=split, pair=pair, winner=winner, share=share))
+        tally.adjudications["rows"] += adjudicated
+        rows.append(PlannedRow(split=split, pair=pair, winner=winner, share=share, adjudicated=adjudicated))
     return rows
 
 
-def _plan_batch(groups: list[list[PairVotes]], filters: ExportFilters, tally: Tally) -> Iterator[PlannedRow]:
+def _plan_batch(groups: list[list[PairVotes]], filters: ExportFilters, tally: Tally,
+                rulings: dict[int, str]) -> Iterator[PlannedRow]:
     """Rows of whole prompt groups, their pairs' consensus decided in one call."""
     votes = np.array([pair.votes for group in groups for pair in group], dtype=np.int64)
     winners, shares = strict_majority(votes)
     decisions = zip(winners.tolist(), shares.tolist(), strict=True)
     for group in groups:
-        yield from _plan_prompt(group, decisions, filters, tally)
+        yield from _plan_prompt(group, decisions, filters, tally, rulings)
 
 
 def _plan(stream: Iterable[PairVotes], filters: ExportFilters, tally: Tally,
-          on_progress: ProgressCallback | None) -> Iterator[PlannedRow]:
+          on_progress: ProgressCallback | None, rulings: dict[int, str]) -> Iterator[PlannedRow]:
     """Rows to write, prompt by prompt (the stream comes ordered by prompt key, then pair): one group per
     prompt text, so its pairs share a split, a max_pairs_per_prompt and one count in the manifest."""
     groups: list[list[PairVotes]] = []
@@ -175,14 +224,14 @@ def _plan(stream: Iterable[PairVotes], filters: ExportFilters, tally: Tally,
             pending += len(group)
             group = []
             if pending >= CONSENSUS_BATCH:
-                yield from _plan_batch(groups, filters, tally)
+                yield from _plan_batch(groups, filters, tally, rulings)
                 groups, pending = [], 0
                 if on_progress is not None:
                     on_progress(tally.pairs_considered)
         group.append(pair)
     if group:
         groups.append(group)
-    yield from _plan_batch(groups, filters, tally)
+    yield from _plan_batch(groups, filters, tally, rulings)
     if on_progress is not None:
         on_progress(tally.pairs_considered)
 
@@ -227,7 +276,7 @@ def export_preview(*, project: Project, filters: ExportFilters) -> dict:
     tally = Tally()
     stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers,
                                with_texts=False)
-    for _ in _plan(stream, filters, tally, None):
+    for _ in _plan(stream, filters, tally, None, latest_rulings(project=project)):
         pass
     return {"train": tally.rows["train"], "test": tally.rows["test"], "prompts": dict(tally.prompts),
             **tally.counts()}
@@ -242,7 +291,8 @@ def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, c
     only when complete; on any error nothing is left at `out_dir`. The writer's snapshot id hashes the
     file hashes and the provenance without `created_at`, so the same data and filters give the same id.
     """
-    recorded = {**filters.as_dict(), "consensus_rule": CONSENSUS_RULE}
+    recorded = {**filters.as_dict(), "consensus_rule": CONSENSUS_RULE,
+                "adjudication_rule": ADJUDICATION_RULES[filters.adjudications]}
     stage = on_stage or (lambda name: None)
     with SnapshotWriter(out_dir, project=project.slug, created_at=created_at, criteria_version=None,
                         filters=recorded, row_format=filters.row_format, file_format=filters.file_format,
@@ -254,8 +304,9 @@ def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, c
             excluded_reviewers = reviewer_ids_by_username(usernames=[r["username"] for r in flagged])
         stage("writing rows")
         tally = Tally()
+        rulings = latest_rulings(project=project)
         stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers)
-        for row in _plan(stream, filters, tally, on_progress):
+        for row in _plan(stream, filters, tally, on_progress, rulings):
             pair = row.pair
             chosen, rejected = (pair.text_a, pair.text_b) if row.winner == "a" else (pair.text_b, pair.text_a)
             try:

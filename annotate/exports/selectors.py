@@ -17,7 +17,16 @@ from django.db.models import QuerySet
 
 from annotate.exports.filters import ExportFilters
 from annotate.exports.models import Export
-from annotate.review.models import Assignment, CriteriaVersion, Judgment, Pair, Project, Prompt, Response
+from annotate.review.models import (
+    Assignment,
+    CriteriaVersion,
+    Judgment,
+    Pair,
+    Project,
+    Prompt,
+    RationaleCheck,
+    Response,
+)
 
 FETCH_ROWS = 2000
 
@@ -58,6 +67,10 @@ def _votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wi
     if excluded_reviewers:
         where.append(f"a.reviewer_id NOT IN ({', '.join(['%s'] * len(excluded_reviewers))})")
         params += sorted(excluded_reviewers)
+    if filters.exclude_flagged_rationales:
+        where.append(f"NOT EXISTS (SELECT 1 FROM {RationaleCheck._meta.db_table} rc "
+                     "WHERE rc.judgment_id = j.id AND rc.flagged = %s)")
+        params.append(True)
     texts = ("pr.messages, ra.text, rb.text" if with_texts else "NULL, NULL, NULL")
     joins = (f"JOIN {response} ra ON ra.id = p.response_a_id JOIN {response} rb ON rb.id = p.response_b_id"
              if with_texts else "")
@@ -96,7 +109,7 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
 
     Counted votes: the current (not retracted) judgment of each original assignment (retests left
     out, so nobody votes twice), made under the chosen criteria versions, on the chosen days, by a
-    reviewer not excluded. `criteria_version` is the newest version among the pair's counted votes.
+    reviewer not excluded, and (with exclude_flagged_rationales) with no rationale-check flag. `criteria_version` is the newest version among the pair's counted votes.
     On PostgreSQL the rows come through a server-side cursor (outside a transaction it is WITH HOLD,
     so the export can commit its progress while it reads).
     """

@@ -13,7 +13,8 @@ from annotate.exports.pipeline import export_preview
 from annotate.permissions import project_for_staff_page
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
-CHECKBOXES = ("exclude_ties", "exclude_flagged")
+CHECKBOXES = ("exclude_ties", "exclude_flagged", "exclude_flagged_rationales")
+ADJUDICATION_TEXT = (("ignore", "ignore them"), ("split", "decide split pairs"), ("all", "decide every ruled pair"))
 
 
 def _form_values(post) -> dict:
@@ -46,7 +47,7 @@ def exports_page(request, slug: str):
     busy = any(export.status in (Export.Status.QUEUED, Export.Status.RUNNING) for export in exports)
     return render(request, "exports/exports.html", {
         "project": project, "values": values, "preview": preview, "error": error, "rows": rows, "busy": busy,
-        "gold_choices": GOLD_CHOICES, "row_formats": ROW_FORMATS,
+        "gold_choices": GOLD_CHOICES, "row_formats": ROW_FORMATS, "adjudication_choices": ADJUDICATION_TEXT,
         "file_formats": FILE_FORMATS,
     })
 

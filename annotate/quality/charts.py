@@ -328,6 +328,42 @@ def left_rate_chart(reviewers: list[dict], *, empty_reason: str = "no reviewer h
     return _svg(width, height, "Left rate per reviewer with 95% intervals", body)
 
 
+# --- rationale flags ----------------------------------------------------------------------------------
+
+
+def rationale_flags_chart(rows: list[dict], *, empty_reason: str = "no judgment has a rationale flag") -> SafeString:
+    """Horizontal bars: each reviewer's share of current judgments with a rationale flag, the flags by
+    name beside it. ``rows``: {"username", "judgments", "flagged", "too_short", "reused", "near_duplicate",
+    "pasted"}; reviewers without a flagged judgment are left out."""
+    rows = [r for r in rows if r.get("flagged") and r.get("judgments")]
+    if not rows:  # good news, not missing data
+        return format_html('<p class="small muted">{}.</p>', empty_reason[:1].upper() + empty_reason[1:])
+    rows.sort(key=lambda r: (-r["flagged"] / r["judgments"], r["username"]))
+    names = ("too_short", "reused", "near_duplicate", "pasted")
+    details = [", ".join(f"{r[name]} {name.replace('_', ' ')}" for name in names if r.get(name)) for r in rows]
+    label_w = _label_width((r["username"] for r in rows), 24)
+    value_texts = [f"{percent(r['flagged'] / r['judgments'])} · {detail}" for r, detail in zip(rows, details, strict=True)]
+    value_w = 16 + CHAR_WIDTH * max(len(text) for text in value_texts)
+    row_h, top, bottom, plot_w = 24.0, 26.0, 10.0, 300.0
+    width = label_w + plot_w + value_w
+    height = top + row_h * len(rows) + bottom
+    body: list = []
+    for tick in (0, 0.25, 0.5, 0.75, 1):
+        x = label_w + tick * plot_w
+        body.append(_line(x, top - 4, x, height - bottom, color=GRID))
+        body.append(_text(x, top - 10, percent(tick), anchor="middle", color=MUTED))
+    for index, row in enumerate(rows):
+        y = top + index * row_h
+        share = row["flagged"] / row["judgments"]
+        body.append(format_html("<g>{}", _title(
+            f"{row['username']}: {row['flagged']} of {row['judgments']} judgments flagged ({details[index]})")))
+        body.append(_text(label_w - 8, y + row_h / 2 + 4, shorten(row["username"], 24), anchor="end"))
+        body.append(_rect(label_w, y + 5, share * plot_w, row_h - 10, fill=BAD, rx=2))
+        body.append(_text(label_w + plot_w + 10, y + row_h / 2 + 4, value_texts[index], color=MUTED))
+        body.append(mark_safe("</g>"))
+    return _svg(width, height, "Share of each reviewer's judgments with a rationale flag", body)
+
+
 # --- model ratings ------------------------------------------------------------------------------------
 
 

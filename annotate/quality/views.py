@@ -1,15 +1,29 @@
-"""The quality dashboard: a project's agreement report as a page, for admins and engineers."""
+"""The quality dashboard: a project's agreement report as a page, for admins and engineers, with the
+qualification round's results and the rationale checks' flags."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.shortcuts import render
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
+from django.views.decorators.http import require_POST
 
-from annotate.permissions import project_for_staff_page
-from annotate.quality.charts import charts_for_report, interval, notes_by_key, number, p_value, percent
+from annotate.permissions import IsAdmin, project_for_staff_page
+from annotate.quality.charts import (
+    charts_for_report,
+    interval,
+    notes_by_key,
+    number,
+    p_value,
+    percent,
+    rationale_flags_chart,
+)
 from annotate.quality.report import REVIEWER_NULL_REASONS
 from annotate.quality.reviewers import (
     FLAG_FAILING_GOLD,
@@ -19,6 +33,17 @@ from annotate.quality.reviewers import (
     FLAG_TOO_FAST,
 )
 from annotate.quality.services import STORED_BOOTSTRAP, StoredReportState, stored_report_read
+from annotate.review import selectors as review_selectors
+from annotate.review import services as review_services
+from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
+from annotate.review.selectors import user_roles
+
+RATIONALE_FLAG_TEXT = {
+    "too_short": ("too short", "Shorter than the project's rationale flag length."),
+    "reused": ("reused", "The reviewer wrote the same text on another pair."),
+    "near_duplicate": ("near-duplicate", "Nearly the same as a rationale another reviewer wrote earlier on the pair."),
+    "pasted": ("pasted", "Less than half of it was typed on the reviewer page."),
+}
 
 FLAGS = {
     FLAG_POSITION_BIAS: ("position bias", "Picks one side more often than chance allows, whatever the answers."),
@@ -189,14 +214,52 @@ def _age_line(state: StoredReportState, now) -> str:
     return ", ".join(parts)
 
 
+def _qualification_section(project, *, can_release: bool) -> dict:
+    rows = review_selectors.qualification_results(project=project)
+    for row in rows:
+        row["attempt_lines"] = [
+            f"{a['number']}: {a['correct']} of {a['answered']} right, {a['status']}"
+            + (f" ({a['decided_by']})" if a["decided_by"] else "")
+            for a in row["attempts"]
+        ]
+        gold = row["live_gold"]
+        row["live_gold_line"] = (f"{gold['correct']} of {gold['answered']} right ({percent(gold['correct'] / gold['answered'])})"
+                                 if gold["answered"] else "—")
+    return {
+        "required": bool(project.qualification_items), "items": project.qualification_items,
+        "pass_mark": percent(project.qualification_pass_mark), "attempts": project.qualification_attempts,
+        "gold_rate": percent(project.gold_rate, 1), "rows": rows, "can_release": can_release,
+        "held": sum(row["status"] == "held" for row in rows),
+    }
+
+
+def _rationale_section(project, report: dict | None) -> dict:
+    summary = review_selectors.rationale_flag_summary(project=project)
+    judged = {r["username"]: r["judgments"] for r in (report or {}).get("reviewers", [])}
+    rows = []
+    for username, counts in sorted(summary["per_reviewer"].items(), key=lambda item: item[0].casefold()):
+        total = max(judged.get(username, 0), counts["flagged"])
+        rows.append({"username": username, "judgments": total, "flagged": counts["flagged"],
+                     **{name: counts[name] for name in RATIONALE_FLAGS},
+                     "share": percent(counts["flagged"] / total) if total else "—"})
+    for item in summary["latest"]:
+        item["flag_labels"] = [RATIONALE_FLAG_TEXT[name] for name in item["flags"]]
+    return {"rows": rows, "latest": summary["latest"], "chart": rationale_flags_chart(rows),
+            "flag_bar": project.rationale_flag_chars, "flag_text": RATIONALE_FLAG_TEXT}
+
+
 def quality_dashboard(request, slug: str):
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
     now = timezone.now()
     state = stored_report_read(project=project, now=now)
+    sections = {
+        "qualification": _qualification_section(project, can_release="admin" in user_roles(request.user)),
+        "rationale": _rationale_section(project, state.report),
+    }
     if state.report is None:
         # Before the first report exists (a worker is computing it): say so instead of a blank page.
         return render(request, "quality/dashboard.html", {
-            "project": project, "report": None, "state": state, "bootstrap": STORED_BOOTSTRAP,
+            "project": project, "report": None, "state": state, "bootstrap": STORED_BOOTSTRAP, **sections,
         })
     report = state.report
     notes = notes_by_key(report["notes"])
@@ -215,4 +278,26 @@ def quality_dashboard(request, slug: str):
         "bucket": (report.get("agreement_over_time") or {}).get("bucket"),
         "kappa_min_shared": (report.get("cohen_kappa") or {}).get("min_shared_pairs"),
         "bootstrap": report.get("method", {}).get("bootstrap_resamples", STORED_BOOTSTRAP),
+        **sections,
     })
+
+
+@require_POST
+def qualification_release_page(request, slug: str):
+    """The dashboard's buttons for a held reviewer: try the round again, or pass (admins only)."""
+    project = project_for_staff_page(request, slug, to="see the quality dashboard")
+    if not user_roles(request.user) & IsAdmin.roles:
+        raise PermissionDenied("only admins can let a reviewer go on")
+    reviewer = get_user_model().objects.filter(username=request.POST.get("username", "")).first()
+    if reviewer is None:
+        messages.error(request, f"no reviewer {request.POST.get('username', '')!r}")
+    else:
+        try:
+            attempt = review_services.qualification_release(
+                project=project, reviewer=reviewer, action=request.POST.get("action", ""), admin=request.user)
+        except review_services.ReviewError as exc:
+            messages.error(request, str(exc))
+        else:
+            verb = "passed" if attempt.status == attempt.Status.PASSED else f"may start attempt {attempt.number}"
+            messages.success(request, f"{reviewer.get_username()} {verb}.")
+    return redirect(reverse("quality-dashboard", args=[project.slug]) + "#qualification")

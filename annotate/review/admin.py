@@ -26,9 +26,18 @@ class CriteriaVersionInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "overlap", "retest_rate", "created_at")
+    list_display = ("slug", "name", "overlap", "min_overlap", "retest_rate", "created_at")
     inlines = [CriteriaVersionInline]
     change_form_template = "admin/review/project/change_form.html"
+
+    # Changing these decides again what every started pair needs (Project.clean refuses bad combinations).
+    QUEUE_FIELDS = ("overlap", "min_overlap", "overlap_stop_rule", "leaderboard_priority")
+
+    def save_model(self, request, obj, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        changed = [name for name in self.QUEUE_FIELDS if name in form.changed_data]
+        if change and changed:
+            services.project_queue_settings_applied(project=obj, changed=changed)
 
     def get_urls(self):
         return [

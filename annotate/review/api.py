@@ -1,17 +1,19 @@
-"""Reviewer and admin API for review work (under /api/v1/)."""
+"""Reviewer, adjudicator and admin API for review work (under /api/v1/)."""
 
 import uuid
 
+from django.contrib.auth import get_user_model
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from annotate.permissions import CanReview, IsAdmin
-from annotate.review import selectors, services
+from annotate.permissions import CanAdjudicate, CanReview, IsAdmin, IsAdminOrEngineer
+from annotate.review import adjudication, selectors, services
 from annotate.review.importing import ImportRejected
+from annotate.review.rationale import typing_parse
 
 
 def _project_or_404(slug: str):
@@ -29,6 +31,11 @@ class JudgmentInSerializer(serializers.Serializer):
     criteria = serializers.DictField(child=serializers.CharField(), help_text='{"<key>": "left|right|tie"}')
     rationale = serializers.CharField(allow_blank=True, trim_whitespace=False)
     client_key = serializers.UUIDField(help_text="A fresh UUID per judgment; a retry with the same key is not a second judgment.")
+    typing = serializers.DictField(
+        required=False, allow_null=True,
+        help_text="What the page saw of the rationale being written, counts only: typing_seconds, typed_chars, "
+                  "pasted_chars, paste_events. Without it a rationale is never flagged as pasted.",
+    )
 
 
 def judgment_input(data) -> dict:
@@ -52,7 +59,7 @@ def judgment_input(data) -> dict:
             f"client_key: {data['client_key']!r} is not a UUID; send a fresh UUID per judgment"
         ) from None
     return {"choice": data["choice"], "strength": strength, "criteria": data["criteria"],
-            "rationale": data["rationale"], "client_key": client_key}
+            "rationale": data["rationale"], "client_key": client_key, "typing": typing_parse(data.get("typing"))}
 
 
 class AssignmentNextView(APIView):
@@ -78,7 +85,8 @@ class JudgmentSubmitView(APIView):
     parser_classes = [JSONParser]
 
     @extend_schema(summary="Judge an assignment", request=JudgmentInSerializer,
-                   responses={201: OpenApiResponse(description="the judgment, as left/right")})
+                   responses={201: OpenApiResponse(description="the judgment, as left/right; for an item of the "
+                                                               "qualification round, `feedback` too")})
     def post(self, request, assignment_id: int):
         judgment, replayed = services.judgment_submit(
             assignment_id=assignment_id, reviewer=request.user, **judgment_input(request.data)
@@ -123,3 +131,129 @@ class ItemsImportView(APIView):
             return Response({"detail": f"the file was rejected whole, nothing was stored: {len(exc.errors)} error(s)",
                              "errors": exc.errors}, status=400)
         return Response(summary.__dict__, status=201)
+
+
+# --- the reviewer's standing and the qualification round -------------------------------------------
+
+
+class StandingView(APIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(summary="The reviewer's own standing in the project",
+                   responses={200: OpenApiResponse(description="judged, qualification, and once enough are "
+                                                               "judged: gold accuracy, retest consistency, "
+                                                               "agreement with others")})
+    def get(self, request, slug: str):
+        project = _project_or_404(slug)
+        return Response(selectors.reviewer_standing(project=project, reviewer=request.user))
+
+
+class QualificationView(APIView):
+    """GET: every reviewer's qualification results (admins, engineers). POST: let a held reviewer go on (admins)."""
+
+    def get_permissions(self):
+        return [IsAdmin()] if self.request.method == "POST" else [IsAdminOrEngineer()]
+
+    @extend_schema(summary="Qualification results of the project's reviewers",
+                   responses={200: OpenApiResponse(description="per reviewer: status, attempts, live gold checks")})
+    def get(self, request, slug: str):
+        project = _project_or_404(slug)
+        return Response({"required": bool(project.qualification_items),
+                         "items": project.qualification_items, "pass_mark": project.qualification_pass_mark,
+                         "attempts": project.qualification_attempts, "gold_rate": project.gold_rate,
+                         "reviewers": selectors.qualification_results(project=project)})
+
+    @extend_schema(summary="Let a reviewer try the qualification round again, or pass them",
+                   request=inline_serializer("QualificationRelease", {
+                       "username": serializers.CharField(), "action": serializers.ChoiceField(services.QUALIFICATION_ACTIONS)}),
+                   responses={201: OpenApiResponse(description="the reviewer's new attempt")})
+    def post(self, request, slug: str):
+        project = _project_or_404(slug)
+        data = request.data if isinstance(request.data, dict) else {}
+        username = data.get("username")
+        reviewer = get_user_model().objects.filter(username=username).first() if isinstance(username, str) else None
+        if reviewer is None:
+            raise services.ReviewError(f"username: no user {username!r}", status=404)
+        attempt = services.qualification_release(project=project, reviewer=reviewer, action=data.get("action"),
+                                                 admin=request.user)
+        return Response(services.qualification_state(project=project, reviewer=reviewer) | {"attempt": attempt.number},
+                        status=status.HTTP_201_CREATED)
+
+
+# --- adjudication ----------------------------------------------------------------------------------
+
+
+class AdjudicationNextView(APIView):
+    permission_classes = [CanAdjudicate]
+
+    @extend_schema(
+        summary="The adjudicator's next split pair",
+        parameters=[
+            OpenApiParameter("min_judgments", int, description="counted votes a pair needs (default: the overlap)"),
+            OpenApiParameter("max_share", float, description="also pairs whose majority has at most this share"),
+            OpenApiParameter("tag", str, description="only prompts with this tag"),
+            OpenApiParameter("pair", int, description="this pair, whatever its votes (to rule on it again)"),
+        ],
+        responses={200: OpenApiResponse(description="the pair in the adjudicator's order, every reviewer's "
+                                                    "judgment in that order, earlier rulings, the queue"),
+                   204: OpenApiResponse(description="no pair waits")},
+    )
+    def get(self, request, slug: str):
+        project = _project_or_404(slug)
+        queue = adjudication.queue_filter_parse(request.query_params, project=project)
+        raw_pair = request.query_params.get("pair")
+        if raw_pair not in (None, "") and not str(raw_pair).isdigit():
+            raise services.ReviewError(f"pair: {raw_pair!r} must be a pair id")
+        assignment = adjudication.adjudication_next(
+            project=project, adjudicator=request.user, queue=queue, pair_id=int(raw_pair) if raw_pair else None)
+        if assignment is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(adjudication.adjudication_payload(assignment=assignment, queue=queue))
+
+
+class RulingSubmitView(APIView):
+    permission_classes = [CanAdjudicate]
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        summary="Rule on the pair of an adjudication",
+        request=inline_serializer("RulingIn", {
+            "choice": serializers.CharField(help_text="left, right, tie or both_bad, as the adjudicator sees them"),
+            "strength": serializers.IntegerField(required=False, allow_null=True),
+            "criteria": serializers.DictField(required=False, child=serializers.CharField()),
+            "rationale": serializers.CharField(),
+            "client_key": serializers.UUIDField(),
+        }),
+        responses={201: OpenApiResponse(description="the ruling, as left/right")},
+    )
+    def post(self, request, adjudication_id: int):
+        data = request.data
+        if not isinstance(data, dict):
+            raise services.ReviewError("send a JSON object with choice, strength, rationale and client_key")
+        for name in ("choice", "rationale", "client_key"):
+            if name not in data:
+                raise services.ReviewError(f"{name}: this field is required")
+        try:
+            client_key = uuid.UUID(str(data["client_key"]))
+        except ValueError:
+            raise services.ReviewError(f"client_key: {data['client_key']!r} is not a UUID") from None
+        ruling, replayed = adjudication.ruling_submit(
+            assignment_id=adjudication_id, adjudicator=request.user, choice=data["choice"],
+            strength=data.get("strength"), criteria=data.get("criteria"), rationale=data["rationale"],
+            client_key=client_key,
+        )
+        body = adjudication.ruling_payload(ruling=ruling, a_on_left=ruling.assignment.a_on_left)
+        return Response(body, status=status.HTTP_201_CREATED,
+                        headers={"Idempotent-Replayed": "true"} if replayed else {})
+
+
+class AdjudicationListView(APIView):
+    permission_classes = [CanAdjudicate]
+
+    @extend_schema(summary="The project's rulings, newest first, and how many pairs wait",
+                   responses={200: OpenApiResponse(description="waiting, rulings[] (un-swapped: a/b)")})
+    def get(self, request, slug: str):
+        project = _project_or_404(slug)
+        queue = adjudication.queue_filter_parse(request.query_params, project=project)
+        return Response({**adjudication.waiting_count(project=project, adjudicator=request.user, queue=queue),
+                         "filter": queue.as_dict(), "rulings": adjudication.rulings_list(project=project)})

@@ -69,7 +69,7 @@ def _create_stage(cursor) -> None:
     cursor.execute(f"""
         CREATE TEMP TABLE {PROMPTS} (line integer NOT NULL, external_id text NOT NULL, messages {json_type} NOT NULL,
                                      tags {json_type} NOT NULL, content_key text NOT NULL, gold integer,
-                                     prompt_pk bigint){on_commit}""")
+                                     gold_reason text NOT NULL DEFAULT '', prompt_pk bigint){on_commit}""")
     cursor.execute(f"""
         CREATE TEMP TABLE {RESPONSES} (line integer NOT NULL, position integer NOT NULL, text text NOT NULL,
                                        text_sha256 text NOT NULL, model text NOT NULL,
@@ -93,7 +93,7 @@ def _chunks(items: Iterable[ImportedItem]) -> Iterator[_Chunk]:
     while chunk := list(islice(items, CHUNK_ITEMS)):
         yield _Chunk(
             prompts=[(item.line, item.prompt_id, orjson.dumps(item.messages).decode(), orjson.dumps(item.tags).decode(),
-                      item.prompt_key, item.gold_preferred) for item in chunk],
+                      item.prompt_key, item.gold_preferred, item.gold_reason) for item in chunk],
             responses=[(item.line, position, response.text, response.text_sha256, response.model,
                         response.model_version) for item in chunk for position, response in enumerate(item.responses)],
         )
@@ -114,7 +114,8 @@ def _stage_chunk(cursor, chunk: _Chunk) -> None:
         for table in (PROMPTS, RESPONSES):
             cursor.execute(f"TRUNCATE {table}")
         raw = cursor.cursor  # psycopg's own cursor, under Django's wrapper
-        with raw.copy(f"COPY {PROMPTS} (line, external_id, messages, tags, content_key, gold) FROM STDIN") as copy:
+        with raw.copy(f"COPY {PROMPTS} (line, external_id, messages, tags, content_key, gold, gold_reason) "
+                      "FROM STDIN") as copy:
             for row in chunk.prompts:
                 copy.write_row(row)
         with raw.copy(f"COPY {RESPONSES} (line, position, text, text_sha256, model, model_version) FROM STDIN") as copy:
@@ -123,8 +124,8 @@ def _stage_chunk(cursor, chunk: _Chunk) -> None:
     else:
         for table in (PROMPTS, RESPONSES):
             cursor.execute(f"DELETE FROM {table}")
-        cursor.executemany(f"INSERT INTO {PROMPTS} (line, external_id, messages, tags, content_key, gold) "
-                           "VALUES (%s, %s, %s, %s, %s, %s)", chunk.prompts)
+        cursor.executemany(f"INSERT INTO {PROMPTS} (line, external_id, messages, tags, content_key, gold, gold_reason) "
+                           "VALUES (%s, %s, %s, %s, %s, %s, %s)", chunk.prompts)
         cursor.executemany(f"INSERT INTO {RESPONSES} VALUES (%s, %s, %s, %s, %s, %s)", chunk.responses)
     cursor.execute(f"INSERT INTO {IDS} (line, external_id) SELECT line, external_id FROM {PROMPTS}")
 
@@ -216,13 +217,14 @@ def _insert_responses(cursor, now) -> int:
 
 def _set_gold(cursor) -> None:
     cursor.execute(f"""
-        UPDATE {PROMPT_T} SET gold_response_id = g.response_id
-        FROM (SELECT s.prompt_pk,
+        UPDATE {PROMPT_T} SET gold_response_id = g.response_id, gold_reason = g.reason
+        FROM (SELECT s.prompt_pk, s.gold_reason AS reason,
                      (SELECT e.id FROM {RESPONSE_T} e WHERE e.prompt_id = s.prompt_pk AND e.model = r.model
                       AND e.model_version = r.model_version AND e.text_sha256 = r.text_sha256) AS response_id
               FROM {PROMPTS} s JOIN {RESPONSES} r ON r.line = s.line AND r.position = s.gold) g
         WHERE {PROMPT_T}.id = g.prompt_pk
-          AND ({PROMPT_T}.gold_response_id IS NULL OR {PROMPT_T}.gold_response_id <> g.response_id)""")
+          AND ({PROMPT_T}.gold_response_id IS NULL OR {PROMPT_T}.gold_response_id <> g.response_id
+               OR {PROMPT_T}.gold_reason <> g.reason)""")
 
 
 def _sha256_hex(expression: str) -> str:

@@ -42,6 +42,7 @@ class ImportedItem:
     responses: list[ImportedResponse]
     tags: list[str] = field(default_factory=list)
     gold_preferred: int | None = None
+    gold_reason: str = ""
 
     @property
     def prompt_key(self) -> str:
@@ -133,21 +134,27 @@ def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
     if not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
         errors.append(f"{where}: 'tags' must be a list of strings")
         tags = []
-    gold_preferred = None
+    gold_preferred, gold_reason = None, ""
     if "gold" in row:
         gold = row["gold"]
         preferred = gold.get("preferred") if isinstance(gold, dict) else None
+        reason = gold.get("reason", "") if isinstance(gold, dict) else ""
         if not isinstance(preferred, int) or isinstance(preferred, bool):
-            errors.append(f"{where}: 'gold' must be {{\"preferred\": <response index>}}")
+            errors.append(f"{where}: 'gold' must be {{\"preferred\": <response index>, \"reason\": \"...\" (optional)}}")
+        elif set(gold) - {"preferred", "reason"}:
+            errors.append(f"{where}: gold has unknown key(s) {sorted(set(gold) - {'preferred', 'reason'})}; "
+                          "use preferred and reason")
         elif not 0 <= preferred < len(row.get("responses") or []):
             errors.append(f"{where}: gold.preferred={preferred} is not the index of a response")
+        elif not isinstance(reason, str):
+            errors.append(f"{where}: gold.reason must be a string (why the preferred answer is better)")
         else:
-            gold_preferred = preferred
+            gold_preferred, gold_reason = preferred, reason.strip()
     if len(errors) > before:
         return None
     return ImportedItem(
         line=line_no, prompt_id=str(prompt_id).strip(), messages=messages, responses=responses,
-        tags=tags, gold_preferred=gold_preferred,
+        tags=tags, gold_preferred=gold_preferred, gold_reason=gold_reason,
     )
 
 

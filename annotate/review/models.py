@@ -6,6 +6,7 @@ and Assignment.current_judgment points at the revision that counts.
 """
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
@@ -16,7 +17,28 @@ from training.snapshot import prompt_key
 class Project(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
-    overlap = models.PositiveSmallIntegerField(default=3, help_text="Distinct reviewers per pair.")
+    overlap = models.PositiveSmallIntegerField(
+        default=3, help_text="Distinct reviewers per pair; with a minimum overlap, the most a split pair gets."
+    )
+    # Adaptive overlap (annotate/review/overlap.py): a decided pair stops at the minimum, a split one goes on.
+    min_overlap = models.PositiveSmallIntegerField(
+        null=True, blank=True,
+        help_text="Adaptive overlap: a pair whose votes are decided stops here; empty means a fixed overlap.",
+    )
+    overlap_stop_rule = models.CharField(
+        max_length=8, default="lead2",
+        choices=[("lead2", "lead2: the majority choice is two votes ahead of the runner-up"),
+                 ("settled", "settled: no vote up to the maximum could change the winner"),
+                 ("majority", "majority: any strict majority")],
+        help_text="With a minimum overlap: when a pair that has the minimum is decided (docs/design.md).",
+    )
+    leaderboard_priority = models.BooleanField(
+        default=False,
+        help_text="Untouched pairs whose models' rating difference is least certain are handed out first.",
+    )
+    priorities_watermark = models.BigIntegerField(
+        default=0, editable=False, help_text="Newest Judgment row counted in the pairs' queue priorities."
+    )
     retest_rate = models.FloatField(
         default=0.1, help_text="Share of each reviewer's judged pairs shown again, left and right exchanged."
     )
@@ -30,10 +52,51 @@ class Project(models.Model):
         default=30, help_text="Minutes an assignment is held before it returns to the pool."
     )
     min_rationale_chars = models.PositiveSmallIntegerField(default=15)
+    # Onboarding on gold, rationale checks and reviewers' own standing: docs/agreement.md, "Judgments worth
+    # keeping".
+    rationale_flag_chars = models.PositiveSmallIntegerField(
+        default=40, help_text="A rationale shorter than this is kept but flagged too_short; 0 turns the flag off."
+    )
+    qualification_items = models.PositiveSmallIntegerField(
+        default=0, help_text="Gold items a reviewer answers, with feedback, before any live item; 0: no round."
+    )
+    qualification_pass_mark = models.FloatField(
+        default=0.8, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of the round's gold items a reviewer must get right to pass (0-1).",
+    )
+    qualification_attempts = models.PositiveSmallIntegerField(
+        default=2, validators=[MinValueValidator(1)],
+        help_text="Attempts at the round before a reviewer who fails is held until an admin lets them go on.",
+    )
+    gold_rate = models.FloatField(
+        default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Share of live assignments that are gold items, mixed in unannounced (0-1).",
+    )
+    standing_min_judgments = models.PositiveSmallIntegerField(
+        default=20, validators=[MinValueValidator(1)],
+        help_text="Judgments a reviewer makes before their page shows their own standing.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
         return self.slug
+
+    def clean(self) -> None:
+        """Overlap settings that cannot work together are refused in one line (the admin's form shows it)."""
+        from django.core.exceptions import ValidationError
+
+        from annotate.review.overlap import OverlapSettingsRejected, overlap_settings_check
+
+        super().clean()
+        try:
+            overlap_settings_check(overlap=self.overlap, min_overlap=self.min_overlap, stop_rule=self.overlap_stop_rule)
+        except OverlapSettingsRejected as exc:
+            raise ValidationError(str(exc)) from None
+
+    @property
+    def overlap_is_adaptive(self) -> bool:
+        """A minimum overlap below the maximum is set: decided pairs stop early, split ones go on."""
+        return self.min_overlap is not None and self.min_overlap < self.overlap
 
 
 class CriteriaVersion(models.Model):
@@ -70,6 +133,11 @@ class Prompt(models.Model):
     gold_response = models.ForeignKey(  # indexed by prompt_gold_response, where set
         "Response", null=True, blank=True, on_delete=models.PROTECT, related_name="+", db_index=False,
         help_text="Honeypot: the response known to be better.",
+    )
+    # A database default too: the import writes prompts with its own INSERT, which does not name this column.
+    gold_reason = models.TextField(
+        blank=True, default="", db_default="",
+        help_text="Why the gold response is better: shown after a qualification answer.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -114,6 +182,9 @@ class Response(models.Model):
         return f"{self.prompt.external_id}: {self.model}@{self.model_version}"
 
 
+PAIR_CLOSED = 32767  # Pair.open_fill of a pair that has the reviewers it needs: past every open pair
+
+
 class Pair(models.Model):
     # No index of its own where a composite index starts with the same column (pair_open_slots here):
     # each one would be written again on every assignment, for no lookup the composite cannot serve.
@@ -123,6 +194,23 @@ class Pair(models.Model):
     response_b = models.ForeignKey(Response, on_delete=models.PROTECT, related_name="+")
     # Live (not expired) first-time assignments; changed only under this row's lock.
     assigned_count = models.PositiveSmallIntegerField(default=0)
+    # Adaptive overlap: the reviewers this pair needs, decided from its votes when a judgment lands or is
+    # undone (annotate/review/overlap.py); 0 until then, and always 0 with a fixed overlap: the project's.
+    reviewers_needed = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # The queue's order: assigned_count while the pair is open, PAIR_CLOSED once it has the reviewers it
+    # needs, so the queue's index skips decided pairs instead of walking past them on every request.
+    open_fill = models.GeneratedField(
+        expression=models.Case(
+            models.When(Q(reviewers_needed__gt=0, assigned_count__gte=models.F("reviewers_needed")),
+                        then=models.Value(PAIR_CLOSED)),
+            default=models.F("assigned_count"),
+            output_field=models.PositiveSmallIntegerField(),
+        ),
+        output_field=models.PositiveSmallIntegerField(),
+        db_persist=True,
+    )
+    # Leaderboard projects: higher first among untouched pairs (how uncertain its models' order is, 0-1000).
+    queue_priority = models.PositiveSmallIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -130,7 +218,7 @@ class Pair(models.Model):
             models.UniqueConstraint(fields=["response_a", "response_b"], name="pair_unique"),
             models.CheckConstraint(condition=Q(response_a__lt=models.F("response_b")), name="pair_ordered"),
         ]
-        indexes = [models.Index(fields=["project", "assigned_count", "id"], name="pair_open_slots")]
+        indexes = [models.Index(fields=["project", "open_fill", "queue_priority", "id"], name="pair_open_slots")]
 
     def __str__(self) -> str:
         return f"pair {self.pk} of {self.prompt.external_id}"
@@ -241,3 +329,160 @@ class Judgment(models.Model):
 
     def __str__(self) -> str:
         return f"judgment {self.pk} r{self.revision}"
+
+
+class QualificationAttempt(models.Model):
+    """One attempt of a reviewer at a project's qualification round: gold items with feedback.
+
+    The reviewer's latest attempt says where they stand: running (live items wait), passed (live items
+    open), failed (a new attempt starts on their next request while attempts are left; after the last
+    one they are held until an admin lets them try again or passes them).
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        PASSED = "passed"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+", db_index=False)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    number = models.PositiveSmallIntegerField(help_text="1 for the first attempt.")
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.RUNNING)
+    items = models.PositiveSmallIntegerField(help_text="Gold items the attempt asks for (the project's, at its start).")
+    pass_mark = models.FloatField(help_text="The project's pass mark at the attempt's start.")
+    answered = models.PositiveSmallIntegerField(default=0)
+    correct = models.PositiveSmallIntegerField(default=0)
+    decided_by = models.CharField(
+        max_length=160, blank=True, help_text="Empty when the answers decided it; else the admin who did."
+    )
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Also the index that finds a reviewer's latest attempt (read on each of their queue requests).
+            models.UniqueConstraint(fields=["project", "reviewer", "number"], name="qualification_attempt_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"qualification attempt {self.number} of reviewer {self.reviewer_id} ({self.status})"
+
+
+class GoldCheck(models.Model):
+    """A gold pair given to a reviewer as a check: in a qualification attempt, or mixed into live work.
+
+    `expected` is the gold answer as stored (a or b); the reviewer's own judgment is compared with it
+    when they submit (`correct`). A check mixed into live work is never announced to the reviewer.
+    """
+
+    assignment = models.OneToOneField(Assignment, on_delete=models.PROTECT, primary_key=True, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+", db_index=False)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+",
+                                 db_index=False)
+    attempt = models.ForeignKey(QualificationAttempt, null=True, blank=True, on_delete=models.PROTECT,
+                                related_name="checks", help_text="Empty for a check mixed into live work.")
+    expected = models.CharField(max_length=1, help_text="The gold answer, un-swapped: a or b.")
+    judgment = models.ForeignKey(Judgment, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+                                 db_index=False, help_text="The judgment that answered it last.")
+    correct = models.BooleanField(null=True, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["project", "reviewer"], name="gold_check_reviewer")]
+
+    def __str__(self) -> str:
+        return f"gold check of assignment {self.assignment_id}"
+
+
+class RationaleCheck(models.Model):
+    """What the rationale checks found about one judgment's rationale (annotate/review/rationale.py).
+
+    One row per judgment revision that has a rationale, written with it. The typing signals are counts
+    and seconds reported by the reviewer page; no keystroke and no pasted text is stored.
+    """
+
+    judgment = models.OneToOneField(Judgment, on_delete=models.PROTECT, primary_key=True,
+                                    related_name="rationale_check")
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+", db_index=False)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+",
+                                 db_index=False)
+    pair = models.ForeignKey(Pair, on_delete=models.PROTECT, related_name="+", db_index=False)
+    text_key = models.CharField(max_length=64, help_text="sha256 of the normalised rationale: finds reuse.")
+    chars = models.PositiveIntegerField()
+    typing_seconds = models.FloatField(null=True, blank=True)
+    typed_chars = models.PositiveIntegerField(null=True, blank=True)
+    pasted_chars = models.PositiveIntegerField(null=True, blank=True)
+    paste_events = models.PositiveIntegerField(null=True, blank=True)
+    too_short = models.BooleanField(default=False)
+    reused = models.BooleanField(default=False)
+    near_duplicate = models.BooleanField(default=False)
+    pasted = models.BooleanField(default=False)
+    flagged = models.BooleanField(default=False, help_text="Any of the four flags.")
+
+    class Meta:
+        indexes = [
+            # The reuse check: has this reviewer written this text before (unflagged ones first)?
+            models.Index(fields=["project", "reviewer", "text_key", "reused"], name="rationale_reuse"),
+            # The dashboard's flag counts read only flagged rows.
+            models.Index(fields=["project", "reviewer"], condition=Q(flagged=True), name="rationale_flagged"),
+        ]
+
+    def __str__(self) -> str:
+        return f"rationale check of judgment {self.judgment_id}"
+
+
+class AdjudicationAssignment(models.Model):
+    """One adjudicator's turn at one pair, shown in their own random left/right order."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        COMPLETED = "completed"
+        EXPIRED = "expired"
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+", db_index=False)
+    pair = models.ForeignKey(Pair, on_delete=models.PROTECT, related_name="+")
+    adjudicator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    a_on_left = models.BooleanField(help_text="Response a was shown on the left.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    served_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # Two adjudicators never hold one pair at once.
+            models.UniqueConstraint(fields=["pair"], condition=Q(status="active"), name="adjudication_one_open"),
+        ]
+        indexes = [models.Index(fields=["project", "status"], name="adjudication_assignment_open")]
+
+    def __str__(self) -> str:
+        return f"adjudication assignment {self.pk} ({self.status})"
+
+
+class Adjudication(models.Model):
+    """An adjudicator's ruling on a pair; append-only: ruling again is a new revision, the latest counts.
+
+    Stored un-swapped like a judgment (winner a, b, tie or both_bad), with the adjudicator's rationale.
+    """
+
+    Winner = Judgment.Winner
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+", db_index=False)
+    pair = models.ForeignKey(Pair, on_delete=models.PROTECT, related_name="+", db_index=False)  # adjudication_revision
+    assignment = models.ForeignKey(AdjudicationAssignment, on_delete=models.PROTECT, related_name="+")
+    adjudicator = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    revision = models.PositiveIntegerField()
+    winner = models.CharField(max_length=8, choices=Winner.choices)
+    strength = models.PositiveSmallIntegerField(null=True, blank=True)
+    criteria = models.JSONField(default=dict, blank=True, help_text='Un-swapped: {"correct": "a"}')
+    rationale = models.TextField()
+    client_key = models.UUIDField(unique=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["pair", "revision"], name="adjudication_revision_unique"),
+        ]
+        indexes = [models.Index(fields=["project", "id"], name="adjudication_project")]
+
+    def __str__(self) -> str:
+        return f"adjudication {self.pk} of pair {self.pair_id} r{self.revision}"

@@ -16,6 +16,13 @@ While untouched pairs are left, what a request reads does not grow with the revi
 reviewer with 10,000 judgments is served about as fast as one with ten (bench/review_load.py measures
 both); see STARTED_LOOKAHEAD. Past that point, the exact look of first_open_pair and the progress count
 walk the reviewer's own started pairs.
+
+Adaptive overlap (annotate/review/overlap.py) gives each pair the number of reviewers it needs
+(Pair.reviewers_needed, decided when a judgment lands or is undone, under the pair's row lock); with a
+fixed overlap it stays 0 and the project's overlap applies. The queue reads pairs through
+Pair.open_fill, a generated column that is the assigned count while the pair is open and PAIR_CLOSED
+once it has what it needs, so a decided pair leaves the index range the queue walks, and a split pair,
+started and fuller than a fresh one, comes first.
 """
 
 import functools
@@ -29,7 +36,9 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Model
 
+from annotate.review.choices import WINNERS
 from annotate.review.models import Assignment, Judgment, Project
+from annotate.review.overlap import reviewers_needed
 
 # pg_advisory_xact_lock(key1, key2): key1 says the lock is Pairwise's per-reviewer queue lock.
 REVIEWER_LOCK_KEY = 0x50574931  # "PWI1"
@@ -129,6 +138,24 @@ def _not_mine(pair_id: str) -> str:
 
 _NOT_MINE = _not_mine("p.id")
 
+
+def _open(alias: str, overlap: int) -> str:
+    """The pair still needs a reviewer: fewer assigned than it needs (0: the project's overlap, the maximum).
+
+    With adaptive overlap every pair anyone has taken has its own number (take_fresh_pair sets it), so
+    the project's maximum only ever applies to a fixed overlap and to untouched pairs.
+    """
+    return f"{alias}.assigned_count < coalesce(nullif({alias}.reviewers_needed, 0), {int(overlap)})"
+
+
+def _first_needed(first_needed: int | None, alias: str = "p") -> str:
+    """SET clause: an adaptive pair taken for the first time gets the reviewers a pair without votes needs."""
+    if first_needed is None:
+        return ""
+    return (f", reviewers_needed = CASE WHEN {alias}.reviewers_needed = 0 THEN {int(first_needed)} "
+            f"ELSE {alias}.reviewers_needed END")
+
+
 # How many started pairs (someone holds or judged them, the overlap is not reached) the queue looks at
 # before it takes an untouched pair instead. Looking at all of them would be exact "fullest first", but a
 # reviewer far ahead of the others is the one holding nearly every started pair, so that look walked past
@@ -143,33 +170,35 @@ STARTED_LOOKAHEAD = 100
 def _started_near_front(*, overlap: int, lock: str) -> str:
     """The fullest started pair among the first STARTED_LOOKAHEAD, not the reviewer's own.
 
-    The count is tested again on the joined row, so a lock taken after another request raised it re-checks
-    it on the newest version and moves on to the next pair.
+    Decided pairs are not in the range at all (open_fill); a split pair still open has more reviewers
+    than a fresh one, so it comes first. The count is tested again on the joined row, so a lock taken
+    after another request raised it re-checks it on the newest version and moves on to the next pair.
     """
     return f"""
         SELECT p.id FROM (
-            SELECT id, assigned_count FROM review_pair
-            WHERE project_id = %(project)s AND assigned_count BETWEEN 1 AND {overlap - 1}
-            ORDER BY assigned_count DESC, id DESC
+            SELECT id, open_fill, queue_priority FROM review_pair
+            WHERE project_id = %(project)s AND open_fill BETWEEN 1 AND {overlap - 1}
+            ORDER BY open_fill DESC, queue_priority DESC, id DESC
             LIMIT {STARTED_LOOKAHEAD}
         ) near JOIN review_pair p ON p.id = near.id
-        WHERE p.assigned_count < {overlap} AND {_not_mine("near.id")}
-        ORDER BY near.assigned_count DESC, near.id DESC
+        WHERE {_open("p", overlap)} AND {_not_mine("near.id")}
+        ORDER BY near.open_fill DESC, near.queue_priority DESC, near.id DESC
         LIMIT 1{lock}
     """
 
 
 def _untouched(*, lock: str) -> str:
-    """The newest pair nobody holds (a pair the reviewer had and let expire is still theirs).
+    """The untouched pair of highest queue priority, newest first among equals (a pair the reviewer had
+    and let expire is still theirs). The priority is 0 everywhere except in leaderboard projects.
 
-    `assigned_count < 1`, not `= 0`: with the count in the sort key only pair_open_slots gives this order;
-    with `= 0` the planner walked the primary key backwards past every started pair instead (5 ms for a
+    `open_fill < 1`, not `= 0`: with it in the sort key only pair_open_slots gives this order; with
+    `= 0` the planner walked the primary key backwards past every started pair instead (5 ms for a
     reviewer with 10,000 judgments, whose pairs are the newest).
     """
     return f"""
         SELECT p.id FROM review_pair p
-        WHERE p.project_id = %(project)s AND p.assigned_count < 1 AND {_NOT_MINE}
-        ORDER BY p.assigned_count DESC, p.id DESC
+        WHERE p.project_id = %(project)s AND p.open_fill < 1 AND {_NOT_MINE}
+        ORDER BY p.open_fill DESC, p.queue_priority DESC, p.id DESC
         LIMIT 1{lock}
     """
 
@@ -179,15 +208,15 @@ def _anywhere(*, overlap: int, lock: str) -> str:
     pair of the reviewer's that is in front of it."""
     return f"""
         SELECT p.id FROM review_pair p
-        WHERE p.project_id = %(project)s AND p.assigned_count < {overlap} AND {_NOT_MINE}
-        ORDER BY p.assigned_count DESC, p.id DESC
+        WHERE p.project_id = %(project)s AND p.open_fill < {overlap} AND {_open("p", overlap)} AND {_NOT_MINE}
+        ORDER BY p.open_fill DESC, p.queue_priority DESC, p.id DESC
         LIMIT 1{lock}
     """
 
 
 def take_fresh_pair(
     *, project_id: int, reviewer_id: int, overlap: int, a_on_left: bool, now: datetime, expires_at: datetime,
-    everywhere: bool = False,
+    everywhere: bool = False, first_needed: int | None = None,
 ) -> Assignment | None:
     """PostgreSQL: lock an open pair (SKIP LOCKED), count it, and assign it, in one statement.
 
@@ -197,6 +226,9 @@ def take_fresh_pair(
     other reviewers' inserts that point at the pair. A lock that finds the row changed re-checks the count
     on its newest version, and the UPDATE re-checks it too, so a pair is never over-assigned. Returns None
     when no unlocked pair was found.
+
+    `overlap` is the project's (the maximum, with adaptive overlap); `first_needed`, given only with
+    adaptive overlap, is what an untouched pair needs, written on it as it is first taken.
     """
     overlap = int(overlap)  # written into the statement: see _PROGRESS_COLUMNS
     lock = "\n        FOR NO KEY UPDATE OF p SKIP LOCKED"
@@ -216,8 +248,8 @@ def take_fresh_pair(
         ), candidate AS (
             SELECT id FROM started UNION ALL SELECT id FROM untouched{or_anywhere}
         ), counted AS (
-            UPDATE review_pair p SET assigned_count = p.assigned_count + 1
-            FROM candidate WHERE p.id = candidate.id AND p.assigned_count < {overlap}
+            UPDATE review_pair p SET assigned_count = p.assigned_count + 1{_first_needed(first_needed)}
+            FROM candidate WHERE p.id = candidate.id AND {_open("p", overlap)}
             RETURNING p.id
         ), criteria AS (
             SELECT id FROM review_criteriaversion WHERE project_id = %(project)s ORDER BY version DESC LIMIT 1
@@ -253,6 +285,20 @@ def first_open_pair(*, project_id: int, reviewer_id: int, overlap: int) -> int |
     return rows[0][0]
 
 
+def claim_pair(*, pair_id: int, overlap: int, first_needed: int | None = None) -> bool:
+    """Count one more reviewer on the pair if it is still open (re-checked by the UPDATE); True if counted.
+
+    SQLite's take: its single-writer lock serialises the UPDATE, so the re-check is enough there.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE review_pair SET assigned_count = assigned_count + 1{_first_needed(first_needed, 'review_pair')} "
+            f"WHERE id = %s AND {_open('review_pair', overlap)}",
+            [pair_id],
+        )
+        return cursor.rowcount == 1
+
+
 # The project's overlap and the count's cap are written into the statement, not bound: a plan made
 # for unknown values of them (a prepared statement's generic plan) joined every open pair with every
 # one of the reviewer's assignments, 30 ms instead of 0.4 ms for a reviewer with 800 judgments.
@@ -264,8 +310,9 @@ _PROGRESS_COLUMNS = f"""
      WHERE project_id = %(project)s AND reviewer_id = %(reviewer)s AND status IN ('active', 'scheduled')),
     (SELECT count(*) FROM (
        SELECT 1 FROM review_pair p
-       WHERE p.project_id = %(project)s AND p.assigned_count < {{overlap}} AND {_NOT_MINE}
-       ORDER BY p.assigned_count, p.id
+       WHERE p.project_id = %(project)s AND p.open_fill < {{overlap}}
+         AND p.assigned_count < coalesce(nullif(p.reviewers_needed, 0), {{overlap}}) AND {_NOT_MINE}
+       ORDER BY p.open_fill, p.queue_priority, p.id
        LIMIT {{cap}}) open_pairs)
 """
 
@@ -374,13 +421,16 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
     """Insert a judgment revision, complete the assignment with it, and count it in the reviewer's tally.
 
     Returns the Judgment and the tally after counting it. PostgreSQL does all three in one statement;
-    elsewhere, three.
+    elsewhere, three. With adaptive overlap, a first-time judgment also decides, in this transaction,
+    how many reviewers its pair needs now (pair_needed_refresh); PostgreSQL takes the pair's row lock
+    in the same statement, so two judgments of one pair landing together are decided one after the other.
     """
     values = {
         "assignment": assignment.pk, "pair": assignment.pair_id, "reviewer": reviewer_id, "revision": revision,
         "winner": winner, "strength": strength, "criteria": json.dumps(criteria),
         "criteria_version": assignment.criteria_version_id, "rationale": rationale, "seconds": seconds_spent,
         "key": client_key_db, "now": now, "project": assignment.project_id, "once": 0 if assignment.is_retest else 1,
+        "original": not assignment.is_retest,
     }
     insert = (
         "INSERT INTO review_judgment (assignment_id, pair_id, reviewer_id, revision, retracted, winner, strength, "
@@ -399,18 +449,32 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
         "judged_once = review_reviewertally.judged_once + excluded.judged_once "
         "RETURNING judged, judged_once, retests"
     )
+    # A retest is not a vote (the export counts each reviewer once), so only a first-time judgment can
+    # change what its pair needs. FOR NO KEY UPDATE: the pair's id never changes.
+    adaptive_pair = (
+        "SELECT p.id FROM review_pair p JOIN review_project pr ON pr.id = p.project_id "
+        "WHERE p.id = %(pair)s AND pr.min_overlap < pr.overlap AND %(original)s FOR NO KEY UPDATE OF p"
+    )
     if connection.vendor == "postgresql":
         (row,) = _fetch(
             f"WITH judgment AS ({insert}), "
             f"completed AS ({complete.format(judgment='(SELECT id FROM judgment)')}), "
-            f"counted AS ({count}) "
-            "SELECT judgment.id, counted.judged, counted.judged_once, counted.retests FROM judgment, counted",
+            f"counted AS ({count}), "
+            f"adaptive_pair AS ({adaptive_pair}) "
+            "SELECT judgment.id, counted.judged, counted.judged_once, counted.retests, "
+            "(SELECT id FROM adaptive_pair) FROM judgment, counted",
             values,
         )
+        if row[4] is not None:
+            pair_needed_refresh(pair_id=assignment.pair_id, locked=True)
+        row = row[:4]
     else:
         ((judgment_id,),) = _fetch(insert, values)
         _fetch(complete.format(judgment="%(judgment)s"), {**values, "judgment": judgment_id}, rows=False)
         row = (judgment_id, *_fetch(count, values)[0])
+        # SQLite has no row locks: its single-writer lock already serialises this transaction's writes.
+        if _fetch(adaptive_pair.removesuffix(" FOR NO KEY UPDATE OF p"), values):
+            pair_needed_refresh(pair_id=assignment.pair_id, locked=True)
     judgment = Judgment(
         id=row[0], assignment=assignment, pair_id=assignment.pair_id, reviewer_id=reviewer_id, revision=revision,
         retracted=False, winner=winner, strength=strength, criteria=criteria,
@@ -420,3 +484,38 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
     judgment._state.adding = False
     judgment._state.db = connection.alias
     return judgment, {"judged": row[1], "judged_once": row[2], "retests": row[3]}
+
+
+# The pair's votes as the export counts them (current judgments of first-time assignments), one column per
+# winner in WINNERS order, with the project's overlap settings and what the pair needs now.
+_PAIR_VOTES = (
+    "SELECT pr.min_overlap, pr.overlap, pr.overlap_stop_rule, p.reviewers_needed, "
+    + ", ".join(f"coalesce(sum(CASE WHEN j.winner = '{winner}' THEN 1 ELSE 0 END), 0)" for winner in WINNERS)
+    + " FROM review_pair p JOIN review_project pr ON pr.id = p.project_id "
+    "LEFT JOIN review_assignment a ON a.pair_id = p.id AND NOT a.is_retest AND a.current_judgment_id IS NOT NULL "
+    "LEFT JOIN review_judgment j ON j.id = a.current_judgment_id "
+    "WHERE p.id = %s GROUP BY pr.min_overlap, pr.overlap, pr.overlap_stop_rule, p.reviewers_needed"
+)
+
+
+def pair_needed_refresh(*, pair_id: int, locked: bool = False) -> int:
+    """Decide how many reviewers the pair needs from its votes now, store it, and return it.
+
+    Called in the transaction that adds or withdraws a vote (a judgment lands or is undone), so the
+    pair's open or closed state never lags its votes; never on a reviewer's `next`. Takes the pair's row
+    lock first (unless the caller holds it: `locked`), then reads the votes and the project's settings in
+    a statement of their own, which on PostgreSQL sees every vote committed before the lock was granted.
+    With a fixed overlap the pair needs the project's overlap (stored as 0).
+    """
+    if not locked and connection.vendor == "postgresql":
+        _fetch("SELECT id FROM review_pair WHERE id = %s FOR NO KEY UPDATE", [pair_id])
+    (row,) = _fetch(_PAIR_VOTES, [pair_id])
+    min_overlap, overlap, stop_rule, stored = row[:4]
+    if min_overlap is not None and min_overlap < overlap:
+        needed = int(reviewers_needed([row[4:]], min_overlap=min_overlap, max_overlap=overlap,
+                                      stop_rule=stop_rule)[0])
+    else:
+        needed = 0
+    if needed != stored:
+        _fetch("UPDATE review_pair SET reviewers_needed = %s WHERE id = %s", [needed, pair_id], rows=False)
+    return needed

@@ -6,10 +6,19 @@ anything else from which the left/right order could be inferred.
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
+from django.db.models import Count, Exists, OuterRef, Q
 
 from annotate.review import queue_sql
 from annotate.review.choices import swap_back
-from annotate.review.models import Assignment, Project
+from annotate.review.models import (
+    Assignment,
+    GoldCheck,
+    Project,
+    QualificationAttempt,
+    RationaleCheck,
+    ReviewerTally,
+)
+from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.rendering import markdown_to_safe_html
 
 ROLES_CACHE_SECONDS = 30  # a role change reaches every worker within this; it saves a query per request
@@ -72,7 +81,27 @@ def assignment_payload(*, assignment: Assignment, project: Project, reviewer: Ab
         "right": _text_block(right),
         "expires_at": assignment.expires_at.isoformat(),
         "progress": progress,
+        **_qualification_item(assignment=assignment, project=project),
     }
+
+
+def _qualification_item(*, assignment: Assignment, project: Project) -> dict:
+    """{"qualification": where the attempt stands} when the assignment is an item of the qualification round.
+
+    Only the round is announced: a gold check mixed into live work looks like any other assignment.
+    """
+    if not project.qualification_items:
+        return {}
+    check = (GoldCheck.objects.filter(assignment_id=assignment.pk, attempt__isnull=False)
+             .select_related("attempt").first())
+    if check is None:
+        return {}
+    attempt = check.attempt
+    return {"qualification": {
+        "attempt": attempt.number, "attempts": max(project.qualification_attempts, attempt.number),
+        "items": attempt.items, "answered": attempt.answered, "correct": attempt.correct,
+        "pass_mark": attempt.pass_mark,
+    }}
 
 
 def judgment_payload(*, judgment, a_on_left: bool) -> dict:
@@ -86,4 +115,113 @@ def judgment_payload(*, judgment, a_on_left: bool) -> dict:
         "criteria": {key: swap_back(value, a_on_left=a_on_left) for key, value in judgment.criteria.items()},
         "rationale": judgment.rationale,
         "created_at": judgment.created_at.isoformat(),
+        **({"feedback": judgment.feedback} if getattr(judgment, "feedback", None) else {}),
     }
+
+
+# --- the reviewer's own standing -------------------------------------------------------------------
+
+# A rate needs this many of the reviewer's own judgments behind it before their page shows it.
+STANDING_MIN_COUNTS = {"gold_accuracy": 1, "retest_consistency": 1, "agreement_with_others": 10}
+_STANDING_FIGURES = (  # standing key, the report's rate, its interval, its count, what is counted
+    ("gold_accuracy", "gold_accuracy", "gold_ci", "gold_judgments", "gold items"),
+    ("retest_consistency", "retest_consistency", "retest_ci", "retests", "pairs shown to you again"),
+    ("agreement_with_others", "agreement_with_others", "agreement_ci", "agreement_judgments",
+     "pairs where the other reviewers have a majority"),
+)
+
+
+def reviewer_standing(*, project: Project, reviewer: AbstractBaseUser) -> dict:
+    """The reviewer's own figures, from the project's stored agreement report (docs/agreement.md).
+
+    Shown once they have judged `project.standing_min_judgments`. Only their own row of the report is
+    read, and only rates over several of their own judgments: nothing here says what another reviewer
+    chose, or who the others are. A stale report is served as it is and a recompute is queued.
+    """
+    from annotate.quality.services import stored_report_read  # the report pulls in scipy: only when asked
+    from annotate.review.services import qualification_state
+
+    judged = (ReviewerTally.objects.filter(project=project, reviewer=reviewer)
+              .values_list("judged", flat=True).first()) or 0
+    standing = {"judged": judged, "min_judgments": project.standing_min_judgments, "available": False,
+                "reason": "", "as_of": None, "figures": {},
+                "qualification": qualification_state(project=project, reviewer=reviewer)}
+    if judged < project.standing_min_judgments:
+        standing["reason"] = (f"your standing appears once you have judged {project.standing_min_judgments} "
+                              f"pairs here; you have judged {judged}")
+        return standing
+    state = stored_report_read(project=project)
+    mine = None
+    if state.report is not None:
+        mine = next((row for row in state.report["reviewers"] if row["username"] == reviewer.get_username()), None)
+    if mine is None:
+        standing["reason"] = "your figures are being computed; look again in a minute"
+        return standing
+    figures = {}
+    for key, rate_key, ci_key, count_key, noun in _STANDING_FIGURES:
+        count, value = mine[count_key], mine[rate_key]
+        enough = value is not None and count >= STANDING_MIN_COUNTS[key]
+        figures[key] = {
+            "value": round(value, 3) if enough else None,
+            "ci": [round(bound, 3) for bound in mine[ci_key]] if enough and mine[ci_key] else None,
+            "out_of": count,
+            "of": noun,
+            "missing": "" if enough else f"needs at least {STANDING_MIN_COUNTS[key]} {noun}; you have {count}",
+        }
+    standing.update(available=True, figures=figures, as_of=state.computed_at.isoformat(),
+                    report_judgments_of_yours=mine["judgments"])
+    return standing
+
+
+def qualification_results(*, project) -> list[dict]:
+    """Every reviewer's attempts at the project's qualification round, and their live gold checks."""
+    attempts: dict[str, list[dict]] = {}
+    for attempt in (QualificationAttempt.objects.filter(project=project).select_related("reviewer")
+                    .order_by("reviewer__username", "number")):
+        attempts.setdefault(attempt.reviewer.get_username(), []).append({
+            "number": attempt.number, "status": attempt.status, "items": attempt.items,
+            "answered": attempt.answered, "correct": attempt.correct, "pass_mark": attempt.pass_mark,
+            "decided_by": attempt.decided_by, "started_at": attempt.started_at.isoformat(),
+            "finished_at": attempt.finished_at.isoformat() if attempt.finished_at else None,
+        })
+    live: dict[str, dict] = {}
+    for username, correct in (GoldCheck.objects.filter(project=project, attempt__isnull=True, correct__isnull=False)
+                              .values_list("reviewer__username", "correct")):
+        tally = live.setdefault(username, {"answered": 0, "correct": 0})
+        tally["answered"] += 1
+        tally["correct"] += int(correct)
+    rows = []
+    for username in sorted(set(attempts) | set(live), key=str.casefold):
+        tried = attempts.get(username, [])
+        status = tried[-1]["status"] if tried else "not_started"
+        if status == "failed" and tried[-1]["number"] >= project.qualification_attempts:
+            status = "held"
+        rows.append({"username": username, "status": status, "attempts": tried,
+                     "live_gold": live.get(username, {"answered": 0, "correct": 0})})
+    return rows
+
+
+def rationale_flag_summary(*, project: Project, recent: int = 25) -> dict:
+    """Rationale-check flags of the project's current judgments: counts per reviewer, and the latest flagged.
+
+    Reads only flagged rows (the partial index rationale_flagged), however large the project.
+    """
+    current = Exists(Assignment.objects.filter(current_judgment_id=OuterRef("judgment_id")))
+    flagged = RationaleCheck.objects.filter(project=project, flagged=True).filter(current)
+    per_reviewer = {
+        row["reviewer__username"]: row
+        for row in flagged.values("reviewer__username").annotate(
+            flagged=Count("pk"), **{name: Count("pk", filter=Q(**{name: True})) for name in RATIONALE_FLAGS},
+        ).order_by()
+    }
+    latest = []
+    for check in flagged.select_related("reviewer", "judgment", "pair__prompt").order_by("-judgment_id")[:recent]:
+        latest.append({
+            "judgment": check.judgment_id, "reviewer": check.reviewer.get_username(),
+            "prompt_id": check.pair.prompt.external_id, "pair": check.pair_id,
+            "created_at": check.judgment.created_at, "flags": [name for name in RATIONALE_FLAGS if getattr(check, name)],
+            "chars": check.chars, "typing_seconds": check.typing_seconds, "typed_chars": check.typed_chars,
+            "pasted_chars": check.pasted_chars, "paste_events": check.paste_events,
+            "rationale": check.judgment.rationale,
+        })
+    return {"per_reviewer": per_reviewer, "latest": latest}

@@ -4,35 +4,53 @@ Views and commands validate their input shape, call one function here, and shape
 Every function is keyword-only and raises ReviewError (with an HTTP-like status) for a user's mistake.
 """
 
+import logging
 import secrets
 import time
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+import numpy as np
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.cache import cache
 from django.db import IntegrityError, OperationalError, connection, transaction
-from django.db.models import F
+from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from annotate.errors import UserMistake
 from annotate.review import import_sql, queue_sql
-from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, unswap
+from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
 from annotate.review.import_sql import ImportSummary
 from annotate.review.importing import ImportedItem, items_read
 from annotate.review.models import (
+    PAIR_CLOSED,
     Assignment,
     CriteriaVersion,
+    GoldCheck,
     Judgment,
     Pair,
     Project,
+    Prompt,
+    QualificationAttempt,
+    RationaleCheck,
     ReviewerTally,
 )
+from annotate.review.overlap import (
+    OverlapSettingsRejected,
+    first_reviewers_needed,
+    overlap_settings_check,
+    reviewers_count_check,
+    reviewers_needed,
+    stop_rule_check,
+)
+from annotate.review.queue_priority import difference_uncertainty, pair_priorities
+from annotate.review.rationale import TypingSignals, is_near_duplicate, looks_pasted, normalised, text_key
 from annotate.review.selectors import roles_cache_key
 
-ROLES = ("reviewer", "engineer", "admin")
+logger = logging.getLogger(__name__)
+ROLES = ("reviewer", "engineer", "admin", "adjudicator")
 _client_key_field = Judgment._meta.get_field("client_key")
 
 
@@ -59,6 +77,120 @@ def criteria_version_add(*, project: Project, instructions: str, items: list[dic
         return version, True
 
 
+def _quality_settings_checked(
+    *, rationale_flag_chars: int | None, qualification_items: int | None, qualification_pass_mark: float | None,
+    qualification_attempts: int | None, gold_rate: float | None, standing_min_judgments: int | None,
+) -> dict:
+    """The onboarding, rationale and standing settings given, each checked; ReviewError names the first bad one."""
+    def whole(name: str, value, low: int, high: int, meaning: str) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+            raise ReviewError(f"{name} {value!r} must be a whole number from {low} to {high} ({meaning})")
+
+    def share(name: str, value, meaning: str) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or not 0.0 <= value <= 1.0):  # also refuses NaN
+            raise ReviewError(f"{name} {value!r} must be a number from 0 to 1 ({meaning})")
+
+    whole("rationale flag length", rationale_flag_chars, 0, 2000, "0 turns the too_short flag off")
+    whole("qualification items", qualification_items, 0, 1000, "gold items in the round; 0 means no round")
+    share("qualification pass mark", qualification_pass_mark, "the share of the round's items to get right")
+    whole("qualification attempts", qualification_attempts, 1, 100, "tries before an admin must decide")
+    share("gold rate", gold_rate, "the share of live items that are gold checks")
+    whole("standing minimum", standing_min_judgments, 1, 100_000, "judgments before reviewers see their standing")
+    given = {
+        "rationale_flag_chars": rationale_flag_chars, "qualification_items": qualification_items,
+        "qualification_pass_mark": qualification_pass_mark, "qualification_attempts": qualification_attempts,
+        "gold_rate": gold_rate, "standing_min_judgments": standing_min_judgments,
+    }
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def _overlap_settings_given(
+    *, overlap: int | None, min_overlap: int | None, max_overlap: int | None, overlap_stop_rule: str | None,
+    leaderboard_priority: bool | None,
+) -> dict:
+    """The queue settings given, as Project fields: `overlap` alone is a fixed overlap (no minimum);
+    `min_overlap`/`max_overlap` are adaptive (either may be left to its stored value). Their values are
+    checked together with the stored ones once applied (_overlap_settings_apply)."""
+    if overlap is not None and (min_overlap is not None or max_overlap is not None):
+        raise ReviewError("give either overlap (a fixed overlap) or min/max overlap (adaptive), not both")
+    if leaderboard_priority is not None and not isinstance(leaderboard_priority, bool):
+        raise ReviewError(f"leaderboard priority {leaderboard_priority!r} must be true or false")
+    try:  # each on its own before anything is written; together once applied
+        for name, value in (("overlap", overlap), ("max overlap", max_overlap), ("min overlap", min_overlap)):
+            if value is not None:
+                reviewers_count_check(name=name, value=value)
+        if overlap_stop_rule is not None:
+            stop_rule_check(overlap_stop_rule)
+    except OverlapSettingsRejected as exc:
+        raise ReviewError(str(exc)) from None
+    given: dict = {}
+    if overlap is not None:
+        given.update(overlap=overlap, min_overlap=None)
+    if max_overlap is not None:
+        given["overlap"] = max_overlap
+    if min_overlap is not None:
+        given["min_overlap"] = min_overlap
+    if overlap_stop_rule is not None:
+        given["overlap_stop_rule"] = overlap_stop_rule
+    if leaderboard_priority is not None:
+        given["leaderboard_priority"] = leaderboard_priority
+    return given
+
+
+def _overlap_settings_apply(*, project: Project, created: bool, given: dict) -> None:
+    """Check the project's queue settings as stored now (in the caller's transaction: a refusal undoes the
+    change), then decide again what every pair already started needs under them, and bring the queue
+    priorities in line with the leaderboard switch."""
+    try:
+        overlap_settings_check(overlap=project.overlap, min_overlap=project.min_overlap,
+                               stop_rule=project.overlap_stop_rule)
+    except OverlapSettingsRejected as exc:
+        raise ReviewError(str(exc)) from None
+    if not created:
+        pairs_needed_recompute(project=project)
+    if given.get("leaderboard_priority") is True:
+        transaction.on_commit(lambda: _queue_priorities_soon(project_id=project.pk))
+    elif given.get("leaderboard_priority") is False and not created:
+        queue_priorities_refresh(project=project)  # every priority back to 0
+
+
+def project_queue_settings_update(
+    *, project: Project, overlap: int | None = None, min_overlap: int | None = None, max_overlap: int | None = None,
+    overlap_stop_rule: str | None = None, leaderboard_priority: bool | None = None,
+) -> Project:
+    """Change a project's queue settings (as project_create_or_update takes them); all or nothing."""
+    given = _overlap_settings_given(overlap=overlap, min_overlap=min_overlap, max_overlap=max_overlap,
+                                    overlap_stop_rule=overlap_stop_rule, leaderboard_priority=leaderboard_priority)
+    if not given:
+        raise ReviewError("give at least one of overlap, min_overlap, max_overlap, overlap_stop_rule, "
+                          "leaderboard_priority")
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        for key, value in given.items():
+            setattr(project, key, value)
+        project.save(update_fields=list(given))
+        _overlap_settings_apply(project=project, created=False, given=given)
+    return project
+
+
+def project_queue_settings_applied(*, project: Project, changed: list[str]) -> None:
+    """After the admin's form saved these queue settings (already checked by Project.clean), in its transaction."""
+    _overlap_settings_apply(project=project, created=False, given={name: getattr(project, name) for name in changed})
+
+
+def _queue_priorities_soon(*, project_id: int) -> None:
+    """Queue the priorities' first refresh (in-process without a broker); the periodic task retries it."""
+    from kombu.exceptions import OperationalError as BrokerUnavailable
+
+    from annotate.review.tasks import refresh_queue_priorities
+
+    try:
+        refresh_queue_priorities.delay(project_id)
+    except BrokerUnavailable as error:
+        logger.warning("could not queue the queue priorities of project %s: %s", project_id, error)
+
+
 def project_create_or_update(
     *,
     slug: str,
@@ -66,20 +198,38 @@ def project_create_or_update(
     instructions: str,
     criteria_items: list[dict],
     overlap: int | None = None,
+    min_overlap: int | None = None,
+    max_overlap: int | None = None,
+    overlap_stop_rule: str | None = None,
+    leaderboard_priority: bool | None = None,
     retest_rate: float | None = None,
     max_pairs_per_prompt: int | None = None,
     min_rationale_chars: int | None = None,
+    rationale_flag_chars: int | None = None,
+    qualification_items: int | None = None,
+    qualification_pass_mark: float | None = None,
+    qualification_attempts: int | None = None,
+    gold_rate: float | None = None,
+    standing_min_judgments: int | None = None,
 ) -> tuple[Project, CriteriaVersion, bool]:
     """Create a project (or update the settings given) and load its criteria; returns (project, criteria, created)."""
-    if overlap is not None and not 1 <= overlap <= 50:
-        raise ReviewError(f"overlap {overlap} must be between 1 and 50 reviewers per pair")
+    quality_settings = _quality_settings_checked(
+        rationale_flag_chars=rationale_flag_chars, qualification_items=qualification_items,
+        qualification_pass_mark=qualification_pass_mark, qualification_attempts=qualification_attempts,
+        gold_rate=gold_rate, standing_min_judgments=standing_min_judgments,
+    )
+    overlap_settings = _overlap_settings_given(
+        overlap=overlap, min_overlap=min_overlap, max_overlap=max_overlap, overlap_stop_rule=overlap_stop_rule,
+        leaderboard_priority=leaderboard_priority,
+    )
     if retest_rate is not None and not 0.0 <= retest_rate <= 1.0:
         raise ReviewError(f"retest rate {retest_rate} must be between 0 and 1")
     settings = {
         "overlap": overlap, "retest_rate": retest_rate, "max_pairs_per_prompt": max_pairs_per_prompt,
-        "min_rationale_chars": min_rationale_chars,
+        "min_rationale_chars": min_rationale_chars, **quality_settings,
     }
     settings = {key: value for key, value in settings.items() if value is not None}
+    settings.update(overlap_settings)  # min_overlap None is a setting: a fixed overlap
     with transaction.atomic():
         project = Project.objects.filter(slug=slug).first()
         created = project is None
@@ -91,6 +241,8 @@ def project_create_or_update(
             if name:
                 project.name = name
             project.save()
+        if overlap_settings:
+            _overlap_settings_apply(project=project, created=created, given=overlap_settings)
         criteria, _ = criteria_version_add(project=project, instructions=instructions, items=criteria_items)
     return project, criteria, created
 
@@ -193,11 +345,13 @@ def _take_pair_postgres(*, project: Project, reviewer: AbstractBaseUser, now: da
     """
     given_up_at = time.monotonic() + LOCKED_PAIRS_PATIENCE_SECONDS
     everywhere = False  # first only the front of the queue and the untouched pairs: what a request needs
+    first_needed = _first_needed(project)
     while True:
         taken = queue_sql.take_fresh_pair(
             project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap,
             a_on_left=secrets.randbelow(2) == 1, now=now,
             expires_at=now + timedelta(minutes=project.assignment_minutes), everywhere=everywhere,
+            first_needed=first_needed,
         )
         if taken is not None:
             return taken
@@ -213,15 +367,14 @@ def _take_pair_sqlite(*, project: Project, reviewer: AbstractBaseUser, now: date
     """Take a pair new to the reviewer, or None when none is left for them.
 
     SQLite has no row locks: its single-writer database lock serialises the count's UPDATE, which
-    re-checks `assigned_count < overlap`, so a pair is never over-assigned here either.
+    re-checks that the pair still needs a reviewer, so a pair is never over-assigned here either.
     """
+    first_needed = _first_needed(project)
     for _ in range(100):
         candidate = queue_sql.first_open_pair(project_id=project.pk, reviewer_id=reviewer.pk, overlap=project.overlap)
         if candidate is None:
             return None
-        if Pair.objects.filter(pk=candidate, assigned_count__lt=project.overlap).update(
-            assigned_count=F("assigned_count") + 1
-        ):
+        if queue_sql.claim_pair(pair_id=candidate, overlap=project.overlap, first_needed=first_needed):
             return Assignment.objects.create(
                 project=project, pair_id=candidate, reviewer=reviewer, a_on_left=secrets.randbelow(2) == 1,
                 status=Assignment.Status.ACTIVE, criteria_version=_criteria_in_force(project), served_at=now,
@@ -230,16 +383,27 @@ def _take_pair_sqlite(*, project: Project, reviewer: AbstractBaseUser, now: date
     return None
 
 
+def _first_needed(project: Project) -> int | None:
+    """With adaptive overlap, what a pair without votes needs (written on it when first taken); else None."""
+    if not project.overlap_is_adaptive:
+        return None
+    return first_reviewers_needed(min_overlap=project.min_overlap, max_overlap=project.overlap,
+                                  stop_rule=project.overlap_stop_rule)
+
+
 def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: datetime | None = None) -> Assignment | None:
     """The reviewer's next assignment, or None when nothing is left for them.
 
     Order: an assignment they already hold; a retest that is due; a fresh pair; any waiting retest.
+    Among fresh pairs the fullest open pair first (so a split pair that adaptive overlap keeps open
+    comes before untouched ones), then untouched pairs, by queue priority in leaderboard projects.
 
     Locks: the reviewer's queue lock, a transaction-scoped PostgreSQL advisory lock keyed by the
     reviewer (so one reviewer's parallel requests cannot each take a pair), then one pair row with
     FOR NO KEY UPDATE SKIP LOCKED (so concurrent reviewers take different pairs instead of queueing).
-    The pair's assigned_count only changes under that lock, and the UPDATE re-checks
-    `assigned_count < overlap`, so a pair is never given to more than `overlap` reviewers.
+    The pair's assigned_count only changes under that lock, and the UPDATE re-checks that it is below
+    what the pair needs (the project's overlap, or with adaptive overlap the pair's own number, never
+    above the maximum), so a pair is never given to more reviewers than it needs.
     SQLite has no row locks; there, its single-writer database lock gives the same guarantee.
 
     Even SKIP LOCKED waits while PostgreSQL follows a row's chain of newer versions, so two takes can
@@ -265,6 +429,8 @@ def _assignment_next_locked(*, project: Project, reviewer: AbstractBaseUser, now
     held = [a for a in waiting if a.status == Assignment.Status.ACTIVE and a.expires_at > now]
     if held:
         return held[0]
+    if (gold := gold_before_live_work(project=project, reviewer=reviewer, now=now)) is not None:
+        return gold
     scheduled = sorted(
         (a for a in waiting if a.status == Assignment.Status.SCHEDULED), key=lambda a: (a.due_after_judgments, a.pk)
     )
@@ -277,6 +443,421 @@ def _assignment_next_locked(*, project: Project, reviewer: AbstractBaseUser, now
     if scheduled:
         return _serve(scheduled[0], project=project, now=now)
     return None
+
+
+# --- adaptive overlap and leaderboard priorities -----------------------------------------------------
+
+RECOMPUTE_BATCH = 2000  # pairs decided again per statement after a settings change
+
+
+def _votes_by_pair(pair_ids: list[int]) -> dict[int, list[int]]:
+    """Each pair's votes as the export counts them (current judgments of first-time assignments): a, b, tie, both_bad."""
+    votes = {pair_id: [0] * len(WINNERS) for pair_id in pair_ids}
+    rows = (
+        Assignment.objects.filter(pair_id__in=pair_ids, is_retest=False, current_judgment__isnull=False)
+        .values_list("pair_id", "current_judgment__winner")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for pair_id, winner, n in rows:
+        votes[pair_id][WINNERS.index(winner)] += n
+    return votes
+
+
+def pairs_needed_recompute(*, project: Project) -> int:
+    """Decide again what every started pair of the project needs, under its overlap settings now; returns
+    how many pairs changed.
+
+    Run when the settings change, in that transaction. Each batch of pairs is locked before its votes are
+    read (PostgreSQL), so a judgment landing meanwhile is either counted here or decides its pair after.
+    Untouched pairs keep 0 (the project's overlap, or what a pair without votes needs once taken).
+    """
+    if not project.overlap_is_adaptive:
+        return Pair.objects.filter(project=project).exclude(reviewers_needed=0).update(reviewers_needed=0)
+    changed, last_id = 0, 0
+    while True:
+        batch = list(
+            Pair.objects.select_for_update(no_key=True)
+            .filter(Q(assigned_count__gt=0) | ~Q(reviewers_needed=0), project=project, id__gt=last_id)
+            .order_by("id")
+            .values_list("id", "reviewers_needed")[:RECOMPUTE_BATCH]
+        )
+        if not batch:
+            return changed
+        last_id = batch[-1][0]
+        votes = _votes_by_pair([pair_id for pair_id, _ in batch])
+        needed = reviewers_needed([votes[pair_id] for pair_id, _ in batch], min_overlap=project.min_overlap,
+                                  max_overlap=project.overlap, stop_rule=project.overlap_stop_rule)
+        updates = [Pair(id=pair_id, reviewers_needed=int(new)) for (pair_id, old), new in zip(batch, needed, strict=True)
+                   if new != old]
+        Pair.objects.bulk_update(updates, ["reviewers_needed"])
+        changed += len(updates)
+
+
+PRIORITY_BOOTSTRAP = 200  # resamples behind the intervals the priorities read: a ranking, not a report
+PRIORITY_WRITE_BATCH = 500  # pairs per short transaction: the queue skips rows locked by a write
+
+
+def queue_priorities_refresh(*, project: Project, force: bool = False) -> int:
+    """Leaderboard projects: write each open pair's queue priority from the models' ratings now; returns
+    how many pairs changed. Off the request path (a periodic Celery task, annotate/review/tasks.py).
+
+    Skipped when no judgment was made since the last refresh (unless `force`). A project without the
+    leaderboard switch has every priority 0. Writes go in short transactions of PRIORITY_WRITE_BATCH
+    pairs, since the queue skips pair rows that are locked.
+    """
+    from annotate.quality.ratings import bradley_terry_ratings
+    from annotate.quality.selectors import judgment_table_for_project
+
+    open_pairs = Pair.objects.filter(project=project).exclude(open_fill=PAIR_CLOSED)
+    if not project.leaderboard_priority:
+        return _priorities_write(open_pairs.exclude(queue_priority=0).values_list("id", flat=True), None)
+    newest = Judgment.objects.filter(pair__project_id=project.pk).order_by("-pk").values_list("pk", flat=True).first() or 0
+    if newest == project.priorities_watermark and not force:
+        return 0
+    table = judgment_table_for_project(project=project)
+    ratings = bradley_terry_ratings(table=table, n_resamples=PRIORITY_BOOTSTRAP, rng=np.random.default_rng(0))
+    rated = [table.model_names[i] for i in ratings.model]
+    uncertainty = difference_uncertainty(ci_low=ratings.ci_low, ci_high=ratings.ci_high,
+                                         comparisons=ratings.comparisons)
+    rows = list(open_pairs.order_by("-id").values_list(  # the queue's order among equals: newest first
+        "id", "queue_priority", "response_a__model", "response_a__model_version", "response_b__model",
+        "response_b__model_version",
+    ))
+    wanted = pair_priorities(model_a=[f"{row[2]}@{row[3]}" for row in rows],
+                             model_b=[f"{row[4]}@{row[5]}" for row in rows], rated=rated, uncertainty=uncertainty,
+                             comparisons=ratings.comparisons)
+    changed = _priorities_write([row[0] for row, new in zip(rows, wanted, strict=True) if new != row[1]],
+                                {row[0]: int(new) for row, new in zip(rows, wanted, strict=True)})
+    Project.objects.filter(pk=project.pk).update(priorities_watermark=newest)
+    return changed
+
+
+def _priorities_write(pair_ids, priority_of: dict[int, int] | None) -> int:
+    """Set the pairs' queue priorities (None: all 0), a short transaction per batch."""
+    pair_ids = list(pair_ids)
+    for start in range(0, len(pair_ids), PRIORITY_WRITE_BATCH):
+        with transaction.atomic():
+            Pair.objects.bulk_update(
+                [Pair(id=pair_id, queue_priority=priority_of[pair_id] if priority_of else 0)
+                 for pair_id in pair_ids[start:start + PRIORITY_WRITE_BATCH]],
+                ["queue_priority"],
+            )
+    return len(pair_ids)
+
+
+# --- onboarding on gold ----------------------------------------------------------------------------
+#
+# A gold pair is a pair that holds its prompt's gold response: its better answer is known. A project with
+# `qualification_items` makes each reviewer answer that many gold pairs, with feedback, before any live
+# item; a project with `gold_rate` mixes gold pairs into live work, unannounced. Both come to the reviewer
+# through assignment_next, as first-time assignments of pairs they have not had, and each is recorded as
+# a GoldCheck. A gold check counts in its pair's assigned_count like any assignment, but may take a pair
+# past the project's overlap: every reviewer must be checked, however many others judged the pair.
+
+_RATE_SCALE = 1_000_000
+
+
+def _latest_attempt(*, project: Project, reviewer: AbstractBaseUser) -> QualificationAttempt | None:
+    return (QualificationAttempt.objects.filter(project=project, reviewer=reviewer).order_by("-number").first())
+
+
+def _attempt_start(*, project: Project, reviewer: AbstractBaseUser, number: int, now: datetime) -> QualificationAttempt:
+    return QualificationAttempt.objects.create(
+        project=project, reviewer=reviewer, number=number, items=project.qualification_items,
+        pass_mark=project.qualification_pass_mark, started_at=now,
+    )
+
+
+def _attempt_finish(attempt: QualificationAttempt, *, now: datetime) -> None:
+    """Score a finished attempt: passed when its share right reaches the pass mark."""
+    passed = attempt.answered > 0 and attempt.correct >= attempt.pass_mark * attempt.answered - 1e-9
+    attempt.status = QualificationAttempt.Status.PASSED if passed else QualificationAttempt.Status.FAILED
+    attempt.finished_at = now
+    attempt.save(update_fields=["status", "finished_at"])
+
+
+def _held_message(*, project: Project, attempt: QualificationAttempt) -> str:
+    return (
+        f"you did not pass the qualification round of {project.slug!r} ({attempt.correct} of {attempt.answered} "
+        f"right in attempt {attempt.number}; the pass mark is {attempt.pass_mark:.0%}) and have no attempt left; "
+        "an admin must let you try again or pass you"
+    )
+
+
+def _gold_pair_unseen(*, project: Project, reviewer: AbstractBaseUser) -> tuple[int, str] | None:
+    """A gold pair the reviewer has never had as a first-time assignment, at random: (pair id, 'a' or 'b')."""
+    row = (
+        Pair.objects.filter(project=project, prompt__gold_response__isnull=False)
+        .filter(Q(prompt__gold_response=F("response_a")) | Q(prompt__gold_response=F("response_b")))
+        .exclude(Exists(Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)))
+        .order_by("?")  # a gold pair must not be guessable from its place in the queue
+        .values_list("pk", "response_a_id", "prompt__gold_response_id")
+        .first()
+    )
+    if row is None:
+        return None
+    pair_id, response_a_id, gold_id = row
+    return pair_id, "a" if gold_id == response_a_id else "b"
+
+
+def _gold_assignment_new(*, project: Project, reviewer: AbstractBaseUser, attempt: QualificationAttempt | None,
+                         now: datetime) -> Assignment | None:
+    """Assign the reviewer an unseen gold pair as a gold check (None when none is left for them)."""
+    found = _gold_pair_unseen(project=project, reviewer=reviewer)
+    if found is None:
+        return None
+    pair_id, expected = found
+    # A plain UPDATE: it waits for a queue request holding the pair's row lock, which never waits for us.
+    Pair.objects.filter(pk=pair_id).update(assigned_count=F("assigned_count") + 1)
+    assignment = Assignment.objects.create(
+        project=project, pair_id=pair_id, reviewer=reviewer, a_on_left=secrets.randbelow(2) == 1,
+        status=Assignment.Status.ACTIVE, criteria_version=_criteria_in_force(project), served_at=now,
+        expires_at=now + timedelta(minutes=project.assignment_minutes),
+    )
+    GoldCheck.objects.create(assignment=assignment, project=project, reviewer=reviewer, attempt=attempt,
+                             expected=expected, created_at=now)
+    return assignment
+
+
+def gold_before_live_work(*, project: Project, reviewer: AbstractBaseUser, now: datetime) -> Assignment | None:
+    """A gold check the reviewer gets before anything else, or None to go on with the queue.
+
+    Called by assignment_next under the reviewer's queue lock, once they hold no assignment. A project
+    without a qualification round or gold rate costs nothing here. In the round: the running attempt's next
+    gold item; a failed attempt is followed by a new one while attempts are left; after the last, a 403
+    ReviewError says they are held for an admin. Passed (or no round): with probability gold_rate, a gold
+    pair mixed into live work.
+    """
+    if project.qualification_items:
+        attempt = _latest_attempt(project=project, reviewer=reviewer)
+        if attempt is None:
+            attempt = _attempt_start(project=project, reviewer=reviewer, number=1, now=now)
+        elif attempt.status == QualificationAttempt.Status.FAILED:
+            if attempt.number >= project.qualification_attempts:
+                raise ReviewError(_held_message(project=project, attempt=attempt), status=403)
+            attempt = _attempt_start(project=project, reviewer=reviewer, number=attempt.number + 1, now=now)
+        if attempt.status == QualificationAttempt.Status.RUNNING:
+            assignment = _gold_assignment_new(project=project, reviewer=reviewer, attempt=attempt, now=now)
+            if assignment is not None:
+                return assignment
+            if not attempt.answered:
+                raise ReviewError(
+                    f"the qualification round of {project.slug!r} has no gold item left that you have not seen; "
+                    "an admin must import more gold items or pass you", status=409,
+                )
+            # Out of unseen gold items: the attempt is scored on what was answered.
+            _attempt_finish(attempt, now=now)
+            if attempt.status != QualificationAttempt.Status.PASSED:
+                return gold_before_live_work(project=project, reviewer=reviewer, now=now)
+    if project.gold_rate > 0 and secrets.randbelow(_RATE_SCALE) < project.gold_rate * _RATE_SCALE:
+        return _gold_assignment_new(project=project, reviewer=reviewer, attempt=None, now=now)
+    return None
+
+
+def qualification_state(*, project: Project, reviewer: AbstractBaseUser) -> dict | None:
+    """Where the reviewer stands in the project's qualification round; None when the project has none."""
+    if not project.qualification_items:
+        return None
+    attempt = _latest_attempt(project=project, reviewer=reviewer)
+    if attempt is None:
+        return {"status": "not_started", "attempt": 0, "attempts": project.qualification_attempts,
+                "items": project.qualification_items, "answered": 0, "correct": 0,
+                "pass_mark": project.qualification_pass_mark}
+    status = attempt.status
+    if status == QualificationAttempt.Status.FAILED and attempt.number >= project.qualification_attempts:
+        status = "held"
+    return {"status": status, "attempt": attempt.number, "attempts": max(project.qualification_attempts, attempt.number),
+            "items": attempt.items, "answered": attempt.answered, "correct": attempt.correct,
+            "pass_mark": attempt.pass_mark}
+
+
+QUALIFICATION_ACTIONS = ("retry", "pass")
+
+
+def qualification_release(*, project: Project, reviewer: AbstractBaseUser, action: str, admin: AbstractBaseUser,
+                          now: datetime | None = None) -> QualificationAttempt:
+    """An admin lets a reviewer who failed go on: `retry` starts a new attempt, `pass` passes them without
+    one (also a reviewer who has not tried yet). Either way a new attempt row records it (attempts are
+    never edited after they finish). Locks the reviewer's queue lock, so their own request cannot start
+    an attempt at the same time.
+    """
+    if action not in QUALIFICATION_ACTIONS:
+        raise ReviewError(f"action: {action!r} must be one of {', '.join(QUALIFICATION_ACTIONS)}")
+    if not project.qualification_items:
+        raise ReviewError(f"project {project.slug!r} has no qualification round (qualification items is 0)",
+                          status=409)
+    now = now or timezone.now()
+    with transaction.atomic():
+        queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
+        latest = _latest_attempt(project=project, reviewer=reviewer)
+        if latest is not None and latest.status == QualificationAttempt.Status.RUNNING:
+            raise ReviewError(f"{reviewer.get_username()} is in the middle of attempt {latest.number}; "
+                              "wait until it is scored", status=409)
+        if latest is not None and latest.status == QualificationAttempt.Status.PASSED:
+            raise ReviewError(f"{reviewer.get_username()} has already passed the qualification round", status=409)
+        if latest is None and action == "retry":
+            raise ReviewError(f"{reviewer.get_username()} has not tried the qualification round yet; "
+                              "their first request starts it", status=409)
+        attempt = _attempt_start(project=project, reviewer=reviewer, number=(latest.number if latest else 0) + 1,
+                                 now=now)
+        if action == "pass":
+            attempt.status = QualificationAttempt.Status.PASSED
+            attempt.items = 0
+            attempt.finished_at = now
+            attempt.decided_by = f"passed by {admin.get_username()}"
+            attempt.save(update_fields=["status", "items", "finished_at", "decided_by"])
+    return attempt
+
+
+def _gold_check_answered(*, assignment: Assignment, judgment: Judgment, expected: str, attempt_id: int | None,
+                         now: datetime) -> dict | None:
+    """Record the answer to a gold check; returns the reviewer's feedback for a qualification item, else None.
+
+    A check mixed into live work stays silent. The feedback's `expected` is the side the gold answer was
+    on for this reviewer (their own left/right), with the import's reason for it.
+    """
+    correct = judgment.winner == expected
+    GoldCheck.objects.filter(assignment_id=assignment.pk).update(judgment=judgment, correct=correct)
+    if attempt_id is None:
+        return None
+    attempt = QualificationAttempt.objects.select_for_update().select_related("project").get(pk=attempt_id)
+    attempt.answered += 1
+    attempt.correct += int(correct)
+    attempt.save(update_fields=["answered", "correct"])
+    if attempt.status == QualificationAttempt.Status.RUNNING and attempt.answered >= attempt.items:
+        _attempt_finish(attempt, now=now)
+    project = attempt.project
+    reason = Prompt.objects.filter(pairs=assignment.pair_id).values_list("gold_reason", flat=True).first() or ""
+    status = attempt.status
+    next_step = "continue"
+    if status == QualificationAttempt.Status.PASSED:
+        next_step = "live"
+    elif status == QualificationAttempt.Status.FAILED:
+        next_step = "retry" if attempt.number < project.qualification_attempts else "held"
+    return {
+        "expected": swap_back(expected, a_on_left=assignment.a_on_left),
+        "correct": correct,
+        "reason": reason,
+        "qualification": {
+            "status": status, "attempt": attempt.number, "attempts": max(project.qualification_attempts, attempt.number),
+            "items": attempt.items, "answered": attempt.answered, "correct": attempt.correct,
+            "pass_mark": attempt.pass_mark, "next": next_step,
+        },
+    }
+
+
+def _gold_feedback_again(*, judgment: Judgment) -> dict | None:
+    """The feedback of a qualification answer sent again with the same client_key (nothing is recounted)."""
+    check = GoldCheck.objects.filter(judgment=judgment, attempt__isnull=False).select_related(
+        "attempt__project", "assignment").first()
+    if check is None:
+        return None
+    attempt, project = check.attempt, check.attempt.project
+    reason = Prompt.objects.filter(pairs=judgment.pair_id).values_list("gold_reason", flat=True).first() or ""
+    next_step = {"passed": "live", "running": "continue"}.get(attempt.status) or (
+        "retry" if attempt.number < project.qualification_attempts else "held")
+    return {
+        "expected": swap_back(check.expected, a_on_left=check.assignment.a_on_left), "correct": bool(check.correct),
+        "reason": reason,
+        "qualification": {
+            "status": attempt.status, "attempt": attempt.number,
+            "attempts": max(project.qualification_attempts, attempt.number), "items": attempt.items,
+            "answered": attempt.answered, "correct": attempt.correct, "pass_mark": attempt.pass_mark,
+            "next": next_step,
+        },
+    }
+
+
+# --- rationale checks ------------------------------------------------------------------------------
+
+
+def rationale_text_key(rationale: str) -> str:
+    """The reuse key of a rationale; empty for one without a word in it, which is never a reuse."""
+    return text_key(rationale) if normalised(rationale) else ""
+
+
+# The checks on PostgreSQL, in one round trip: the project's too_short bar, whether the reviewer wrote this
+# text on another pair (and whether that earlier row is flagged yet), the assignment's gold check, the
+# check row itself, and the rationales other reviewers wrote on the pair (compared in Python afterwards).
+_RATIONALE_CHECK_SQL = """
+    WITH ctx AS (
+        SELECT p.rationale_flag_chars AS flag_chars,
+               (SELECT c.reused FROM review_rationalecheck c
+                WHERE c.project_id = %(project)s AND c.reviewer_id = %(reviewer)s AND c.text_key = %(key)s
+                  AND c.pair_id <> %(pair)s AND c.text_key <> '' ORDER BY c.reused LIMIT 1) AS earlier,
+               g.expected, g.attempt_id
+        FROM review_project p LEFT JOIN review_goldcheck g ON g.assignment_id = %(assignment)s
+        WHERE p.id = %(project)s
+    ), flags AS (
+        SELECT ctx.*, (ctx.flag_chars > 0 AND %(chars)s < ctx.flag_chars) AS too_short,
+               (ctx.earlier IS NOT NULL) AS reused
+        FROM ctx
+    ), checked AS (
+        INSERT INTO review_rationalecheck (judgment_id, project_id, reviewer_id, pair_id, text_key, chars,
+                                           typing_seconds, typed_chars, pasted_chars, paste_events,
+                                           too_short, reused, near_duplicate, pasted, flagged)
+        SELECT %(judgment)s, %(project)s, %(reviewer)s, %(pair)s, %(key)s, %(chars)s, %(seconds)s, %(typed)s,
+               %(pasted_chars)s, %(pastes)s, f.too_short, f.reused, false, %(pasted)s,
+               f.too_short OR f.reused OR %(pasted)s
+        FROM flags f
+    )
+    SELECT f.earlier, f.expected, f.attempt_id,
+           ARRAY(SELECT j.rationale FROM review_assignment a JOIN review_judgment j ON j.id = a.current_judgment_id
+                 WHERE a.pair_id = %(pair)s AND a.reviewer_id <> %(reviewer)s)
+    FROM flags f
+"""
+
+
+def _rationale_checked(*, judgment: Judgment, assignment: Assignment, typing: TypingSignals | None) -> tuple:
+    """Check the judgment's rationale and store what was found (RationaleCheck), in the judgment's transaction;
+    returns the assignment's gold check as (expected answer, attempt id), (None, None) when it is not one.
+
+    The reuse check is an index lookup (rationale_reuse); the near-duplicate check reads the pair's few
+    other current judgments. The first reuse of a text flags the reviewer's earlier judgments with it too.
+    """
+    rationale = judgment.rationale
+    key = rationale_text_key(rationale)
+    pasted = looks_pasted(chars=len(rationale), typing=typing)
+    values = {
+        "judgment": judgment.pk, "project": assignment.project_id, "reviewer": judgment.reviewer_id,
+        "pair": assignment.pair_id, "assignment": assignment.pk, "key": key, "chars": len(rationale),
+        "seconds": typing.typing_seconds if typing else None, "typed": typing.typed_chars if typing else None,
+        "pasted_chars": typing.pasted_chars if typing else None, "pastes": typing.paste_events if typing else None,
+        "pasted": pasted,
+    }
+    if connection.vendor == "postgresql":
+        ((earlier, expected, attempt_id, others),) = queue_sql._fetch(_RATIONALE_CHECK_SQL, values)
+    else:
+        ((flag_chars, earlier, expected, attempt_id),) = queue_sql._fetch(
+            "SELECT p.rationale_flag_chars, "
+            "(SELECT c.reused FROM review_rationalecheck c WHERE c.project_id = %(project)s "
+            " AND c.reviewer_id = %(reviewer)s AND c.text_key = %(key)s AND c.pair_id <> %(pair)s "
+            " AND c.text_key <> '' ORDER BY c.reused LIMIT 1), g.expected, g.attempt_id "
+            "FROM review_project p LEFT JOIN review_goldcheck g ON g.assignment_id = %(assignment)s "
+            "WHERE p.id = %(project)s", values)
+        others = [row[0] for row in queue_sql._fetch(
+            "SELECT j.rationale FROM review_assignment a JOIN review_judgment j ON j.id = a.current_judgment_id "
+            "WHERE a.pair_id = %(pair)s AND a.reviewer_id <> %(reviewer)s", values)]
+        too_short = flag_chars > 0 and len(rationale) < flag_chars
+        RationaleCheck.objects.create(
+            judgment=judgment, project_id=assignment.project_id, reviewer_id=judgment.reviewer_id,
+            pair_id=assignment.pair_id, text_key=key, chars=len(rationale), typing_seconds=values["seconds"],
+            typed_chars=values["typed"], pasted_chars=values["pasted_chars"], paste_events=values["pastes"],
+            too_short=too_short, reused=earlier is not None, pasted=pasted,
+            flagged=too_short or earlier is not None or pasted,
+        )
+    # Plain prepared statements rather than ORM updates: the first is on the judging path whenever a
+    # rationale copies another, and the ORM's Python would cost more than the statement.
+    if rationale and is_near_duplicate(rationale, others or ()):
+        queue_sql._fetch("UPDATE review_rationalecheck SET near_duplicate = %(yes)s, flagged = %(yes)s "
+                         "WHERE judgment_id = %(judgment)s", {"yes": True, "judgment": judgment.pk}, rows=False)
+    if earlier is False:  # an unflagged earlier judgment with this text: it is a reuse now too
+        queue_sql._fetch(
+            "UPDATE review_rationalecheck SET reused = %(yes)s, flagged = %(yes)s WHERE project_id = %(project)s "
+            "AND reviewer_id = %(reviewer)s AND text_key = %(key)s AND reused = %(no)s AND pair_id <> %(pair)s",
+            {**values, "yes": True, "no": False}, rows=False)
+    return expected, attempt_id
 
 
 # --- judgments -------------------------------------------------------------------------------------
@@ -319,29 +900,37 @@ def judgment_submit(
     criteria: dict,
     rationale: str,
     client_key: uuid.UUID,
+    typing: TypingSignals | None = None,
     now: datetime | None = None,
 ) -> tuple[Judgment, bool]:
     """Record the reviewer's judgment of their assignment; returns (judgment, replayed).
 
     The same client_key again returns the judgment it first made (replayed=True) instead of a second
     one. Locks the assignment row, so two submissions for one assignment are taken one at a time.
+    `typing` is what the reviewer page saw of the rationale being written (rationale checks).
+    The judgment comes back with `feedback`: for an item of the qualification round, the gold answer as
+    the reviewer saw it, the reason and where their attempt stands; None otherwise.
     """
     now = now or timezone.now()
     try:
-        return _judgment_submit_locked(
+        judgment, replayed = _judgment_submit_locked(
             assignment_id=assignment_id, reviewer=reviewer, choice=choice, strength=strength, criteria=criteria,
-            rationale=rationale, client_key=client_key, now=now,
+            rationale=rationale, client_key=client_key, typing=typing, now=now,
         )
     except IntegrityError:
         # The same client_key committed by another request between our check and our insert.
         earlier = Judgment.objects.filter(client_key=client_key).first()
         if earlier is not None and earlier.assignment_id == assignment_id and earlier.reviewer_id == reviewer.pk:
+            earlier.feedback = _gold_feedback_again(judgment=earlier)
             return earlier, True
         raise ReviewError("client_key was already used for another judgment; send a new one", status=409) from None
+    if replayed:
+        judgment.feedback = _gold_feedback_again(judgment=judgment)
+    return judgment, replayed
 
 
 def _judgment_submit_locked(
-    *, assignment_id, reviewer, choice, strength, criteria, rationale, client_key, now
+    *, assignment_id, reviewer, choice, strength, criteria, rationale, client_key, typing, now
 ) -> tuple[Judgment, bool]:
     with transaction.atomic():
         locked = queue_sql.lock_assignment_for_judgment(assignment_id=assignment_id, reviewer_id=reviewer.pk)
@@ -376,8 +965,14 @@ def _judgment_submit_locked(
             seconds_spent=(now - assignment.served_at).total_seconds() if assignment.served_at else None,
             client_key_db=client_key_db, now=now,
         )
-        # Keep each reviewer's retests at the project's share of the pairs they judged.
-        if (last_revision == 0 and not assignment.is_retest and rules["retest_rate"] > 0
+        gold_expected, gold_attempt_id = _rationale_checked(judgment=judgment, assignment=assignment, typing=typing)
+        judgment.feedback = None
+        if gold_expected:
+            judgment.feedback = _gold_check_answered(assignment=assignment, judgment=judgment,
+                                                     expected=gold_expected, attempt_id=gold_attempt_id, now=now)
+        # Keep each reviewer's retests at the project's share of the pairs they judged. A qualification item
+        # never comes back: its answer was shown.
+        if (last_revision == 0 and not assignment.is_retest and rules["retest_rate"] > 0 and gold_attempt_id is None
                 and tally["retests"] < int(rules["retest_rate"] * tally["judged_once"] + 1e-9)):
             Assignment.objects.create(
                 project_id=assignment.project_id, pair_id=assignment.pair_id, reviewer=reviewer,
@@ -404,6 +999,8 @@ def judgment_undo_last(*, project: Project, reviewer: AbstractBaseUser, now: dat
         assignment = Assignment.objects.select_for_update().get(pk=last.assignment_id)
         if assignment.current_judgment_id != last.pk:
             raise ReviewError("there is no judgment to undo", status=409)
+        if GoldCheck.objects.filter(assignment_id=assignment.pk, attempt__isnull=False).exists():
+            raise ReviewError("a qualification answer cannot be undone: its expected answer was shown", status=409)
         Judgment.objects.create(
             assignment=assignment, pair_id=assignment.pair_id, reviewer=reviewer, revision=last.revision + 1,
             retracted=True, criteria_version=last.criteria_version, client_key=uuid.uuid4(),
@@ -419,6 +1016,8 @@ def judgment_undo_last(*, project: Project, reviewer: AbstractBaseUser, now: dat
         assignment.completed_at = None
         assignment = _serve(assignment, project=project, now=now)
         assignment.save(update_fields=["current_judgment", "completed_at"])
+        if not assignment.is_retest:  # a withdrawn vote can reopen a pair that adaptive overlap had closed
+            queue_sql.pair_needed_refresh(pair_id=assignment.pair_id)
     return assignment
 
 

@@ -1,4 +1,4 @@
-"""Server-rendered pages: the project list and the reviewer page."""
+"""Server-rendered pages: the project list, the reviewer page and the adjudication page."""
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
@@ -21,3 +21,12 @@ def review_page(request, slug: str):
     if project is None:
         raise Http404(f"no project {slug!r}")
     return render(request, "review/review.html", {"project": project})
+
+
+def adjudicate_page(request, slug: str):
+    if not user_roles(request.user) & {"adjudicator", "admin"}:
+        raise PermissionDenied("only adjudicators and admins can adjudicate")
+    project = Project.objects.filter(slug=slug).only("slug", "name", "min_rationale_chars", "overlap").first()
+    if project is None:
+        raise Http404(f"no project {slug!r}")
+    return render(request, "review/adjudicate.html", {"project": project})

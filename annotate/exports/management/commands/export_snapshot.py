@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from annotate.exports import services
-from annotate.exports.filters import FIELDS, GOLD_CHOICES, ExportError, filters_parse
+from annotate.exports.filters import ADJUDICATION_CHOICES, FIELDS, GOLD_CHOICES, ExportError, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import export_preview
 from annotate.review.models import Project
@@ -29,6 +29,10 @@ class Command(BaseCommand):
         parser.add_argument("--judged-until", help="count only judgments made on or before this day (YYYY-MM-DD, UTC)")
         parser.add_argument("--exclude-flagged", action="store_true",
                             help="do not count judgments of reviewers the agreement report flags")
+        parser.add_argument("--exclude-flagged-rationales", action="store_true",
+                            help="do not count judgments whose rationale has a rationale-check flag")
+        parser.add_argument("--adjudications", choices=ADJUDICATION_CHOICES,
+                            help="adjudicators' rulings: ignore (default), decide split pairs, or decide all ruled pairs")
         parser.add_argument("--gold", choices=GOLD_CHOICES, help="gold (honeypot) prompts: include (default), "
                                                                   "exclude, or only them")
         parser.add_argument("--max-pairs-per-prompt", type=int, help="keep the N most agreed-on pairs of a prompt")

@@ -1,5 +1,7 @@
 // The reviewer page: asks the API for the next assignment, takes a judgment by mouse or keyboard,
-// and submits it with a client key so that a retry never makes a second judgment.
+// and submits it with a client key so that a retry never makes a second judgment. It also says how the
+// rationale was written (seconds typing, characters typed and pasted: counts only, never the text),
+// shows the expected answer after each item of a qualification round, and the reviewer's own standing.
 (function () {
   "use strict";
   const root = document.getElementById("review");
@@ -13,6 +15,34 @@
   let clientKey = null; // one per attempt at judging `current`
   let cursor = 0; // which criterion row the H/L/T keys set
   let busy = false;
+  let feedbackShown = false; // a qualification answer's feedback is on screen; Enter goes on
+  let judgedHere = 0;
+
+  // How the rationale came to be: typed, or inserted some other way (paste, drop, an extension).
+  // Counts and seconds only; what was typed or pasted is never read or sent.
+  const PASTED_INPUT = new Set(["insertFromPaste", "insertFromDrop", "insertFromPasteAsQuotation", "insertFromYank"]);
+  const TYPING_PAUSE_MS = 5000; // a longer pause is thinking, not typing
+  let typing = null;
+  function typingReset() {
+    typing = { ms: 0, last: null, typed: 0, pasted: 0, pastes: 0, length: rationale.value.length };
+  }
+  rationale.addEventListener("input", (event) => {
+    const now = performance.now();
+    const added = Math.max(0, rationale.value.length - typing.length);
+    typing.length = rationale.value.length;
+    const kind = event.inputType || "";
+    if (!kind.startsWith("insert") && kind !== "") {
+      if (typing.last !== null && now - typing.last < TYPING_PAUSE_MS) typing.ms += now - typing.last;
+      typing.last = now;
+      return; // deleting or formatting: typing time, no characters
+    }
+    if (kind === "" || PASTED_INPUT.has(kind)) { typing.pasted += added; return; }
+    typing.typed += added;
+    if (typing.last !== null && now - typing.last < TYPING_PAUSE_MS) typing.ms += now - typing.last;
+    typing.last = now;
+  });
+  rationale.addEventListener("paste", () => { typing.pastes += 1; });
+  rationale.addEventListener("drop", () => { typing.pastes += 1; });
 
   function csrfToken() {
     const input = document.querySelector("input[name=csrfmiddlewaretoken]");
@@ -98,10 +128,21 @@
     if (reveal) rows[cursor].scrollIntoView({ block: "nearest" });
   }
 
+  function showQualification(q) {
+    const line = document.getElementById("qualification");
+    if (!q) { line.hidden = true; return; }
+    line.textContent = `Qualification round, attempt ${q.attempt} of ${q.attempts}: item ${q.answered + 1} of ${q.items}` +
+      ` (${q.correct} right so far; ${Math.round(q.pass_mark * 100)}% needed to pass). You will see the expected answer after each one.`;
+    line.hidden = false;
+  }
+
   function show(assignment) {
     current = assignment;
     clientKey = newClientKey();
     form.reset();
+    typingReset();
+    hideCards();
+    showQualification(assignment.qualification);
     // A chat prompt shows who said each turn; a one-message prompt is just its text.
     const labelled = assignment.prompt.length > 1;
     document.getElementById("prompt").replaceChildren(...assignment.prompt.map((m) => {
@@ -141,8 +182,87 @@
       document.getElementById("progress").textContent = `Judged ${judged} · 0 left`;
       return;
     }
+    if ((status === 403 || status === 409) && data && data.detail) { showHeld(data.detail); return; }
     if (status !== 200) { say((data && data.detail) || `Could not load the next pair (${status}).`, "error"); return; }
     show(data);
+  }
+
+  function hideCards() {
+    for (const id of ["done", "held", "feedback"]) document.getElementById(id).hidden = true;
+    feedbackShown = false;
+  }
+
+  function showHeld(text) {
+    current = null;
+    form.hidden = true;
+    hideCards();
+    showQualification(null);
+    document.getElementById("held-text").textContent = text;
+    document.getElementById("held").hidden = false;
+  }
+
+  function showFeedback(feedback) {
+    const q = feedback.qualification;
+    form.hidden = true;
+    showQualification(null);
+    const progress = current.progress;
+    showProgress({ ...progress, judged: progress.judged + 1, remaining: Math.max(0, progress.remaining - 1) });
+    if (form.contains(document.activeElement)) document.activeElement.blur();
+    const verdict = document.getElementById("feedback-verdict");
+    verdict.textContent = feedback.correct ? "Right." : "Not the expected answer.";
+    verdict.className = `verdict ${feedback.correct ? "right" : "wrong"}`;
+    document.getElementById("feedback-expected").textContent = ["left", "right"].includes(feedback.expected)
+      ? `The expected answer is the one on the ${feedback.expected}.` : `The expected answer: ${feedback.expected}.`;
+    document.getElementById("feedback-reason").textContent = feedback.reason ? `Why: ${feedback.reason}` : "";
+    const next = {
+      continue: `Attempt ${q.attempt}: ${q.correct} of ${q.answered} right so far, ${q.items - q.answered} to go.`,
+      live: `You passed the qualification round (${q.correct} of ${q.answered} right). Live pairs come next.`,
+      retry: `Attempt ${q.attempt} did not pass (${q.correct} of ${q.answered} right; ${Math.round(q.pass_mark * 100)}% needed). Attempt ${q.attempt + 1} of ${q.attempts} comes next.`,
+      held: `You did not pass (${q.correct} of ${q.answered} right; ${Math.round(q.pass_mark * 100)}% needed) and have no attempt left. An admin must let you go on.`,
+    }[q.next] || "";
+    document.getElementById("feedback-attempt").textContent = next;
+    document.getElementById("feedback").hidden = false;
+    feedbackShown = true;
+    document.getElementById("feedback-continue").focus();
+  }
+
+  async function showStanding() {
+    const { status, data } = await api("GET", `projects/${slug}/standing`);
+    const text = document.getElementById("standing-text");
+    const figures = document.getElementById("standing-figures");
+    if (status !== 200 || !data) { text.textContent = "Your standing could not be loaded."; return; }
+    if (!data.available) {
+      text.textContent = data.reason.charAt(0).toUpperCase() + data.reason.slice(1) + ".";
+      figures.hidden = true;
+      return;
+    }
+    const labels = { gold_accuracy: "Gold accuracy", retest_consistency: "Retest consistency",
+                     agreement_with_others: "Agreement with others" };
+    figures.replaceChildren(...Object.entries(labels).map(([key, label]) => {
+      const figure = data.figures[key];
+      const box = document.createElement("div");
+      box.dataset.figure = key;
+      const dt = document.createElement("dt");
+      dt.textContent = label;
+      const dd = document.createElement("dd");
+      if (figure.value === null) {
+        dd.innerHTML = "—";
+        const why = document.createElement("div");
+        why.className = "small muted";
+        why.textContent = figure.missing;
+        dd.append(why);
+      } else {
+        dd.textContent = `${Math.round(figure.value * 100)}%`;
+        const of = document.createElement("div");
+        of.className = "small muted";
+        of.textContent = `of ${figure.out_of} ${figure.of}`;
+        dd.append(of);
+      }
+      box.append(dt, dd);
+      return box;
+    }));
+    figures.hidden = false;
+    text.textContent = `After ${data.judged} judgments; figures as of ${new Date(data.as_of).toLocaleString()}.`;
   }
 
   function setRadio(name, value) {
@@ -164,6 +284,10 @@
       criteria,
       rationale: rationale.value,
       client_key: clientKey,
+      typing: {
+        typing_seconds: Math.round(typing.ms) / 1000, typed_chars: typing.typed,
+        pasted_chars: typing.pasted, paste_events: typing.pastes,
+      },
     };
   }
 
@@ -184,7 +308,14 @@
     busy = true;
     try {
       const { status, data } = await api("POST", `assignments/${current.id}/judgment`, judgment);
-      if (status === 201) { say("Saved.", "ok"); await loadNext(); return; }
+      if (status === 201) {
+        judgedHere += 1;
+        if (judgedHere % 10 === 0) showStanding();
+        if (data.feedback) { say("Saved.", "ok"); showFeedback(data.feedback); return; }
+        say("Saved.", "ok");
+        await loadNext();
+        return;
+      }
       if (status === 410 || status === 409) { say(data.detail, "error"); await loadNext(); return; }
       say((data && data.detail) || `Not saved (${status}); try again.`, "error");
     } catch (err) {
@@ -210,11 +341,21 @@
   form.addEventListener("change", clearComplaint);
   document.getElementById("undo").addEventListener("click", undo);
   document.getElementById("undo-when-done").addEventListener("click", undo);
+  document.getElementById("feedback-continue").addEventListener("click", () => {
+    hideCards();
+    say("");
+    showStanding();
+    loadNext();
+  });
 
   const choiceKeys = { a: "left", arrowleft: "left", d: "right", arrowright: "right", s: "tie", x: "both_bad" };
   const criterionKeys = { h: "left", l: "right", t: "tie" };
   document.addEventListener("keydown", (event) => {
     const key = event.key.toLowerCase();
+    if (feedbackShown) {
+      if (key === "enter") { event.preventDefault(); document.getElementById("feedback-continue").click(); }
+      return;
+    }
     if (key === "enter" && (event.ctrlKey || event.metaKey)) { event.preventDefault(); submit(); return; }
     if (event.target === rationale) {
       if (key === "escape") rationale.blur();
@@ -236,5 +377,7 @@
     clearComplaint();
   });
 
+  typingReset();
   loadNext();
+  showStanding();
 })();

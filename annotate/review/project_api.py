@@ -1,0 +1,69 @@
+"""Admin API for a project's queue settings: overlap (fixed or adaptive) and leaderboard priority."""
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotate.permissions import IsAdmin
+from annotate.review import services
+from annotate.review.models import Project
+from annotate.review.overlap import STOP_RULES
+
+QUEUE_SETTINGS = ("overlap", "min_overlap", "max_overlap", "overlap_stop_rule", "leaderboard_priority")
+
+
+def queue_settings_payload(project: Project) -> dict:
+    """`overlap` is the fixed overlap, or with a minimum the maximum (also given as `max_overlap`)."""
+    return {
+        "overlap": project.overlap,
+        "min_overlap": project.min_overlap,
+        "max_overlap": project.overlap,
+        "adaptive": project.overlap_is_adaptive,
+        "overlap_stop_rule": project.overlap_stop_rule,
+        "leaderboard_priority": project.leaderboard_priority,
+    }
+
+
+_SETTINGS_SCHEMA = inline_serializer("QueueSettings", {
+    "overlap": serializers.IntegerField(required=False, help_text="A fixed overlap (no minimum)."),
+    "min_overlap": serializers.IntegerField(required=False, allow_null=True,
+                                            help_text="Adaptive: decided pairs stop here; null: fixed at the maximum."),
+    "max_overlap": serializers.IntegerField(required=False, help_text="Adaptive: split pairs get at most this many."),
+    "overlap_stop_rule": serializers.ChoiceField(STOP_RULES, required=False),
+    "leaderboard_priority": serializers.BooleanField(required=False),
+})
+
+
+class ProjectQueueSettingsView(APIView):
+    permission_classes = [IsAdmin]
+
+    def _project(self, slug: str) -> Project:
+        project = Project.objects.filter(slug=slug).first()
+        if project is None:
+            raise Http404(f"no project {slug!r}")
+        return project
+
+    @extend_schema(summary="The project's queue settings", responses={200: _SETTINGS_SCHEMA})
+    def get(self, request, slug: str):
+        return Response(queue_settings_payload(self._project(slug)))
+
+    @extend_schema(summary="Change the project's queue settings", request=_SETTINGS_SCHEMA,
+                   responses={200: _SETTINGS_SCHEMA, 400: OpenApiResponse(description='{"detail": "one line"}')})
+    def patch(self, request, slug: str):
+        project = self._project(slug)
+        data = request.data
+        if not isinstance(data, dict) or not data:
+            raise services.ReviewError(f"send a JSON object with any of {', '.join(QUEUE_SETTINGS)}")
+        unknown = sorted(set(data) - set(QUEUE_SETTINGS))
+        if unknown:
+            raise services.ReviewError(f"unknown setting(s) {', '.join(unknown)}; the queue settings are "
+                                       f"{', '.join(QUEUE_SETTINGS)}")
+        given = dict(data)
+        if "min_overlap" in given and given["min_overlap"] is None:  # back to a fixed overlap
+            del given["min_overlap"]
+            if "overlap" not in given:
+                given["overlap"] = given.pop("max_overlap", project.overlap)
+        project = services.project_queue_settings_update(project=project, **given)
+        return Response(queue_settings_payload(project))

@@ -1,0 +1,117 @@
+"""Rationale checks: which written rationales to distrust, as pure functions (no Django).
+
+Four flags, each about one judgment's rationale (docs/agreement.md, "Rationale checks"):
+
+- too_short: shorter than the project's `rationale_flag_chars` (a softer bar than
+  `min_rationale_chars`, below which a judgment is refused);
+- reused: the reviewer wrote the same text (after `normalised`) on another pair; every judgment of
+  theirs with that text is flagged, the first one too;
+- near_duplicate: nearly the same text as a rationale another reviewer wrote earlier on the same pair;
+- pasted: the reviewer page saw less than half of the rationale typed (the rest arrived by paste,
+  drop or another insertion). The page reports counts and seconds only, never what was typed or
+  pasted; a client that reports nothing is never flagged pasted.
+
+Near-duplicates are found with the standard library's difflib.SequenceMatcher ratio over the
+normalised texts. A pair has a handful of rationales, so a pairwise ratio costs microseconds; MinHash
+or shingle indexes pay off only when one text is compared with thousands, which never happens here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import math
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from annotate.errors import UserMistake
+
+FLAGS = ("too_short", "reused", "near_duplicate", "pasted")
+NEAR_DUPLICATE_RATIO = 0.9  # SequenceMatcher.ratio at or above which two rationales count as the same text
+NEAR_DUPLICATE_MIN_CHARS = 40  # shorter texts ("Left is correct.") coincide by chance, not by copying
+COMPARED_CHARS = 2000  # SequenceMatcher is quadratic at worst: compare at most this much of each text
+PASTED_BELOW_TYPED_SHARE = 0.5  # pasted when less than this share of the rationale was typed
+
+_NOT_WORD = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def normalised(text: str) -> str:
+    """The text as the checks compare it: NFKC, case-folded, punctuation and runs of space as one space."""
+    return _NOT_WORD.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+def text_key(text: str) -> str:
+    """sha256 of the normalised text: equal keys are "the same rationale"."""
+    return hashlib.sha256(normalised(text).encode()).hexdigest()
+
+
+def is_near_duplicate(text: str, others: Iterable[str]) -> bool:
+    """Is `text` nearly the same as one of `others` (each compared after `normalised`)?"""
+    mine = normalised(text)[:COMPARED_CHARS]
+    if len(mine) < NEAR_DUPLICATE_MIN_CHARS:
+        return False
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(mine)  # SequenceMatcher caches what it learns about seq2
+    for other in others:
+        theirs = normalised(other)[:COMPARED_CHARS]
+        if len(theirs) < NEAR_DUPLICATE_MIN_CHARS:
+            continue
+        matcher.set_seq1(theirs)
+        # The cheap upper bounds first: most pairs of rationales are nothing alike.
+        if (matcher.real_quick_ratio() >= NEAR_DUPLICATE_RATIO and matcher.quick_ratio() >= NEAR_DUPLICATE_RATIO
+                and matcher.ratio() >= NEAR_DUPLICATE_RATIO):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class TypingSignals:
+    """What the reviewer page saw of the rationale being written: counts and seconds, no content."""
+
+    typing_seconds: float  # time spent typing in the rationale box (pauses over a few seconds not counted)
+    typed_chars: int  # characters inserted by typing
+    pasted_chars: int  # characters inserted by paste, drop or any other insertion
+    paste_events: int  # paste and drop events in the rationale box
+
+    def as_dict(self) -> dict:
+        return {"typing_seconds": self.typing_seconds, "typed_chars": self.typed_chars,
+                "pasted_chars": self.pasted_chars, "paste_events": self.paste_events}
+
+
+_TYPING_KEYS = ("typing_seconds", "typed_chars", "pasted_chars", "paste_events")
+_MAX_COUNT = 10_000_000  # well past any rationale; keeps nonsense out of the integer columns
+_MAX_SECONDS = 86_400.0
+
+
+def typing_parse(value) -> TypingSignals | None:
+    """The judgment's optional `typing` object, checked; a UserMistake names the first field to fix."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise UserMistake("typing: must be an object with typing_seconds, typed_chars, pasted_chars and paste_events")
+    unknown = sorted(set(value) - set(_TYPING_KEYS))
+    if unknown:
+        raise UserMistake(f"typing: unknown key(s) {unknown}; the keys are {', '.join(_TYPING_KEYS)}")
+    missing = [key for key in _TYPING_KEYS if key not in value]
+    if missing:
+        raise UserMistake(f"typing: {missing[0]} is missing; send all of {', '.join(_TYPING_KEYS)}")
+    seconds = value["typing_seconds"]
+    if (isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds)
+            or not 0 <= seconds <= _MAX_SECONDS):
+        raise UserMistake(f"typing: typing_seconds {seconds!r} must be a number of seconds from 0 to {_MAX_SECONDS:g}")
+    counts = {}
+    for key in _TYPING_KEYS[1:]:
+        number = value[key]
+        if isinstance(number, bool) or not isinstance(number, int) or not 0 <= number <= _MAX_COUNT:
+            raise UserMistake(f"typing: {key} {number!r} must be a whole number from 0 to {_MAX_COUNT}")
+        counts[key] = number
+    return TypingSignals(typing_seconds=float(seconds), **counts)
+
+
+def looks_pasted(*, chars: int, typing: TypingSignals | None) -> bool:
+    """Less than half of a non-empty rationale was typed (None: the client did not say, so never)."""
+    if typing is None or chars == 0:
+        return False
+    return typing.typed_chars < PASTED_BELOW_TYPED_SHARE * chars

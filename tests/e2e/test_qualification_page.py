@@ -1,0 +1,114 @@
+"""The qualification round in real Chromium: feedback after each gold item on the reviewer's own sides,
+live items after passing, and how the page tells a typed rationale from a pasted one.
+
+Screenshots are written to tests/e2e/artifacts/ for a person to look at.
+"""
+
+import json
+import re
+
+import pytest
+
+from annotate.review import services
+from annotate.review.importing import items_parse
+from annotate.review.models import Judgment, RationaleCheck
+
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
+).expect
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "a-long-e2e-password"
+REASON = "Average speed is total distance over total time, not the mean of the two speeds."
+TYPED = "The left one divides the whole distance by the whole time."
+PASTED = "Copied from my notes: the chosen answer uses the total time correctly."
+
+
+@pytest.fixture
+def onboarding(db):
+    project, _, _ = services.project_create_or_update(
+        slug="e2e-gold", name="Average speed (qualification)", instructions="Pick the answer a teacher would give.",
+        criteria_items=[{"key": "correct", "text": "Every step is right."}], retest_rate=0.0,
+        qualification_items=2, qualification_pass_mark=0.5,
+    )
+    rows = [
+        {"prompt_id": f"gold-{i}", "prompt": f"A car covers {60 + i} km then 90 km in 3 hours. Average speed?",
+         "responses": [{"text": f"Good: ({60 + i} + 90) / 3 km/h.", "model": "m-good"},
+                       {"text": f"Poor: the mean of {60 + i} and 90.", "model": "m-poor"}],
+         "gold": {"preferred": 0, "reason": REASON}}
+        for i in range(2)
+    ] + [{"prompt_id": "live-0", "prompt": "Which sentence is clearer?",
+          "responses": [{"text": "Live answer one.", "model": "m-good"}, {"text": "Live answer two.", "model": "m-poor"}]}]
+    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    services.user_add(username="rita", role="reviewer", password=PASSWORD)
+    return project
+
+
+def log_in(page, base_url: str, path: str) -> None:
+    page.goto(base_url + path)
+    page.get_by_label("Username").fill("rita")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(base_url + path)
+
+
+def good_side(page) -> str:
+    return "left" if page.locator("#left").inner_text().startswith("Good") else "right"
+
+
+def test_feedback_after_each_gold_item_then_live_items_and_paste_is_told_from_typing(live_server, onboarding, browser,
+                                                                                     artifacts):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_server.url)
+    page = context.new_page()
+    log_in(page, live_server.url, "/review/e2e-gold/")
+    banner = page.locator("#qualification")
+    expect(banner).to_contain_text("Qualification round, attempt 1 of 2: item 1 of 2")
+    expect(page.locator("#standing-text")).to_have_text(
+        "Your standing appears once you have judged 20 pairs here; you have judged 0.")
+
+    # Item 1: the expected answer, with a rationale typed key by key.
+    first_good = good_side(page)
+    page.keyboard.press("a" if first_good == "left" else "d")
+    page.keyboard.press("2")
+    page.keyboard.press("h" if first_good == "left" else "l")
+    page.keyboard.press("r")
+    page.keyboard.type(TYPED, delay=5)
+    page.keyboard.press("Escape")
+    page.keyboard.press("Control+Enter")
+    feedback = page.locator("#feedback")
+    expect(feedback).to_be_visible()
+    expect(page.locator("#feedback-verdict")).to_have_text("Right.")
+    expect(page.locator("#feedback-expected")).to_have_text(f"The expected answer is the one on the {first_good}.")
+    expect(page.locator("#progress")).to_have_text("Judged 1 · 2 left")
+    expect(page.locator("#feedback-reason")).to_have_text(f"Why: {REASON}")
+    expect(page.locator("#judgment-form")).to_be_hidden()
+    page.screenshot(path=artifacts / "qualification-feedback.png", full_page=True)
+
+    # Enter goes on to item 2: a wrong answer, its rationale pasted in one go.
+    page.keyboard.press("Enter")
+    expect(banner).to_contain_text("item 2 of 2 (1 right so far")
+    second_good = good_side(page)
+    wrong = "right" if second_good == "left" else "left"
+    page.keyboard.press("a" if wrong == "left" else "d")
+    page.keyboard.press("1")
+    page.keyboard.press("h" if wrong == "left" else "l")
+    page.evaluate("text => navigator.clipboard.writeText(text)", PASTED)
+    page.keyboard.press("r")
+    page.keyboard.press("Control+V")
+    expect(page.locator("#rationale")).to_have_value(PASTED)
+    page.keyboard.press("Control+Enter")
+    expect(page.locator("#feedback-verdict")).to_have_text("Not the expected answer.")
+    expect(page.locator("#feedback-expected")).to_have_text(f"The expected answer is the one on the {second_good}.")
+    expect(page.locator("#feedback-attempt")).to_contain_text("You passed the qualification round (1 of 2 right)")
+
+    page.get_by_role("button", name="Continue").click()
+    expect(page.locator("#left")).to_contain_text(re.compile("Live answer"))
+    expect(banner).to_be_hidden()
+
+    typed, pasted = (RationaleCheck.objects.get(judgment=j) for j in Judgment.objects.order_by("id"))
+    assert (typed.pasted, typed.paste_events, typed.typed_chars, typed.pasted_chars) == (False, 0, len(TYPED), 0)
+    assert typed.typing_seconds > 0
+    assert (pasted.pasted, pasted.paste_events, pasted.typed_chars, pasted.pasted_chars) == (True, 1, 0, len(PASTED))
+    context.close()

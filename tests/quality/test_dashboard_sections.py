@@ -1,0 +1,104 @@
+"""The quality dashboard's qualification results and rationale flags, per reviewer and per judgment."""
+
+import uuid
+
+import pytest
+
+from annotate.review import services
+from annotate.review.models import QualificationAttempt
+from annotate.review.rationale import TypingSignals
+from tests.conftest import import_rows, make_items
+from tests.quality.test_dashboard_page import read_page
+
+pytestmark = pytest.mark.django_db
+
+PASTED = TypingSignals(typing_seconds=0.4, typed_chars=0, pasted_chars=80, paste_events=1)
+
+
+def judge_all(project, reviewer, *, rationale, typing=None, right_on_gold: bool = True) -> None:
+    """The reviewer judges everything they are given; gold items right or wrong as asked."""
+    while True:
+        try:
+            assignment = services.assignment_next(project=project, reviewer=reviewer)
+        except services.ReviewError:
+            return  # held for an admin
+        if assignment is None:
+            return
+        pair = assignment.pair
+        gold = pair.prompt.gold_response_id
+        if gold is not None:
+            a_wins = (gold == pair.response_a_id) == right_on_gold
+            choice = "left" if a_wins == assignment.a_on_left else "right"
+        else:
+            choice = "left"
+        services.judgment_submit(
+            assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+            criteria={"correct": choice, "complete": "tie"}, rationale=rationale(assignment), client_key=uuid.uuid4(),
+            typing=typing,
+        )
+
+
+@pytest.fixture
+def onboarded(make_project, make_user):
+    project = make_project(slug="onboarded", overlap=3, retest_rate=0, qualification_items=2,
+                           qualification_attempts=1, rationale_flag_chars=30)
+    rows = make_items(6)
+    for row in rows[:4]:
+        row["gold"] = {"preferred": 0, "reason": "It adds correctly."}
+    import_rows(project, rows)
+    judge_all(project, make_user("ann"), rationale=lambda a: f"Checked the sum of question {a.pair.prompt.external_id} twice.")
+    judge_all(project, make_user("bob"), rationale=lambda a: "Same words each time, sadly.", right_on_gold=False)
+    judge_all(project, make_user("cat"), rationale=lambda a: f"Pasted reasoning about {a.pair.prompt.external_id} from elsewhere.",
+              typing=PASTED)
+    return project
+
+
+def dashboard(client, make_user, role: str = "admin"):
+    client.force_login(make_user(f"someone-{role}", role))
+    response = client.get("/projects/onboarded/quality/")
+    assert response.status_code == 200
+    return response
+
+
+def rows_of(page, table: str) -> dict[str, dict]:
+    return {row["cells"][0]: row for row in page.tables[table][1:]}
+
+
+def test_the_dashboard_shows_each_reviewers_qualification(onboarded, client, make_user):
+    page = read_page(dashboard(client, make_user))
+    rows = rows_of(page, "qualification-table")
+    assert rows["ann"]["badges"] == ["passed"] and rows["ann"]["cells"][2] == "1: 2 of 2 right, passed"
+    assert rows["cat"]["badges"] == ["passed"]
+    assert rows["bob"]["badges"] == ["held"] and rows["bob"]["cells"][2] == "1: 0 of 2 right, failed"
+    html = dashboard(client, make_user).content.decode()
+    assert 'name="action" value="retry"' in html and "1 waiting now" in html
+
+
+def test_an_admin_releases_a_held_reviewer_from_the_dashboard_and_an_engineer_cannot(onboarded, client, make_user):
+    client.force_login(make_user("eve", "engineer"))
+    engineer_page = client.get("/projects/onboarded/quality/").content.decode()
+    assert 'value="retry"' not in engineer_page, "only admins get the buttons"
+    refused = client.post("/projects/onboarded/quality/qualification", {"username": "bob", "action": "pass"})
+    assert refused.status_code == 403
+    client.force_login(make_user("ada", "admin"))
+    done = client.post("/projects/onboarded/quality/qualification", {"username": "bob", "action": "retry"}, follow=True)
+    assert "bob may start attempt 2" in done.content.decode()
+    latest = QualificationAttempt.objects.filter(reviewer__username="bob").order_by("-number").first()
+    assert (latest.number, latest.status) == (2, "running")
+
+
+def test_the_dashboard_shows_rationale_flags_per_reviewer_and_per_judgment(onboarded, client, make_user):
+    page = read_page(dashboard(client, make_user))
+    per_reviewer = rows_of(page, "rationale-reviewers")
+    assert "ann" not in per_reviewer, "careful, typed, different rationales raise no flag"
+    # bob wrote one short text on both gold items he got before he was held: too short and reused.
+    bob = per_reviewer["bob"]["cells"]
+    assert (bob[1], bob[3], bob[4], bob[6]) == ("2", "2", "2", "0")
+    cat = per_reviewer["cat"]["cells"]
+    assert (cat[1], cat[6]) == ("6", "6")  # every one of cat's rationales was pasted
+    latest = page.tables["rationale-judgments"][1:]
+    assert len(latest) == 8  # all of them: fewer than the 25 shown
+    assert {tuple(row["badges"]) for row in latest if row["cells"][1] == "bob"} == {("too short", "reused")}
+    cat_row = next(row for row in latest if row["cells"][1] == "cat")
+    assert cat_row["badges"] == ["pasted"] and "0 typed, 80 pasted (1 paste), 0.4 s" in cat_row["cells"][4]
+    assert "flagged" in " ".join(page.charts["rationale-flags"])

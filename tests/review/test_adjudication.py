@@ -1,0 +1,240 @@
+"""Adjudication through the API: which pairs wait, what the adjudicator sees, and how a ruling is kept."""
+
+import json
+import uuid
+
+import pytest
+
+from annotate.review import services
+from annotate.review.models import Adjudication, AdjudicationAssignment, Assignment, Pair
+from tests.conftest import import_rows
+
+MODEL_NAMES = ("secret-model-alpha", "secret-model-beta", "build-7781", "build-7782")
+
+
+def items(count: int) -> list[dict]:
+    return [{
+        "prompt_id": f"q-{i}", "prompt": f"Question {i}: how far is it?",
+        "responses": [{"text": f"First answer to {i}: far.", "model": "secret-model-alpha", "model_version": "build-7781"},
+                      {"text": f"Second answer to {i}: near.", "model": "secret-model-beta",
+                       "model_version": "build-7782"}],
+        "tags": ["even" if i % 2 == 0 else "odd"],
+    } for i in range(count)]
+
+
+def click_for(assignment, winner: str) -> str:
+    """The button a reviewer presses to store `winner` (a, b, tie, both_bad) on this assignment."""
+    if winner in ("tie", "both_bad"):
+        return winner
+    return "left" if (winner == "a") == assignment.a_on_left else "right"
+
+
+def vote(project, reviewer, winners: dict[str, str]) -> None:
+    """The reviewer judges every pair they are given: winners maps prompt_id to the stored winner."""
+    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+        winner = winners[assignment.pair.prompt.external_id]
+        click = click_for(assignment, winner)
+        services.judgment_submit(
+            assignment_id=assignment.pk, reviewer=reviewer, choice=click, strength=2 if click in ("left", "right") else None,
+            criteria={"correct": click if click in ("left", "right") else "tie", "complete": "tie"},
+            rationale=f"{reviewer.username} thinks {winner} on {assignment.pair.prompt.external_id} for its reasons.",
+            client_key=uuid.uuid4(),
+        )
+
+
+@pytest.fixture
+def split_project(make_project, make_user):
+    """Overlap 2, no retests: q-0 and q-2 split (a against b), q-1 agreed (a, a), q-3 split (tie against b)."""
+    project = make_project(slug="split", overlap=2, retest_rate=0)
+    import_rows(project, items(4))
+    vote(project, make_user("ann"), {"q-0": "a", "q-1": "a", "q-2": "a", "q-3": "tie"})
+    vote(project, make_user("bob"), {"q-0": "b", "q-1": "a", "q-2": "b", "q-3": "b"})
+    return project
+
+
+def pair_of(project, prompt_id: str) -> Pair:
+    return Pair.objects.get(project=project, prompt__external_id=prompt_id)
+
+
+def next_for(client, project, query: str = ""):
+    return client.get(f"/api/v1/projects/{project.slug}/adjudications/next{query}")
+
+
+def rule(client, adjudication_id: int, **body):
+    body = {"choice": "left", "strength": 2, "rationale": "The left one answers the question that was asked.",
+            "client_key": str(uuid.uuid4()), **body}
+    return client.post(f"/api/v1/adjudications/{adjudication_id}/ruling", body, format="json")
+
+
+def test_only_split_pairs_wait_and_each_is_ruled_once(split_project, make_user, client_for):
+    client = client_for(make_user("judy", role="adjudicator"))
+    waiting = {pair_of(split_project, p).pk for p in ("q-0", "q-2", "q-3")}
+    seen = set()
+    while (response := next_for(client, split_project)).status_code == 200:
+        body = response.json()
+        assert body["pair"] in waiting and body["pair"] not in seen
+        seen.add(body["pair"])
+        assert rule(client, body["id"]).status_code == 201
+    assert response.status_code == 204
+    assert seen == waiting, "every split pair came, and the agreed one (q-1) did not"
+    assert Adjudication.objects.count() == 3
+
+
+def test_the_adjudicator_sees_every_judgment_on_their_own_left_and_right(split_project, make_user, client_for):
+    client = client_for(make_user("judy", role="adjudicator"))
+    pair = pair_of(split_project, "q-0")
+    held = next_for(client, split_project, f"?pair={pair.pk}").json()
+    for a_on_left in (True, False):  # the adjudicator's own order, whichever the coin gives: both are checked
+        AdjudicationAssignment.objects.filter(pk=held["id"]).update(a_on_left=a_on_left)
+        shown = next_for(client, split_project, f"?pair={pair.pk}").json()
+        assert shown["id"] == held["id"]
+        first_side = "left" if shown["left"]["text"].startswith("First") else "right"
+        second_side = "right" if first_side == "left" else "left"
+        assert first_side == ("left" if a_on_left else "right")
+        # ann preferred the first answer, bob the second: each card names the side where the answer
+        # that reviewer preferred is on the adjudicator's screen, whatever side the reviewer saw it on.
+        by_author = {card["rationale"].split()[0]: card for card in shown["judgments"]}
+        assert by_author["ann"]["choice"] == first_side and by_author["ann"]["criteria"]["correct"] == first_side
+        assert by_author["bob"]["choice"] == second_side and by_author["bob"]["criteria"]["correct"] == second_side
+        assert by_author["ann"]["strength"] == 2 and by_author["ann"]["criteria"]["complete"] == "tie"
+        assert {card["reviewer"] for card in shown["judgments"]} == {"Reviewer 1", "Reviewer 2"}
+        assert shown["votes"] == {"left": 1, "right": 1, "tie": 0, "both_bad": 0}
+
+
+def test_no_model_name_or_reviewer_name_reaches_the_adjudicator(split_project, make_user, client_for):
+    client = client_for(make_user("judy", role="adjudicator"))
+    raw = next_for(client, split_project).content.decode()
+    for secret in (*MODEL_NAMES, '"ann"', '"bob"', "a_on_left", "response_a"):
+        assert secret not in raw
+
+
+def test_a_ruling_is_stored_unswapped_and_ruling_again_adds_a_revision(split_project, make_user, client_for):
+    client = client_for(make_user("judy", role="adjudicator"))
+    pair = pair_of(split_project, "q-2")
+    body = next_for(client, split_project, f"?pair={pair.pk}").json()
+    second_on = "left" if body["left"]["text"].startswith("Second") else "right"
+    created = rule(client, body["id"], choice=second_on, criteria={"correct": second_on})
+    assert created.status_code == 201 and created.json()["choice"] == second_on
+    first = Adjudication.objects.get()
+    assert (first.winner, first.criteria, first.revision) == ("b", {"correct": "b"}, 1)
+
+    # Ruled pairs leave the queue; asked for by id, the pair comes again and a new revision is added.
+    again = next_for(client, split_project, f"?pair={pair.pk}").json()
+    assert [r["revision"] for r in again["earlier_rulings"]] == [1]
+    assert rule(client, again["id"], choice="tie", strength=None).status_code == 201
+    assert list(Adjudication.objects.filter(pair=pair).order_by("revision").values_list("revision", "winner")) == [
+        (1, "b"), (2, "tie")]
+
+
+def test_the_same_client_key_is_one_ruling(split_project, make_user, client_for):
+    client = client_for(make_user("judy", role="adjudicator"))
+    body = next_for(client, split_project).json()
+    key = str(uuid.uuid4())
+    first, second = rule(client, body["id"], client_key=key), rule(client, body["id"], client_key=key)
+    assert first.status_code == second.status_code == 201
+    assert second.headers["Idempotent-Replayed"] == "true" and first.json()["id"] == second.json()["id"]
+    assert Adjudication.objects.count() == 1
+
+
+@pytest.mark.parametrize("role, status", [("reviewer", 403), ("engineer", 403), ("adjudicator", 200), ("admin", 200)])
+def test_only_adjudicators_and_admins_adjudicate(split_project, make_user, client_for, role, status):
+    client = client_for(make_user(f"someone-{role}", role=role))
+    assert next_for(client, split_project).status_code == status
+    assert client.get(f"/api/v1/projects/{split_project.slug}/adjudications").status_code == status
+
+
+def test_an_adjudicator_never_rules_on_a_pair_they_judged(make_project, make_user, client_for):
+    project = make_project(slug="own", overlap=2, retest_rate=0)
+    import_rows(project, items(1))
+    admin = make_user("ada", role="admin")  # admins may also review
+    vote(project, admin, {"q-0": "a"})
+    vote(project, make_user("bob"), {"q-0": "b"})
+    client = client_for(admin)
+    assert next_for(client, project).status_code == 204
+    refused = next_for(client, project, f"?pair={pair_of(project, 'q-0').pk}")
+    assert refused.status_code == 409 and "you judged pair" in refused.json()["detail"]
+    assert next_for(client_for(make_user("judy", role="adjudicator")), project).status_code == 200
+
+
+def test_two_adjudicators_never_hold_one_pair(split_project, make_user, client_for):
+    held = [next_for(client_for(make_user(name, role="adjudicator")), split_project).json()["pair"]
+            for name in ("judy", "jack", "jill")]
+    assert len(set(held)) == 3
+    assert next_for(client_for(make_user("joe", role="adjudicator")), split_project).status_code == 204
+
+
+def test_a_pair_still_being_judged_does_not_wait(make_project, make_user, client_for):
+    project = make_project(slug="busy", overlap=3, retest_rate=0)
+    import_rows(project, items(1))
+    vote(project, make_user("ann"), {"q-0": "a"})
+    vote(project, make_user("bob"), {"q-0": "b"})
+    services.assignment_next(project=project, reviewer=make_user("cat"))  # the third vote is on its way
+    client = client_for(make_user("judy", role="adjudicator"))
+    assert next_for(client, project, "?min_judgments=2").status_code == 204
+    Assignment.objects.filter(reviewer__username="cat").update(status="expired")
+    assert next_for(client, project, "?min_judgments=2").status_code == 200
+
+
+def test_a_filter_widens_or_narrows_the_queue(make_project, make_user, client_for):
+    project = make_project(slug="filtered", overlap=3, retest_rate=0)
+    import_rows(project, items(2))  # q-0 tagged even: 2 of 3; q-1 tagged odd: split three ways
+    vote(project, make_user("ann"), {"q-0": "a", "q-1": "a"})
+    vote(project, make_user("bob"), {"q-0": "a", "q-1": "b"})
+    vote(project, make_user("cat"), {"q-0": "b", "q-1": "tie"})
+    client = client_for(make_user("judy", role="adjudicator"))
+    listing = client.get(f"/api/v1/projects/{project.slug}/adjudications").json()
+    assert listing["waiting"] == 1 and listing["filter"]["min_judgments"] == 3
+    wider = client.get(f"/api/v1/projects/{project.slug}/adjudications?max_share=0.67").json()
+    assert wider["waiting"] == 2
+    assert client.get(f"/api/v1/projects/{project.slug}/adjudications?max_share=0.67&tag=even").json()["waiting"] == 1
+    body = next_for(client, project, "?max_share=0.67&tag=even").json()
+    assert body["prompt_id"] == "q-0" and body["queue"]["max_share"] == 0.67
+
+
+@pytest.mark.parametrize("query, words", [
+    ("?max_share=1.5", "max_share: '1.5' must be a number from 0 to 1"),
+    ("?max_share=lots", "max_share: 'lots' must be a number from 0 to 1"),
+    ("?min_judgments=1", "min_judgments: '1' must be a whole number from 2 to 1000"),
+    ("?min_votes=2", "min_votes: unknown parameter"),
+    ("?pair=abc", "pair: 'abc' must be a pair id"),
+])
+def test_a_bad_queue_filter_is_one_line(split_project, make_user, client_for, query, words):
+    response = next_for(client_for(make_user("judy", role="adjudicator")), split_project, query)
+    assert response.status_code == 400
+    assert response.json() == {"detail": response.json()["detail"]} and words in response.json()["detail"]
+    assert "\n" not in response.json()["detail"]
+
+
+@pytest.mark.parametrize("body, words", [
+    ({"choice": "up"}, "choice: 'up' is not one of"),
+    ({"choice": "left", "strength": None}, "strength: say how strongly"),
+    ({"rationale": "ok"}, "rationale: write at least 15 characters"),
+    ({"criteria": {"style": "left"}}, "criteria: unknown key(s) ['style']"),
+    ({"client_key": "not-a-uuid"}, "client_key: 'not-a-uuid' is not a UUID"),
+])
+def test_a_bad_ruling_is_one_line_and_stores_nothing(split_project, make_user, client_for, body, words):
+    client = client_for(make_user("judy", role="adjudicator"))
+    adjudication = next_for(client, split_project).json()
+    response = rule(client, adjudication["id"], **body)
+    assert response.status_code == 400 and words in response.json()["detail"]
+    assert not Adjudication.objects.exists()
+
+
+def test_another_adjudicators_hold_cannot_be_ruled_on(split_project, make_user, client_for):
+    mine = next_for(client_for(make_user("judy", role="adjudicator")), split_project).json()
+    response = rule(client_for(make_user("jack", role="adjudicator")), mine["id"])
+    assert response.status_code == 404 and "not one of yours" in response.json()["detail"]
+
+
+def test_the_list_shows_rulings_unswapped_with_the_votes(split_project, make_user, client_for):
+    client = client_for(make_user("judy", role="adjudicator"))
+    pair = pair_of(split_project, "q-0")
+    body = next_for(client, split_project, f"?pair={pair.pk}").json()
+    first_on = "left" if body["left"]["text"].startswith("First") else "right"
+    rule(client, body["id"], choice=first_on)
+    listing = client.get(f"/api/v1/projects/{split_project.slug}/adjudications").json()
+    (ruling,) = listing["rulings"]
+    assert (ruling["pair"], ruling["winner"], ruling["adjudicator"]) == (pair.pk, "a", "judy")
+    assert ruling["votes"] == {"a": 1, "b": 1, "tie": 0, "both_bad": 0}
+    assert listing["waiting"] == 2
+    assert json.dumps(listing).count("secret-model") == 0

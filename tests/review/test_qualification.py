@@ -1,0 +1,275 @@
+"""Onboarding on gold through the API: the qualification round, its feedback, retries, the hold, an admin's
+release, and gold checks mixed into live work."""
+
+import io
+import uuid
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from annotate.review import services
+from annotate.review.models import Assignment, GoldCheck, Pair, QualificationAttempt
+from tests.conftest import import_rows
+
+REASON = "It divides the total distance by the total time; the other averages the speeds."
+
+
+def gold_items(count: int, *, first: int = 0) -> list[dict]:
+    """Gold prompts g-N: the better answer is listed second for odd N, so 'a' is not always right."""
+    rows = []
+    for i in range(first, first + count):
+        good, bad = f"Good answer {i}: total distance over total time.", f"Poor answer {i}: the mean of the speeds."
+        rows.append({"prompt_id": f"g-{i}", "prompt": f"Gold question {i}: the average speed?",
+                     "responses": [{"text": t, "model": m} for t, m in ((good, "m1"), (bad, "m2"))][:: 1 if i % 2 == 0 else -1],
+                     "gold": {"preferred": 0 if i % 2 == 0 else 1, "reason": f"{REASON} ({i})"}})
+    return rows
+
+
+def live_items(count: int) -> list[dict]:
+    return [{"prompt_id": f"live-{i}", "prompt": f"Live question {i}?",
+             "responses": [{"text": f"One live answer {i}.", "model": "m1"},
+                           {"text": f"Another live answer {i}.", "model": "m2"}]} for i in range(count)]
+
+
+@pytest.fixture
+def onboarding(make_project):
+    project = make_project(slug="onboard", overlap=3, retest_rate=0, qualification_items=3,
+                           qualification_pass_mark=0.66, qualification_attempts=2)
+    import_rows(project, gold_items(8) + live_items(4))
+    return project
+
+
+def next_for(client, project):
+    return client.get(f"/api/v1/projects/{project.slug}/assignments/next")
+
+
+def good_side(body: dict) -> str:
+    return "left" if body["left"]["text"].startswith("Good") else "right"
+
+
+def answer(client, body: dict, *, right: bool, valid_judgment):
+    side = good_side(body) if right else {"left": "right", "right": "left"}[good_side(body)]
+    rationale = f"Judged item {body['id']} carefully: the chosen answer uses total distance over total time."
+    return client.post(f"/api/v1/assignments/{body['id']}/judgment", valid_judgment(side, rationale=rationale),
+                       format="json")
+
+
+def test_gold_items_come_first_with_feedback_then_live_items_after_passing(onboarding, make_user, client_for,
+                                                                           valid_judgment):
+    client = client_for(make_user("rita"))
+    for number, right in enumerate((True, False, True), start=1):
+        body = next_for(client, onboarding).json()
+        assert body["left"]["text"].split()[0] in ("Good", "Poor"), "only gold items during the round"
+        assert body["qualification"] == {"attempt": 1, "attempts": 2, "items": 3, "answered": number - 1,
+                                         "correct": (0, 1, 1)[number - 1], "pass_mark": 0.66}
+        feedback = answer(client, body, right=right, valid_judgment=valid_judgment).json()["feedback"]
+        # The expected answer is named by the side this reviewer saw it on, with the import's reason.
+        assert feedback["expected"] == good_side(body) and feedback["correct"] is right
+        assert feedback["reason"].startswith(REASON)
+        assert feedback["qualification"]["answered"] == number
+        assert feedback["qualification"]["next"] == ("live" if number == 3 else "continue")
+    assert QualificationAttempt.objects.get().status == "passed"
+    live = next_for(client, onboarding).json()
+    assert live["left"]["text"].split()[0] in ("One", "Another") and "qualification" not in live
+    done = answer(client, live, right=True, valid_judgment=valid_judgment)
+    assert "feedback" not in done.json()
+
+
+@pytest.mark.parametrize("a_on_left", [True, False])
+def test_the_expected_side_follows_the_reviewers_own_order(onboarding, make_user, client_for, valid_judgment,
+                                                          a_on_left):
+    client = client_for(make_user("rita"))
+    body = next_for(client, onboarding).json()
+    Assignment.objects.filter(pk=body["id"]).update(a_on_left=a_on_left)
+    body = next_for(client, onboarding).json()  # the same assignment, now in the order set above
+    pair = Pair.objects.select_related("prompt").get(assignments__pk=body["id"])
+    gold_is_a = pair.prompt.gold_response_id == pair.response_a_id
+    expected = "left" if gold_is_a == a_on_left else "right"
+    assert good_side(body) == expected
+    feedback = answer(client, body, right=True, valid_judgment=valid_judgment).json()["feedback"]
+    assert feedback["expected"] == expected and feedback["correct"] is True
+
+
+def test_a_reviewer_who_fails_retries_then_waits_for_an_admin(onboarding, make_user, client_for, valid_judgment):
+    rita = make_user("rita")
+    client = client_for(rita)
+    for attempt in (1, 2):
+        for _ in range(3):
+            body = next_for(client, onboarding).json()
+            assert body["qualification"]["attempt"] == attempt
+            feedback = answer(client, body, right=False, valid_judgment=valid_judgment).json()["feedback"]
+        assert feedback["qualification"]["status"] == "failed"
+        assert feedback["qualification"]["next"] == ("retry" if attempt == 1 else "held")
+    held = next_for(client, onboarding)
+    assert held.status_code == 403
+    assert held.json()["detail"] == (
+        "you did not pass the qualification round of 'onboard' (0 of 3 right in attempt 2; the pass mark is 66%) "
+        "and have no attempt left; an admin must let you try again or pass you")
+    # A retry never shows a gold item the reviewer has already seen (and had explained).
+    seen = list(Assignment.objects.filter(reviewer=rita).values_list("pair_id", flat=True))
+    assert len(seen) == len(set(seen)) == 6
+
+    admin = client_for(make_user("ada", role="admin"))
+    assert client_for(make_user("eve", role="engineer")).post(
+        f"/api/v1/projects/{onboarding.slug}/qualification", {"username": "rita", "action": "pass"},
+        format="json").status_code == 403
+    released = admin.post(f"/api/v1/projects/{onboarding.slug}/qualification", {"username": "rita", "action": "retry"},
+                          format="json")
+    assert released.status_code == 201 and released.json()["status"] == "running" and released.json()["attempt"] == 3
+    body = next_for(client, onboarding).json()
+    assert body["qualification"]["attempt"] == 3 and body["qualification"]["attempts"] == 3
+
+    bad = admin.post(f"/api/v1/projects/{onboarding.slug}/qualification", {"username": "rita", "action": "forgive"},
+                     format="json")
+    assert bad.status_code == 400 and bad.json()["detail"] == "action: 'forgive' must be one of retry, pass"
+
+
+def test_an_admin_can_pass_a_held_reviewer(onboarding, make_user, client_for, valid_judgment):
+    client = client_for(make_user("rita"))
+    onboarding.qualification_attempts = 1
+    onboarding.save()
+    for _ in range(3):
+        answer(client, next_for(client, onboarding).json(), right=False, valid_judgment=valid_judgment)
+    assert next_for(client, onboarding).status_code == 403
+    admin = client_for(make_user("ada", role="admin"))
+    passed = admin.post(f"/api/v1/projects/{onboarding.slug}/qualification", {"username": "rita", "action": "pass"},
+                        format="json")
+    assert passed.status_code == 201 and passed.json()["status"] == "passed"
+    assert QualificationAttempt.objects.order_by("-number").first().decided_by == "passed by ada"
+    assert "qualification" not in next_for(client, onboarding).json()
+    results = admin.get(f"/api/v1/projects/{onboarding.slug}/qualification").json()
+    (row,) = results["reviewers"]
+    assert row["username"] == "rita" and row["status"] == "passed"
+    assert [(a["number"], a["status"], a["correct"]) for a in row["attempts"]] == [(1, "failed", 0), (2, "passed", 0)]
+
+
+def test_a_qualification_answer_cannot_be_undone(onboarding, make_user, client_for, valid_judgment):
+    client = client_for(make_user("rita"))
+    answer(client, next_for(client, onboarding).json(), right=False, valid_judgment=valid_judgment)
+    undo = client.post(f"/api/v1/projects/{onboarding.slug}/judgments/undo")
+    assert undo.status_code == 409 and "qualification answer cannot be undone" in undo.json()["detail"]
+
+
+def test_with_no_unseen_gold_left_the_attempt_is_scored_on_what_was_answered(make_project, make_user, client_for,
+                                                                              valid_judgment):
+    project = make_project(slug="scarce", retest_rate=0, qualification_items=5, qualification_pass_mark=0.5)
+    import_rows(project, gold_items(2) + live_items(1))
+    client = client_for(make_user("rita"))
+    for _ in range(2):
+        answer(client, next_for(client, project).json(), right=True, valid_judgment=valid_judgment)
+    body = next_for(client, project).json()
+    assert "qualification" not in body and body["left"]["text"].split()[0] in ("One", "Another")
+    attempt = QualificationAttempt.objects.get()
+    assert (attempt.status, attempt.answered, attempt.correct) == ("passed", 2, 2)
+
+
+
+def test_a_round_without_gold_items_says_so_in_one_line(make_project, make_user, client_for):
+    project = make_project(slug="goldless", retest_rate=0, qualification_items=2)
+    import_rows(project, live_items(2))
+    response = next_for(client_for(make_user("rita")), project)
+    assert response.status_code == 409
+    assert response.json()["detail"] == ("the qualification round of 'goldless' has no gold item left that you have "
+                                         "not seen; an admin must import more gold items or pass you")
+
+
+def test_gold_is_mixed_into_live_work_at_the_project_rate_and_never_announced(make_project, make_user, client_for,
+                                                                              valid_judgment):
+    project = make_project(slug="mixed", overlap=1, retest_rate=0, gold_rate=1.0)
+    import_rows(project, gold_items(2) + live_items(2))
+    for name in ("rita", "sam"):
+        client = client_for(make_user(name))
+        kinds = []
+        while (response := next_for(client, project)).status_code == 200:
+            body = response.json()
+            assert "qualification" not in body
+            kinds.append(body["left"]["text"].split()[0] in ("Good", "Poor"))
+            judged = answer(client, body, right=True, valid_judgment=valid_judgment).json()
+            assert "feedback" not in judged, "a gold check in live work stays silent"
+        # Every reviewer is checked on every gold pair, even past the overlap of 1.
+        assert kinds.count(True) == 2
+    checks = GoldCheck.objects.filter(attempt__isnull=True)
+    assert checks.count() == 4 and all(check.correct for check in checks)
+    # The gold pairs' counts say how many reviewers hold or judged them, gold checks included.
+    assert sorted(Pair.objects.filter(prompt__external_id__startswith="g-").values_list("assigned_count", flat=True)) == [2, 2]
+
+
+def test_a_gold_rate_of_zero_mixes_nothing(make_project, make_user):
+    project = make_project(slug="plain", overlap=1, retest_rate=0)
+    import_rows(project, gold_items(3) + live_items(3))
+    reviewer = make_user("rita")
+    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+        services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice="tie", strength=None,
+                                 criteria={"correct": "tie", "complete": "tie"},
+                                 rationale="Both answers say the same thing in other words.", client_key=uuid.uuid4())
+    assert not GoldCheck.objects.exists()
+
+
+def test_the_import_keeps_the_gold_reason_and_refuses_a_bad_one(make_project):
+    from annotate.review.importing import ImportRejected, items_parse
+    from annotate.review.models import Prompt
+
+    project = make_project(slug="reasons")
+    import_rows(project, gold_items(1))
+    assert Prompt.objects.get(external_id="g-0").gold_reason == f"{REASON} (0)"
+    changed = gold_items(1)
+    changed[0]["gold"]["reason"] = "A better reason."
+    import_rows(project, changed)
+    assert Prompt.objects.get(external_id="g-0").gold_reason == "A better reason."
+    bad = gold_items(1, first=5)
+    bad[0]["gold"]["why"] = "typo"
+    with pytest.raises(ImportRejected) as rejected:
+        services.items_import(project=project, items=items_parse([__import__("json").dumps(bad[0])]))
+    assert rejected.value.errors == ["line 1: gold has unknown key(s) ['why']; use preferred and reason"]
+
+
+@pytest.mark.parametrize("option, value, words", [
+    ("--pass-mark", "1.5", "qualification pass mark 1.5 must be a number from 0 to 1"),
+    ("--pass-mark", "-0.1", "qualification pass mark -0.1 must be a number from 0 to 1"),
+    ("--gold-rate", "2", "gold rate 2.0 must be a number from 0 to 1"),
+    ("--qualification-attempts", "0", "qualification attempts 0 must be a whole number from 1 to 100"),
+    ("--qualification-items", "-3", "qualification items -3 must be a whole number from 0 to 1000"),
+    ("--rationale-flag-chars", "-1", "rationale flag length -1 must be a whole number from 0 to 2000"),
+    ("--standing-after", "0", "standing minimum 0 must be a whole number from 1 to 100000"),
+])
+def test_bad_settings_are_refused_in_one_line(db, tmp_path, option, value, words):
+    criteria = tmp_path / "criteria.yaml"
+    criteria.write_text("instructions: Pick the better one.\ncriteria:\n  - key: correct\n    text: It is right.\n")
+    with pytest.raises(CommandError) as refused:
+        call_command("create_project", "strict", "--criteria", str(criteria), option, value, stdout=io.StringIO())
+    assert words in str(refused.value) and "\n" not in str(refused.value)
+    from annotate.review.models import Project
+
+    assert not Project.objects.filter(slug="strict").exists(), "nothing half-written"
+
+
+def test_good_settings_are_kept(db, tmp_path):
+    criteria = tmp_path / "criteria.yaml"
+    criteria.write_text("instructions: Pick the better one.\ncriteria:\n  - key: correct\n    text: It is right.\n")
+    call_command("create_project", "kept", "--criteria", str(criteria), "--qualification-items", "4", "--pass-mark",
+                 "0.75", "--qualification-attempts", "3", "--gold-rate", "0.05", "--rationale-flag-chars", "60",
+                 "--standing-after", "30", stdout=io.StringIO())
+    from annotate.review.models import Project
+
+    project = Project.objects.get(slug="kept")
+    assert (project.qualification_items, project.qualification_pass_mark, project.qualification_attempts,
+            project.gold_rate, project.rationale_flag_chars, project.standing_min_judgments) == (4, 0.75, 3, 0.05, 60, 30)
+
+
+def test_an_admin_cannot_release_a_reviewer_who_passed_or_is_mid_attempt(onboarding, make_user, client_for,
+                                                                         valid_judgment):
+    client = client_for(make_user("rita"))
+    admin = client_for(make_user("ada", role="admin"))
+
+    def release(action):
+        return admin.post(f"/api/v1/projects/{onboarding.slug}/qualification", {"username": "rita", "action": action},
+                          format="json")
+
+    assert release("retry").json()["detail"] == ("rita has not tried the qualification round yet; "
+                                                 "their first request starts it")
+    answer(client, next_for(client, onboarding).json(), right=True, valid_judgment=valid_judgment)
+    assert release("pass").json()["detail"] == "rita is in the middle of attempt 1; wait until it is scored"
+    for _ in range(2):
+        answer(client, next_for(client, onboarding).json(), right=True, valid_judgment=valid_judgment)
+    refused = release("retry")
+    assert refused.status_code == 409 and refused.json()["detail"] == "rita has already passed the qualification round"

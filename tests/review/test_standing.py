@@ -1,0 +1,97 @@
+"""A reviewer's own standing on their page: shown after enough judgments, from the stored report, and
+nothing in it about what another reviewer chose."""
+
+import json
+
+import pytest
+
+from annotate.quality.selectors import agreement_report_for_project
+from tests.conftest import import_rows, judge_until_done, make_items
+
+
+@pytest.fixture
+def judged_project(make_project, make_user):
+    """Three reviewers, 30 pairs (every third one gold), retests on: ann and bob agree, cat goes left."""
+    project = make_project(slug="standing", overlap=3, retest_rate=0.3, standing_min_judgments=5)
+    rows = make_items(30)
+    for row in rows[::3]:
+        row["gold"] = {"preferred": 0, "reason": "It adds correctly."}
+    import_rows(project, rows)
+
+    def better(assignment):  # the first-listed answer, wherever it is shown
+        return "left" if assignment.a_on_left else "right"
+
+    judge_until_done(project, make_user("ann"), better)
+    judge_until_done(project, make_user("bob"), better)
+    judge_until_done(project, make_user("cat"), lambda assignment: "left")
+    return project
+
+
+def standing_of(client, project):
+    response = client.get(f"/api/v1/projects/{project.slug}/standing")
+    assert response.status_code == 200
+    return response
+
+
+def test_standing_waits_for_the_projects_minimum(make_project, make_user, client_for):
+    project = make_project(slug="early", standing_min_judgments=5)
+    import_rows(project, make_items(3))
+    rita = make_user("rita")
+    judge_until_done(project, rita, lambda assignment: "left")
+    body = standing_of(client_for(rita), project).json()
+    assert body["available"] is False and body["figures"] == {}
+    assert body["reason"] == "your standing appears once you have judged 5 pairs here; you have judged 3"
+
+
+def test_standing_is_the_reviewers_own_row_of_the_report(judged_project, client_for):
+    from django.contrib.auth import get_user_model
+
+    ann = get_user_model().objects.get(username="ann")
+    body = standing_of(client_for(ann), judged_project).json()
+    assert body["available"] is True and body["judged"] >= 5
+    row = next(r for r in agreement_report_for_project(project=judged_project, bootstrap=0)["reviewers"]
+               if r["username"] == "ann")
+    figures = body["figures"]
+    assert figures["gold_accuracy"]["value"] == round(row["gold_accuracy"], 3) == 1.0
+    assert figures["gold_accuracy"]["out_of"] == row["gold_judgments"] == 10
+    assert figures["agreement_with_others"]["out_of"] == row["agreement_judgments"] >= 10
+    assert figures["agreement_with_others"]["value"] == round(row["agreement_with_others"], 3)
+    retest = figures["retest_consistency"]
+    assert retest["out_of"] == row["retests"]
+    assert retest["value"] == (round(row["retest_consistency"], 3) if row["retests"] else None)
+
+
+def test_a_rate_over_too_few_pairs_is_withheld_with_its_reason(make_project, make_user, client_for):
+    project = make_project(slug="thin", overlap=2, retest_rate=0, standing_min_judgments=3)
+    import_rows(project, make_items(4))
+    rita = make_user("rita")
+    judge_until_done(project, rita, lambda assignment: "left")
+    judge_until_done(project, make_user("sam"), lambda assignment: "left")
+    body = standing_of(client_for(rita), project).json()
+    agreement = body["figures"]["agreement_with_others"]
+    assert agreement["value"] is None and agreement["ci"] is None
+    assert agreement["missing"] == "needs at least 10 pairs where the other reviewers have a majority; you have 4"
+    assert body["figures"]["gold_accuracy"]["missing"] == "needs at least 1 gold items; you have 0"
+
+
+def test_nothing_about_another_reviewer_reaches_a_reviewer(judged_project, client_for):
+    from django.contrib.auth import get_user_model
+
+    cat = get_user_model().objects.get(username="cat")
+    response = standing_of(client_for(cat), judged_project)
+    body = response.json()
+    assert set(body) == {"judged", "min_judgments", "available", "reason", "as_of", "figures", "qualification",
+                         "report_judgments_of_yours"}
+    assert set(body["figures"]) == {"gold_accuracy", "retest_consistency", "agreement_with_others"}
+    for figure in body["figures"].values():
+        assert set(figure) == {"value", "ci", "out_of", "of", "missing"}
+    raw = response.content.decode()
+    for other in ("ann", "bob", "model-0", "model-1", "p-000"):
+        assert other not in raw
+    # The reviewer's figures are rates over their own judgments: no per-pair entry, no list of anything.
+    assert not any(isinstance(value, list) and len(value) > 2 for value in json.loads(raw)["figures"].values())
+
+
+def test_only_reviewers_ask_for_their_standing(judged_project, make_user, client_for):
+    response = client_for(make_user("eve", role="engineer")).get(f"/api/v1/projects/{judged_project.slug}/standing")
+    assert response.status_code == 403
