@@ -173,7 +173,7 @@ def api_child(slug: str, path: Path) -> None:
     from annotate.review import services
 
     user, _, _ = services.user_add(username="bench-admin", role="admin", password="bench-password-long")
-    client = APIClient()
+    client = APIClient(SERVER_NAME="localhost")  # a host the default ALLOWED_HOSTS accepts
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
     client.options(f"/api/v1/projects/{slug}/items")  # loads the URLs and views, as a running server has
     with open(path, "rb") as handle:

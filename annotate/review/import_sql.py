@@ -282,6 +282,14 @@ def _write_chunk(cursor, project: Project, now) -> tuple[int, int, int]:
     return prompts, responses, _insert_pairs(cursor, project, now)
 
 
+def _analyze_imported_tables() -> None:
+    """Fresh statistics once a bulk import has committed. Until autovacuum gets round to it, the planner
+    takes the new rows for a handful and plans the reviewer queue's count of open pairs as a sort of every
+    pair (260 ms instead of 0.3 ms a request on a new project of 2,000 pairs)."""
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE review_prompt, review_response, review_pair")
+
+
 def items_store(*, project: Project, items: Iterable[ImportedItem], read_errors: list[tuple[int, str]],
                 empty_is_error: bool) -> ImportSummary:
     """Stage and store `items` a chunk at a time; all or nothing.
@@ -333,4 +341,6 @@ def items_store(*, project: Project, items: Iterable[ImportedItem], read_errors:
             cursor.execute(f"DROP TABLE {table}")
         if _postgres():
             cursor.execute("SET CONSTRAINTS ALL DEFERRED")  # Django's foreign keys' own setting, for the caller
+            if prompts_created or pairs_created:
+                transaction.on_commit(_analyze_imported_tables)
     return ImportSummary(prompts_created, staged - prompts_created, responses_created, pairs_created)

@@ -24,13 +24,12 @@ so a refresh with a different bootstrap draw rewrites few rows. Pure numpy.
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
-from scipy.stats import norm
 
 PRIORITY_MAX = 1000  # stored in Pair.queue_priority (a small integer): higher is handed out first
-_Z_95 = float(norm.ppf(0.975))
+_Z_95 = NormalDist().inv_cdf(0.975)
 
 
 def difference_uncertainty(*, ci_low: np.ndarray, ci_high: np.ndarray, comparisons: np.ndarray) -> np.ndarray:
@@ -45,6 +44,11 @@ def difference_uncertainty(*, ci_low: np.ndarray, ci_high: np.ndarray, compariso
         return np.zeros((0, 0))
     error = np.sqrt(se[:, None] ** 2 + se[None, :] ** 2)
     error = np.where(np.isfinite(error), error, np.inf)
+    # Imported here: every process that imports the review services (web workers, each manage.py
+    # command) would otherwise pay for SciPy's sparse graphs at start-up.
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
     _, piece = connected_components(csr_matrix(np.asarray(comparisons) > 0), directed=False)
     error = np.where(piece[:, None] == piece[None, :], error, np.inf)
     np.fill_diagonal(error, 0.0)
