@@ -22,7 +22,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 sys.path.insert(0, str(REPO))
 
-from grpo_learning import RECIPE, TRAIN_TASKS, evaluate, run_child, write_tasks  # noqa: E402
+from grpo_learning import (  # noqa: E402
+    RECIPE,
+    TRAIN_TASKS,
+    add_parent_options,
+    evaluate,
+    parent_checkpoint,
+    run_child,
+    write_results,
+    write_tasks,
+)
 
 RESULTS = REPO / "bench" / "results" / "grpo_budget.json"
 GROUP_SIZES = (4, 8)
@@ -35,7 +44,7 @@ def main() -> int:
     parser.add_argument("--family", default="speed")
     parser.add_argument("--heldout", type=int, default=100)
     parser.add_argument("--samples", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
+    add_parent_options(parser)
     args = parser.parse_args()
 
     import yaml
@@ -45,11 +54,7 @@ def main() -> int:
         workdir = Path(tmp)
         heldout = write_tasks(workdir / "heldout.jsonl", args.family, args.heldout, 1000, "heldout")
         for seed in args.seeds:
-            sft = workdir / f"sft-{seed}"
-            code, *_, err = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(sft), "--seed",
-                                       str(seed), "--eval-tasks", "4"], args.threads)
-            if code != 0:
-                raise SystemExit(f"tiny-sft failed: {err}")
+            sft, _ = parent_checkpoint(workdir, seed, args)
             tasks = workdir / f"train-{seed}.jsonl"
             write_tasks(tasks, args.family, TRAIN_TASKS, seed, "train")
             children = {}
@@ -66,7 +71,8 @@ def main() -> int:
                     raise SystemExit(f"grpo failed with {config}: {err}")
                 children[size] = (run, wall, cpu)
             result = evaluate([sft, *(children[size][0] / "checkpoint" for size in GROUP_SIZES)], heldout,
-                              samples=args.samples, temperature=RECIPE["temperature"], seed=seed)
+                              samples=args.samples, temperature=RECIPE["temperature"], seed=seed,
+                              threads=args.threads)
             parent = result["checkpoints"][0]["all"]["success_rate"]
             for index, size in enumerate(GROUP_SIZES, start=1):
                 run, wall, cpu = children[size]
@@ -99,14 +105,12 @@ def main() -> int:
         gains = [r["gain_points_per_million_tokens"] for r in rows if r["group_size"] == size]
         print(f"groups of {size}: median held-out gain {statistics.median(gains):+.1f} points per million tokens")
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    write_results(RESULTS, {
         "benchmark": "grpo_budget",
         "settings": {"budget_tokens": args.budget, "seeds": args.seeds, "family": args.family, "heldout": args.heldout,
                      "samples": args.samples, "threads": args.threads, "recipe": RECIPE},
         "runs": rows,
-    }, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    })
     return 0
 
 

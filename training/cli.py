@@ -38,38 +38,76 @@ def _tasks_make(args) -> int:
     return tasks_make_main(args)
 
 
+def _sample(args) -> int:
+    from training.sample import sample_main
+
+    return sample_main(args)
+
+
 def _eval(args) -> int:
     from training.evaluate import eval_main
 
     return eval_main(args)
 
 
-def _dpo(args) -> int:
-    if args.help_config:
-        from training.config import config_help
+def _check_run_config(args, kind: str) -> int:
+    """--check: the config, base checkpoint and snapshot or task file checked as the run checks them first;
+    nothing is written, and the resolved config is printed as JSON (the web app validates a launch this way)."""
+    import json
+
+    from training.config import config_record
+    from training.run_folder import RunFolder, check_causal_lm_checkpoint
+    from training.trl_setup import check_output_dir
+
+    if kind == "dpo":
+        from training import snapshot
+        from training.dpo import load_dpo_config
+
+        config = load_dpo_config(args.config)
+        snapshot.verify(config.snapshot)
+    else:
+        from training.grpo.config import load_grpo_config
+        from training.grpo.run import _load_tasks
+
+        config = load_grpo_config(args.config)
+        _load_tasks(config)
+    check_output_dir(config, RunFolder(config.output_dir))
+    check_causal_lm_checkpoint(config.base_checkpoint)
+    print(json.dumps(config_record(config), sort_keys=True))
+    return EXIT_OK
+
+
+def _config_class(kind: str) -> type:
+    if kind == "dpo":
         from training.dpo import DPORunConfig
 
-        print("Keys of a DPO config file (YAML):\n" + config_help(DPORunConfig))
-        return EXIT_OK
-    if not args.config:
-        raise PairwiseInputError("python -m training dpo: --config FILE.yaml is required (see --help-config)")
-    from training.dpo import dpo_main
+        return DPORunConfig
+    from training.grpo.config import GRPORunConfig
 
-    return dpo_main(args)
+    return GRPORunConfig
 
 
-def _grpo(args) -> int:
-    if args.help_config:
-        from training.config import config_help
-        from training.grpo.config import GRPORunConfig
+def _trainer_command(kind: str) -> Callable:
+    """`python -m training dpo|grpo --config F [--check] [--help-config]`."""
+    def run(args) -> int:
+        if args.help_config:
+            from training.config import config_help
 
-        print("Keys of a GRPO config file (YAML):\n" + config_help(GRPORunConfig))
-        return EXIT_OK
-    if not args.config:
-        raise PairwiseInputError("python -m training grpo: --config FILE.yaml is required (see --help-config)")
-    from training.grpo.run import grpo_main
+            print(f"Keys of a {kind.upper()} config file (YAML):\n" + config_help(_config_class(kind)))
+            return EXIT_OK
+        if not args.config:
+            raise PairwiseInputError(f"python -m training {kind}: --config FILE.yaml is required (see --help-config)")
+        if args.check:
+            return _check_run_config(args, kind)
+        if kind == "dpo":
+            from training.dpo import dpo_main
 
-    return grpo_main(args)
+            return dpo_main(args)
+        from training.grpo.run import grpo_main
+
+        return grpo_main(args)
+
+    return run
 
 
 def _grpo_filter(args) -> int:
@@ -117,15 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--out", default=None, help="verification rows out (JSONL); default stdout")
     verify.set_defaults(handler=_verifiers_command("verify_main"))
 
-    dpo = commands.add_parser("dpo", help="DPO on a snapshot from a base checkpoint, into a run folder")
-    dpo.add_argument("--config", help="YAML config file")
-    dpo.add_argument("--help-config", action="store_true", help="list every config key and exit")
-    dpo.set_defaults(handler=_dpo)
-
-    grpo = commands.add_parser("grpo", help="GRPO on verifiable tasks from a base checkpoint, into a run folder")
-    grpo.add_argument("--config", help="YAML config file")
-    grpo.add_argument("--help-config", action="store_true", help="list every config key and exit")
-    grpo.set_defaults(handler=_grpo)
+    for kind, what in (("dpo", "DPO on a snapshot from a base checkpoint, into a run folder"),
+                       ("grpo", "GRPO on verifiable tasks from a base checkpoint, into a run folder")):
+        trainer = commands.add_parser(kind, help=what)
+        trainer.add_argument("--config", help="YAML config file")
+        trainer.add_argument("--help-config", action="store_true", help="list every config key and exit")
+        trainer.add_argument("--check", action="store_true", help="check the config and its inputs, print the "
+                             "resolved config as JSON, train nothing")
+        trainer.set_defaults(handler=_trainer_command(kind))
 
     grpo_filter = commands.add_parser("grpo-filter", help="keep the tasks a checkpoint solves sometimes "
                                       "(difficulty pre-pass for GRPO)")
@@ -159,6 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     evaluate.add_argument("--out", default=None, help="also write the figures as JSON to this file")
     evaluate.set_defaults(handler=_eval)
+
+    sample = commands.add_parser("sample", help="answers of two or more checkpoints to the same prompts, as a "
+                                 "review import file (compare checkpoints blind)")
+    sample.add_argument("--checkpoint", action="append", required=True,
+                        help="NAME=PATH (or PATH) of a local checkpoint; repeat for each checkpoint compared")
+    sample.add_argument("--prompts", required=True, help="JSONL: prompt_id (or task_id) and prompt per line")
+    sample.add_argument("--out", required=True, help="review import file to write (JSONL)")
+    sample.add_argument("--samples", type=int, default=1, help="answers per prompt and checkpoint (default 1)")
+    sample.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
+    sample.add_argument("--max-new-tokens", type=int, default=256, help="length limit per answer (default 256)")
+    sample.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every checkpoint")
+    sample.set_defaults(handler=_sample)
     return parser
 
 

@@ -32,6 +32,11 @@ class ConfigError(PairwiseInputError):
     """A config file that cannot be used as written."""
 
 
+def key_error(source: str, key: str, why: str) -> ConfigError:
+    """The one-line error for a value that parses but cannot be used: "FILE: key why"."""
+    return ConfigError(f"{source}: {key} {why}")
+
+
 @dataclass
 class PairwiseConfigMixin:
     """Pairwise's keys shared by every trainer config, mixed in before a TRL config class.
@@ -73,13 +78,22 @@ class PairwiseConfigMixin:
 
     @classmethod
     def check_values(cls, values: dict[str, Any], source: str) -> None:
-        """Value checks beyond types; raise ConfigError(f"{source}: key ...")."""
+        """Value checks beyond types; raise key_error(source, key, why)."""
         if values["bf16"] and values["fp16"]:
             raise ConfigError(f"{source}: bf16 and fp16 cannot both be true; choose one precision")
         if values["lora_r"] < 1:
-            raise ConfigError(f"{source}: lora_r must be at least 1, got {values['lora_r']}")
+            raise key_error(source, "lora_r", f"must be at least 1, got {values['lora_r']}")
         if values["torch_threads"] is not None and values["torch_threads"] < 1:
-            raise ConfigError(f"{source}: torch_threads must be at least 1 or null, got {values['torch_threads']}")
+            raise key_error(source, "torch_threads", f"must be at least 1 or null, got {values['torch_threads']}")
+        # Every trainer's length and step size; TRL would accept these and train nothing or diverge.
+        if not values["learning_rate"] > 0:
+            raise key_error(source, "learning_rate", f"must be above 0, got {values['learning_rate']}")
+        if values["max_steps"] == 0 or values["max_steps"] < -1:
+            raise key_error(source, "max_steps",
+                            f"must be -1 (use num_train_epochs) or at least 1, got {values['max_steps']}")
+        if values["max_steps"] == -1 and not values["num_train_epochs"] > 0:
+            raise key_error(source, "num_train_epochs",
+                            f"must be above 0 when max_steps is -1, got {values['num_train_epochs']}")
 
 
 def _build_parser(config_cls: type):

@@ -8,7 +8,6 @@ the lineage (run.json, ledger.json, checkpoint/parent.json).
 Multi-GPU: `accelerate launch --config_file deploy/accelerate/zero2.yaml -m training dpo --config F`.
 """
 
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import ClassVar
 
 from trl import DPOConfig
 
-from training.config import ConfigError, PairwiseConfigMixin, config_record, load_config
+from training.config import PairwiseConfigMixin, key_error, load_config
 from training.errors import PairwiseInputError
 from training.trl_setup import (
     check_output_dir,
@@ -24,9 +23,14 @@ from training.trl_setup import (
     is_zero3,
     lora_config,
     model_dtype,
+    record_completed,
+    record_lineage,
+    recorded_outcome,
     run_callbacks,
     save_checkpoint,
+    start_run_record,
     trainer_arguments,
+    trainer_setup,
 )
 
 # TRL's DPO loss names (trl/trainer/dpo_config.py); TRL checks them only when a batch is scored.
@@ -49,20 +53,11 @@ class DPORunConfig(PairwiseConfigMixin, DPOConfig):
     @classmethod
     def check_values(cls, values: dict, source: str) -> None:
         super().check_values(values, source)
-
-        def bad(key: str, why: str) -> ConfigError:
-            return ConfigError(f"{source}: {key} {why}")
-
         for loss in values["loss_type"] or []:
             if loss not in LOSS_TYPES:
-                raise bad("loss_type", f"must be one of {', '.join(LOSS_TYPES)}, got {loss!r}")
-        for key in ("learning_rate", "beta"):
-            if not values[key] > 0:
-                raise bad(key, f"must be above 0, got {values[key]}")
-        if values["max_steps"] == 0 or values["max_steps"] < -1:
-            raise bad("max_steps", f"must be -1 (use num_train_epochs) or at least 1, got {values['max_steps']}")
-        if values["max_steps"] == -1 and not values["num_train_epochs"] > 0:
-            raise bad("num_train_epochs", f"must be above 0 when max_steps is -1, got {values['num_train_epochs']}")
+                raise key_error(source, "loss_type", f"must be one of {', '.join(LOSS_TYPES)}, got {loss!r}")
+        if not values["beta"] > 0:
+            raise key_error(source, "beta", f"must be above 0, got {values['beta']}")
 
 
 def load_dpo_config(path: str | Path) -> DPORunConfig:
@@ -166,16 +161,7 @@ def run_dpo(config: DPORunConfig) -> dict:
     import torch
 
     from training import snapshot as snapshot_format
-    from training.run_folder import (
-        RUN_FORMAT,
-        RunFolder,
-        check_causal_lm_checkpoint,
-        checkpoint_content_hash,
-        hardware,
-        library_versions,
-        utc_now,
-        write_parent_json,
-    )
+    from training.run_folder import RunFolder, check_causal_lm_checkpoint, checkpoint_content_hash
 
     # 1. Everything a user can get wrong is checked before the run folder exists.
     run = RunFolder(config.output_dir)
@@ -202,40 +188,16 @@ def run_dpo(config: DPORunConfig) -> dict:
 
     # 2. The run folder: run.json is kept current so a watcher sees the status.
     if is_main:
-        run.create()
-        previous = run.read_record() if not fresh else None
-        run.record = previous or {}
-        run.update(
-            format=RUN_FORMAT,
-            run=run.path.name,
-            kind="dpo",
-            status="running",
-            config=config_record(config),
-            base_checkpoint={"path": str(base_path.resolve()), "content_hash": base_hash},
+        start_run_record(
+            run, config, kind="dpo", base_path=base_path, base_hash=base_hash, resume_from=resume_from,
             snapshot={"path": str(Path(config.snapshot).resolve()), "snapshot_id": manifest.get("snapshot_id"),
                       "files": manifest["files"], "counts": manifest.get("counts")},
             tasks_hash=None,
             scorers={},  # DPO trains on human judgments; no scorer is involved
-            code_version=snapshot_format.code_version(),
-            libraries=library_versions(),
-            hardware=hardware(),
-            started_at=(previous or {}).get("started_at") or utc_now(),
-            ended_at=None,
-            error=None,
         )
-        if not fresh:
-            run.update(resumed=[*run.record.get("resumed", []), {"at": utc_now(), "from": str(resume_from)}])
 
-    trainer = None
-    try:
-        try:
-            trainer = _build_trainer(config, run, splits, tokenizer, base_path)
-        except ValueError as error:
-            if isinstance(error, PairwiseInputError):
-                raise
-            # TRL checks option combinations when the trainer is built; those are config mistakes.
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise PairwiseInputError(f"{config.output_dir}: DPO setup refused the config: {first_line}") from None
+    with trainer_setup(run, config, recipe="DPO", fresh=fresh, is_main=is_main):
+        trainer = _build_trainer(config, run, splits, tokenizer, base_path)
         test_rows = list(splits["test"])
         tokenized = [_tokenize_pair(tokenizer, row, config.max_length) for row in test_rows]
         pad_id = tokenizer.pad_token_id
@@ -247,12 +209,8 @@ def run_dpo(config: DPORunConfig) -> dict:
                                         pad_id=pad_id)
             else:
                 base_logps = _base_logps_from_disk(base_path, tokenized, config, pad_id, trainer.args.device)
-    except BaseException:
-        if fresh and is_main:
-            shutil.rmtree(run.path, ignore_errors=True)  # nothing trained yet: leave no half-made run behind
-        raise
 
-    try:
+    with recorded_outcome(run, is_main=is_main):
         train_output = trainer.train(resume_from_checkpoint=resume_from)
         results = None
         if can_score and is_main:
@@ -272,10 +230,9 @@ def run_dpo(config: DPORunConfig) -> dict:
         trainer.accelerator.wait_for_everyone()
         if not is_main:
             return {}
-        out_hash = checkpoint_content_hash(run.checkpoint)
-        write_parent_json(run.checkpoint, parent_path=str(base_path), parent_hash=base_hash, run=run.path.name,
-                          kind="dpo", snapshot_id=manifest.get("snapshot_id"), content_hash=out_hash)
-        wall_s = round(time.perf_counter() - started, 2)
+        out_hash = record_lineage(run, kind="dpo", base_path=base_path, base_hash=base_hash,
+                                  snapshot_id=manifest.get("snapshot_id"))
+        wall_s = time.perf_counter() - started
         run.write_ledger({
             "inputs": [
                 {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
@@ -288,27 +245,12 @@ def run_dpo(config: DPORunConfig) -> dict:
                 "train_pairs": len(splits["train"]),
                 "pairs_seen": trainer.state.global_step * config.per_device_train_batch_size
                 * config.gradient_accumulation_steps * trainer.accelerator.num_processes,
-                "wall_s": wall_s,
+                "wall_s": round(wall_s, 2),
             },
         })
-        run.update(
-            status="completed",
-            ended_at=utc_now(),
-            wall_s=wall_s,
-            steps=trainer.state.global_step,
-            train_loss=round(train_output.training_loss, 6),
-            results={"test": results} if results else {"test": None, "note": _score_note(tokenized)},
-            output_checkpoint={"path": str(run.checkpoint.resolve()), "content_hash": out_hash},
-        )
-        return run.record
-    except KeyboardInterrupt:
-        if is_main:
-            run.update(status="interrupted", ended_at=utc_now(), error="interrupted")
-        raise
-    except BaseException as error:
-        if is_main:
-            run.update(status="failed", ended_at=utc_now(), error=f"{type(error).__name__}: {error}")
-        raise
+        return record_completed(run, trainer, train_output, wall_s=wall_s, out_hash=out_hash,
+                                results={"test": results} if results else {"test": None,
+                                                                           "note": _score_note(tokenized)})
 
 
 def _score_note(tokenized: list) -> str:

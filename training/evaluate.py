@@ -336,8 +336,7 @@ def eval_main(args) -> int:
         try:
             tasks = load_tasks(args.tasks, verifier=verifier)
         except TaskFileError as exc:
-            message = " ".join(str(exc).split())  # one line, even if a reason quoted a multi-line error
-            raise PairwiseInputError(f"tasks file {message} (fix these lines and run again)") from None
+            raise PairwiseInputError(exc.one_line()) from None
         result = evaluate_checkpoints(
             checkpoints=args.checkpoint, tasks=tasks, samples=args.samples, temperature=args.temperature,
             max_new_tokens=args.max_new_tokens, seed=args.seed, scorer=verifier,

@@ -36,10 +36,16 @@ MAX_MEMORY_MB = 8192
 class TaskFileError(ValueError):
     """A task file that cannot be used; `errors` holds every problem as "line N: reason"."""
 
-    def __init__(self, path: str | os.PathLike, errors: list[str]):
+    def __init__(self, path: str | os.PathLike, errors: list[str], *, advice: str = "fix these lines and run again"):
         self.path = str(path)
         self.errors = errors
+        self.advice = advice
         super().__init__(f"{self.path}: " + "; ".join(errors))
+
+    def one_line(self) -> str:
+        """What a command prints: the file, every problem and what to do, on one line (a reason that quotes
+        a multi-line error is joined up)."""
+        return " ".join(f"tasks file {self}; {self.advice}".split())
 
 
 def _is_number(value: Any) -> bool:
@@ -199,8 +205,8 @@ def solution_problems(numbered_tasks: list[tuple[int, dict]], *, verifier=None) 
     """`line N: reason` for every task whose reference solution (code) or worked `solution` its own
     verifier does not call correct: a task that fails its own tests would score every answer wrongly.
 
-    Code runs only in the sandbox; where the sandbox cannot isolate code (not root), code references
-    are left to be checked when they are scored, which then fails with the sandbox's reason.
+    Code runs only in the sandbox; where the sandbox cannot isolate code (neither root nor user
+    namespaces), code references are left to be checked when they are scored, which then fails with the sandbox's reason.
     """
     from training.verifiers.sandbox import SandboxUnavailable
     from training.verifiers.task_verifier import TaskVerifier
@@ -245,7 +251,8 @@ def _text_lines(path: str | os.PathLike) -> list[str]:
     try:
         return Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise TaskFileError(path, [f"line 0: cannot read the file ({exc})"]) from exc
+        raise TaskFileError(path, [f"cannot read the file ({exc})"],
+                            advice="give the path of a readable JSONL task file") from exc
 
 
 def _decoded_lines(lines: list[str], errors: list[str]) -> Iterator[tuple[int, Any]]:

@@ -9,6 +9,8 @@ the config again would re-run TRL's checks on values it has already resolved).
 import copy
 import math
 import os
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 from training.errors import PairwiseInputError
@@ -134,3 +136,101 @@ def save_checkpoint(trainer, config, run, tokenizer) -> None:
 def is_zero3(trainer) -> bool:
     plugin = getattr(trainer.args, "deepspeed_plugin", None)
     return plugin is not None and getattr(plugin, "zero_stage", 0) == 3
+
+
+# --- the run record around a trainer ------------------------------------------------------------------------
+
+
+def start_run_record(run, config, *, kind: str, base_path: Path, base_hash: str | None, resume_from: str | None,
+                     **fields) -> dict | None:
+    """Create the run folder and write run.json as running (main process only). A resumed run keeps its
+    record and start time and notes the resume. `fields` are the recipe's own (snapshot, tasks, ...).
+    Returns the record the run had before, if it is resumed."""
+    from training.config import config_record
+    from training.run_folder import RUN_FORMAT, hardware, library_versions, utc_now
+    from training.snapshot import code_version
+
+    run.create()
+    previous = run.read_record() if resume_from is not None else None
+    run.record = previous or {}
+    run.update(
+        format=RUN_FORMAT,
+        run=run.path.name,
+        kind=kind,
+        status="running",
+        config=config_record(config),
+        base_checkpoint={"path": str(base_path.resolve()), "content_hash": base_hash},
+        code_version=code_version(),
+        libraries=library_versions(),
+        hardware=hardware(),
+        started_at=(previous or {}).get("started_at") or utc_now(),
+        ended_at=None,
+        error=None,
+        **fields,
+    )
+    if resume_from is not None:
+        run.update(resumed=[*run.record.get("resumed", []), {"at": utc_now(), "from": str(resume_from)}])
+    return previous
+
+
+@contextmanager
+def trainer_setup(run, config, *, recipe: str, fresh: bool, is_main: bool):
+    """Around building the trainer: a ValueError from TRL's own option checks is a config mistake (one line),
+    and on any failure a fresh run folder is removed, since nothing was trained yet."""
+    from training.errors import PairwiseInputError
+
+    try:
+        try:
+            yield
+        except ValueError as error:
+            if isinstance(error, PairwiseInputError):
+                raise
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise PairwiseInputError(f"{config.output_dir}: {recipe} setup refused the config: {first_line}") from None
+    except BaseException:
+        if fresh and is_main:
+            shutil.rmtree(run.path, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def recorded_outcome(run, *, is_main: bool):
+    """An interrupted or failed run says so in run.json (status and error) before the error goes on."""
+    from training.run_folder import utc_now
+
+    try:
+        yield
+    except KeyboardInterrupt:
+        if is_main:
+            run.update(status="interrupted", ended_at=utc_now(), error="interrupted")
+        raise
+    except BaseException as error:
+        if is_main:
+            run.update(status="failed", ended_at=utc_now(), error=f"{type(error).__name__}: {error}")
+        raise
+
+
+def record_lineage(run, *, kind: str, base_path: Path, base_hash: str, snapshot_id: str | None) -> str:
+    """checkpoint/parent.json for the trained checkpoint; returns the checkpoint's content hash."""
+    from training.run_folder import checkpoint_content_hash, write_parent_json
+
+    out_hash = checkpoint_content_hash(run.checkpoint)
+    write_parent_json(run.checkpoint, parent_path=str(base_path), parent_hash=base_hash, run=run.path.name,
+                      kind=kind, snapshot_id=snapshot_id, content_hash=out_hash)
+    return out_hash
+
+
+def record_completed(run, trainer, train_output, *, wall_s: float, out_hash: str, **fields) -> dict:
+    """run.json's final state after a finished run; returns the record."""
+    from training.run_folder import utc_now
+
+    run.update(
+        status="completed",
+        ended_at=utc_now(),
+        wall_s=round(wall_s, 2),
+        steps=trainer.state.global_step,
+        train_loss=round(train_output.training_loss, 6),
+        output_checkpoint={"path": str(run.checkpoint.resolve()), "content_hash": out_hash},
+        **fields,
+    )
+    return run.record

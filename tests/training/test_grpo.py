@@ -200,7 +200,9 @@ def test_rescore_stores_new_scores_beside_the_original(smoke_run, tmp_path):
         new = rescored[row["rollout_id"]]
         assert new["original_reward"] == row["reward"] and new["original_scorer"] == row["scorer"]
         assert new["scorer"] != row["scorer"] and "+config-" in new["scorer"]
-        assert new["reward"] == (1.0 if new["status"] == "correct" else 0.0)  # only the answer weighs now
+        # Only the answer weighs now: the reward is the answer component (a right number with a wrong unit
+        # scores 1 and is still not correct).
+        assert new["reward"] == json.loads(new["components"])["answer"]
         assert new["status"] == row["status"]  # the same verdicts; the reward's make-up changed
     record = json.loads((run / "run.json").read_text())
     assert record["rescores"][-1]["file"] == f"rescored/{files[0].name}"

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from trl import GRPOConfig
 
-from training.config import ConfigError, PairwiseConfigMixin, load_config
+from training.config import PairwiseConfigMixin, key_error, load_config
 
 # TRL checks these only when the first batch is scored (trl/trainer/grpo_trainer.py); Pairwise checks them
 # before anything runs.
@@ -59,37 +59,31 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
     @classmethod
     def check_values(cls, values: dict, source: str) -> None:
         super().check_values(values, source)
-
-        def bad(key: str, why: str) -> ConfigError:
-            return ConfigError(f"{source}: {key} {why}")
-
         for key, choices in _CHOICES.items():
             if values[key] not in choices:
-                raise bad(key, f"must be one of {', '.join(choices)}, got {values[key]!r}")
+                raise key_error(source, key, f"must be one of {', '.join(choices)}, got {values[key]!r}")
         if values["num_generations"] is not None and values["num_generations"] < 2:
-            raise bad("num_generations", f"must be at least 2 (advantages compare answers within a group), got "
-                                         f"{values['num_generations']}")
+            raise key_error(source, "num_generations", "must be at least 2 (advantages compare answers within a "
+                                                       f"group), got {values['num_generations']}")
         if not values["temperature"] > 0:
-            raise bad("temperature", f"must be above 0 (GRPO samples its answers), got {values['temperature']}")
-        if not values["learning_rate"] > 0:
-            raise bad("learning_rate", f"must be above 0, got {values['learning_rate']}")
-        if values["max_steps"] == 0 or values["max_steps"] < -1:
-            raise bad("max_steps", f"must be -1 (use num_train_epochs) or at least 1, got {values['max_steps']}")
+            raise key_error(source, "temperature",
+                            f"must be above 0 (GRPO samples its answers), got {values['temperature']}")
         if values["dynamic_sampling_max_rounds"] < 0:
-            raise bad("dynamic_sampling_max_rounds", f"must be 0 or more, got {values['dynamic_sampling_max_rounds']}")
+            raise key_error(source, "dynamic_sampling_max_rounds",
+                            f"must be 0 or more, got {values['dynamic_sampling_max_rounds']}")
         if values["difficulty_samples"] < 1:
-            raise bad("difficulty_samples", f"must be at least 1, got {values['difficulty_samples']}")
+            raise key_error(source, "difficulty_samples", f"must be at least 1, got {values['difficulty_samples']}")
         low, high = values["difficulty_min_pass_rate"], values["difficulty_max_pass_rate"]
         if not 0.0 <= low < high <= 1.0:
-            raise bad("difficulty_min_pass_rate", f"and difficulty_max_pass_rate must satisfy 0 <= min < max <= 1, "
-                                                  f"got {low} and {high}")
-        if values["max_generated_tokens"] is not None and values["max_generated_tokens"] < 1:
-            raise bad("max_generated_tokens", f"must be at least 1 or null, got {values['max_generated_tokens']}")
-        if values["verifier_workers"] is not None and values["verifier_workers"] < 1:
-            raise bad("verifier_workers", f"must be at least 1 or null, got {values['verifier_workers']}")
+            raise key_error(source, "difficulty_min_pass_rate",
+                            f"and difficulty_max_pass_rate must satisfy 0 <= min < max <= 1, got {low} and {high}")
+        for key in ("max_generated_tokens", "verifier_workers"):
+            if values[key] is not None and values[key] < 1:
+                raise key_error(source, key, f"must be at least 1 or null, got {values[key]}")
         if values["use_vllm"] and importlib.util.find_spec("vllm") is None:
-            raise bad("use_vllm", "is true but vllm is not installed here; install it (pip install vllm) on the GPU "
-                                  "nodes, or set use_vllm: false to generate with transformers")
+            raise key_error(source, "use_vllm", "is true but vllm is not installed here; install it (pip install "
+                                                "vllm) on the GPU nodes, or set use_vllm: false to generate with "
+                                                "transformers")
 
 
 def load_grpo_config(path: str | Path) -> GRPORunConfig:

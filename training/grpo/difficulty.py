@@ -116,7 +116,7 @@ def grpo_filter_main(args) -> int:
     try:
         tasks = load_tasks(args.tasks)
     except TaskFileError as error:
-        raise PairwiseInputError(f"tasks file {error}; fix these lines and run again") from None
+        raise PairwiseInputError(error.one_line()) from None
     _check_sandbox(tasks, args.tasks)
     rates = pass_rates(checkpoint=checkpoint, tasks=tasks, samples=args.samples, temperature=args.temperature,
                        max_new_tokens=args.max_new_tokens, seed=args.seed)

@@ -11,20 +11,23 @@ Generation: transformers' generate, or TRL's vLLM modes when `use_vllm: true` (c
 -m training grpo --config F`.
 """
 
-import shutil
 import time
 from pathlib import Path
 
-from training.config import config_record
 from training.errors import PairwiseInputError
 from training.grpo.config import GRPORunConfig, load_grpo_config
 from training.trl_setup import (
     check_output_dir,
     is_main_process,
     lora_config,
+    record_completed,
+    record_lineage,
+    recorded_outcome,
     run_callbacks,
     save_checkpoint,
+    start_run_record,
     trainer_arguments,
+    trainer_setup,
 )
 
 
@@ -34,7 +37,7 @@ def _load_tasks(config: GRPORunConfig) -> list[dict]:
     try:
         return load_tasks(config.tasks)
     except TaskFileError as error:
-        raise PairwiseInputError(f"tasks file {error}; fix these lines and run again") from None
+        raise PairwiseInputError(error.one_line()) from None
 
 
 def _dataset_rows(tasks: list[dict], tokenizer, base_path: Path) -> list[dict]:
@@ -79,17 +82,8 @@ def run_grpo(config: GRPORunConfig) -> dict:
     from training.grpo.rewards import VerifierComponentsReward
     from training.grpo.rollouts import ROLLOUT_FORMAT, next_batch_number
     from training.grpo.trainer import PairwiseGRPOTrainer
-    from training.run_folder import (
-        RUN_FORMAT,
-        RunFolder,
-        check_causal_lm_checkpoint,
-        checkpoint_content_hash,
-        hardware,
-        library_versions,
-        utc_now,
-        write_parent_json,
-    )
-    from training.snapshot import code_version, file_sha256
+    from training.run_folder import RunFolder, check_causal_lm_checkpoint, checkpoint_content_hash
+    from training.snapshot import file_sha256
     from training.tasks import write_tasks
 
     started = time.perf_counter()
@@ -135,40 +129,23 @@ def run_grpo(config: GRPORunConfig) -> dict:
 
     # 2. The run folder: run.json is kept current so a watcher sees the status.
     if is_main:
-        run.create()
-        previous = run.read_record() if not fresh else None
-        run.record = previous or {}
-        if fresh:
-            write_tasks(run.path / "tasks.jsonl", tasks)
-        run.update(
-            format=RUN_FORMAT,
-            run=run.path.name,
-            kind="grpo",
-            status="running",
-            config=config_record(config),
-            base_checkpoint={"path": str(base_path.resolve()), "content_hash": base_hash},
+        # A resumed run keeps the difficulty_filter its record already holds.
+        start_run_record(
+            run, config, kind="grpo", base_path=base_path, base_hash=base_hash, resume_from=resume_from,
             snapshot=None,
             tasks={"path": str(Path(config.tasks).resolve()), "sha256": tasks_hash, "count": len(all_tasks),
                    "trained_on": len(tasks), "copy": "tasks.jsonl"},
             tasks_hash=tasks_hash,
-            difficulty_filter=difficulty if fresh else (previous or {}).get("difficulty_filter"),
             rollouts={"path": "rollouts", "format": ROLLOUT_FORMAT},
             scorers={},
-            code_version=code_version(),
-            libraries=library_versions(),
-            hardware=hardware(),
-            started_at=(previous or {}).get("started_at") or utc_now(),
-            ended_at=None,
-            error=None,
+            **({"difficulty_filter": difficulty} if fresh else {}),
         )
-        if not fresh:
-            run.update(resumed=[*run.record.get("resumed", []), {"at": utc_now(), "from": str(resume_from)}])
-
+        if fresh:
+            write_tasks(run.path / "tasks.jsonl", tasks)
     ledger = Ledger(prepass_s=difficulty["wall_s"] if difficulty else 0.0)
     reward = VerifierComponentsReward(tasks, workers=config.verifier_workers)
-    trainer = None
     try:
-        try:
+        with trainer_setup(run, config, recipe="GRPO", fresh=fresh, is_main=is_main):
             trainer = PairwiseGRPOTrainer(
                 model=str(base_path),
                 reward_funcs=[reward],
@@ -186,19 +163,11 @@ def run_grpo(config: GRPORunConfig) -> dict:
                 dynamic_sampling_max_rounds=config.dynamic_sampling_max_rounds,
                 append_metrics=run.append_metrics if is_main else None,
             )
-        except ValueError as error:
-            if isinstance(error, PairwiseInputError):
-                raise
-            # TRL checks option combinations when the trainer is built; those are config mistakes.
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise PairwiseInputError(f"{config.output_dir}: GRPO setup refused the config: {first_line}") from None
     except BaseException:
         reward.close()
-        if fresh and is_main:
-            shutil.rmtree(run.path, ignore_errors=True)  # nothing trained yet: leave no half-made run behind
         raise
 
-    try:
+    with recorded_outcome(run, is_main=is_main):
         try:
             train_output = trainer.train(resume_from_checkpoint=resume_from)
         finally:
@@ -211,13 +180,10 @@ def run_grpo(config: GRPORunConfig) -> dict:
         ledger.loading_s += time.perf_counter() - saving
         if not is_main:
             return {}
-        out_hash = checkpoint_content_hash(run.checkpoint)
-        write_parent_json(run.checkpoint, parent_path=str(base_path), parent_hash=base_hash, run=run.path.name,
-                          kind="grpo", snapshot_id=None, content_hash=out_hash)
+        out_hash = record_lineage(run, kind="grpo", base_path=base_path, base_hash=base_hash, snapshot_id=None)
         wall_s = time.perf_counter() - started
         gpus = trainer.accelerator.num_processes if torch.cuda.is_available() and not config.use_cpu else 0
         summary = ledger.summary(wall_s=wall_s, gpus=gpus, steps=trainer.state.global_step)
-        scorers = sorted({s for s in _scorers_seen(run.path)})
         run.write_ledger({
             "inputs": [
                 {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
@@ -235,25 +201,9 @@ def run_grpo(config: GRPORunConfig) -> dict:
             },
             **summary,
         })
-        run.update(
-            status="completed",
-            ended_at=utc_now(),
-            wall_s=round(wall_s, 2),
-            steps=trainer.state.global_step,
-            train_loss=round(train_output.training_loss, 6),
-            scorers={"training": scorers},
-            results={"ledger": summary},
-            output_checkpoint={"path": str(run.checkpoint.resolve()), "content_hash": out_hash},
-        )
-        return run.record
-    except KeyboardInterrupt:
-        if is_main:
-            run.update(status="interrupted", ended_at=utc_now(), error="interrupted")
-        raise
-    except BaseException as error:
-        if is_main:
-            run.update(status="failed", ended_at=utc_now(), error=f"{type(error).__name__}: {error}")
-        raise
+        return record_completed(run, trainer, train_output, wall_s=wall_s, out_hash=out_hash,
+                                scorers={"training": sorted(_scorers_seen(run.path))},
+                                results={"ledger": summary})
 
 
 def _load_tasks_file(path: Path) -> list[dict]:

@@ -46,7 +46,7 @@ def verify_main(args) -> int:
     try:
         tasks = load_tasks(args.tasks)
     except TaskFileError as exc:
-        return _fail(f"tasks file {exc} — fix these lines and run again")
+        return _fail(exc.one_line())
     tasks_by_id = {task["task_id"]: task for task in tasks}
     try:
         completions = load_completions(args.completions, tasks_by_id)
