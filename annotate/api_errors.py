@@ -1,5 +1,15 @@
-"""API errors as one readable line: {"detail": "what is wrong and how to fix it"} plus field details."""
+"""API errors as one readable line: {"detail": "what is wrong and how to fix it"} plus field details.
 
+Errors from DRF's views go through `one_line_exception_handler`; whatever answers an /api/ request
+before or after them (an unknown path, a body too large, an unhandled exception) goes through the
+helpers below, used by annotate.middleware.ApiErrorsMiddleware. Either way it is JSON, never HTML.
+"""
+
+import logging
+from http import HTTPStatus
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
@@ -32,5 +42,95 @@ def one_line_exception_handler(exc, context):
         isinstance(response.data, dict) and "detail" in response.data
     ):
         lines = _flatten(response.data)
-        response.data = {"detail": "; ".join(lines), "errors": response.data}
+        response.data = {"detail": "; ".join(lines), "errors": _with_text_keys(response.data)}
     return response
+
+
+def _with_text_keys(errors):
+    """A list field's errors are keyed by item index (an int), which JSON cannot hold as a key."""
+    if isinstance(errors, dict):
+        return {str(key): _with_text_keys(value) for key, value in errors.items()}
+    if isinstance(errors, list):
+        return [_with_text_keys(item) for item in errors]
+    return errors
+
+
+# --- errors raised outside DRF's views: unknown paths, bodies too large, unhandled exceptions ---------
+
+API_PREFIX = "/api/"
+MAX_ID = 2**63 - 1  # ids are PostgreSQL bigints
+
+logger = logging.getLogger(__name__)
+
+
+def is_api(request: HttpRequest) -> bool:
+    return request.path_info.startswith(API_PREFIX)
+
+
+def json_error(message: str, status: int, **extra) -> JsonResponse:
+    return JsonResponse({"detail": message, **extra}, status=status)
+
+
+def body_too_large(request: HttpRequest) -> JsonResponse | None:
+    """413 when the declared body is over the limit for its kind, before anything reads it."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return None
+    is_upload = request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data")
+    limit = settings.PAIRWISE_MAX_UPLOAD_BYTES if is_upload else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is None or length <= limit:
+        return None
+    kind = "a multipart upload" if is_upload else "a request body (JSON or form)"
+    return json_error(f"request body too large: {length} bytes, and the limit for {kind} is {limit} bytes; "
+                      "send less (an import file goes as a multipart upload)", 413)
+
+
+# How long a client should wait before sending again when the database does not answer: a restart or a
+# failover takes seconds.
+DATABASE_RETRY_AFTER_SECONDS = 2
+
+
+def database_unavailable(request: HttpRequest, request_id: str) -> JsonResponse:
+    """503 with Retry-After when the database is down, restarting or dropped the connection: the client's
+    retry is safe (a judgment sent again with its client_key is stored once)."""
+    response = json_error(f"the database is not answering right now (request {request_id}); nothing was changed "
+                          f"unless a retry says so: try again in {DATABASE_RETRY_AFTER_SECONDS} seconds, sending the "
+                          "same body (a judgment keeps its client_key)", 503, request_id=request_id)
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+    return response
+
+
+def unstorable_value(request: HttpRequest, request_id: str) -> JsonResponse:
+    """400 for a value the database refused to hold (text with NUL, a number past a column's range) that no
+    check before it caught: the sender's mistake, not the server's; nothing was stored."""
+    return json_error("the request holds a value that cannot be stored: text with the NUL character (\\u0000) or "
+                      "a number out of range; remove it and send again", 400, request_id=request_id)
+
+
+def server_error(request: HttpRequest, request_id: str) -> JsonResponse:
+    return json_error(f"server error: it is logged as request {request_id}; try again, and if it keeps "
+                      "failing give an admin that id", 500, request_id=request_id)
+
+
+def as_json_error(request: HttpRequest, response: HttpResponse, request_id: str) -> HttpResponse:
+    """The same error as one JSON line, when something outside DRF answered an /api/ request with HTML."""
+    status = response.status_code
+    if status < 400 or response.get("Content-Type", "").startswith("application/json"):
+        return response
+    if status == 404:
+        message = (f"not found: no API endpoint at {request.path_info} (ids are whole numbers from 1 to {MAX_ID}); "
+                   "the endpoints are listed in /api/schema/")
+    elif status >= 500:
+        logger.error("request %s: %s %s answered %s", request_id, request.method, request.path_info, status)
+        return server_error(request, request_id)
+    else:
+        try:
+            message = HTTPStatus(status).phrase.lower()
+        except ValueError:
+            message = f"error {status}"
+    converted = json_error(message, status)
+    for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+        if header in response:
+            converted[header] = response[header]
+    return converted

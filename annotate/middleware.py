@@ -1,6 +1,15 @@
-"""Anonymous visitors see the login page and nothing else."""
+"""Middleware: login for pages, health probes, JSON errors under /api/, the content security policy."""
 
+import logging
+import uuid
+
+from django.conf import settings
 from django.contrib.auth.middleware import LoginRequiredMiddleware
+from django.db import DataError, InterfaceError, OperationalError
+
+from annotate import api_errors, health
+
+logger = logging.getLogger(__name__)
 
 
 class PagesNeedLoginMiddleware(LoginRequiredMiddleware):
@@ -14,3 +23,64 @@ class PagesNeedLoginMiddleware(LoginRequiredMiddleware):
         if request.path_info.startswith("/api/"):
             return None
         return super().process_view(request, view_func, view_args, view_kwargs)
+
+
+class HealthzMiddleware:
+    """GET /healthz: the database and the broker, answered before anything checks the host or the scheme."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if request.path_info == "/healthz" and request.method in ("GET", "HEAD"):
+            return health.health_response()
+        return self.get_response(request)
+
+
+class ApiErrorsMiddleware:
+    """Under /api/ every error is one JSON line: a body too large (413) is refused before it is read,
+    an HTML error from outside DRF (an unknown path, a bad host) is answered as JSON, and an unhandled
+    exception is logged with a request id that the 500 gives back (also as X-Request-ID); a database that
+    does not answer is 503 with Retry-After."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if not api_errors.is_api(request):
+            return self.get_response(request)
+        request.pairwise_request_id = uuid.uuid4().hex
+        response = api_errors.body_too_large(request) or self.get_response(request)
+        response = api_errors.as_json_error(request, response, request.pairwise_request_id)
+        response["X-Request-ID"] = request.pairwise_request_id
+        return response
+
+    def process_exception(self, request, exception):
+        if not api_errors.is_api(request):
+            return None
+        request_id = getattr(request, "pairwise_request_id", None) or uuid.uuid4().hex
+        if isinstance(exception, OperationalError | InterfaceError):
+            # The database is down or dropped the connection (a restart, a failover): not a bug, and the
+            # client can send again; the connection is replaced at the end of the request.
+            logger.warning("request %s: %s %s: database unavailable: %s", request_id, request.method,
+                           request.path_info, exception)
+            return api_errors.database_unavailable(request, request_id)
+        if isinstance(exception, DataError):
+            logger.warning("request %s: %s %s: value refused by the database: %s", request_id, request.method,
+                           request.path_info, exception)
+            return api_errors.unstorable_value(request, request_id)
+        logger.error("request %s: %s %s failed", request_id, request.method, request.path_info, exc_info=exception)
+        return api_errors.server_error(request, request_id)
+
+
+class ContentSecurityPolicyMiddleware:
+    """One fixed policy for every response (settings.PAIRWISE_CONTENT_SECURITY_POLICY): no nonces, so
+    pages stay cacheable and templates need nothing; the pages' scripts and styles are static files."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        response.setdefault("Content-Security-Policy", settings.PAIRWISE_CONTENT_SECURITY_POLICY)
+        return response

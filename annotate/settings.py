@@ -1,11 +1,14 @@
 """Pairwise settings: every value comes from the environment, read here and nowhere else.
 
-With nothing set, Pairwise runs on its embedded defaults: a SQLite file under PAIRWISE_DATA_DIR and
-Celery tasks run in-process. With DEBUG off (production), it refuses to start unless SECRET_KEY,
-DATABASE_URL and CELERY_BROKER_URL are all given.
+Two modes (PAIRWISE_MODE). `embedded`, the default, runs on what it brings: a SQLite file under
+PAIRWISE_DATA_DIR, Celery tasks run in-process, a random key kept in the data folder. `production`
+refuses to start unless SECRET_KEY (a strong one), DATABASE_URL, CELERY_BROKER_URL and ALLOWED_HOSTS
+are given, and turns on HTTPS-only cookies, HSTS and the redirect to HTTPS. DEBUG is separate from both
+and off unless set: a forgotten setting never serves Django's debug pages (which show the settings).
 """
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -15,14 +18,42 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 DATA_DIR = Path(env.str("PAIRWISE_DATA_DIR", default=str(BASE_DIR / "var")))
-DEBUG = env.bool("DEBUG", default=True)
+DEBUG = env.bool("DEBUG", default=False)
+MODES = ("embedded", "production")
+PAIRWISE_MODE = env.str("PAIRWISE_MODE", default="embedded").strip().lower()
+if PAIRWISE_MODE not in MODES:
+    raise ImproperlyConfigured(f"PAIRWISE_MODE={PAIRWISE_MODE!r} is not a mode: use embedded or production")
+PRODUCTION = PAIRWISE_MODE == "production"
 
-if not DEBUG:
-    missing = [name for name in ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL") if not env.str(name, default="")]
+
+def _secret_key_weakness(key: str) -> str | None:
+    """Why a key is too weak to sign sessions in production (Django's own deploy check's rule), or None."""
+    if key.startswith("django-insecure"):
+        return "starts with django-insecure"
+    if len(key) < 50:
+        return f"has {len(key)} characters"
+    if len(set(key)) < 5:
+        return f"has {len(set(key))} distinct characters"
+    return None
+
+
+if PRODUCTION:
+    if DEBUG:
+        raise ImproperlyConfigured(
+            "production mode refuses DEBUG=true: debug pages show the settings to anyone who causes an error; "
+            "remove DEBUG from the environment"
+        )
+    missing = [name for name in ("SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "ALLOWED_HOSTS")
+               if not env.str(name, default="")]
     if missing:
         raise ImproperlyConfigured(
-            f"production mode (DEBUG=false) needs {', '.join(missing)} in the environment; "
-            "set them, or set DEBUG=true to run on the embedded defaults"
+            f"production mode (PAIRWISE_MODE=production) needs {', '.join(missing)} in the environment; "
+            "set them, or leave PAIRWISE_MODE unset to run on the embedded defaults"
+        )
+    if weakness := _secret_key_weakness(env.str("SECRET_KEY")):
+        raise ImproperlyConfigured(
+            f"SECRET_KEY is too weak for production mode: it {weakness}; use at least 50 random characters, "
+            "e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))'"
         )
 
 
@@ -37,7 +68,8 @@ def _embedded_secret_key() -> str:
 
 
 SECRET_KEY = env.str("SECRET_KEY", default="") or _embedded_secret_key()
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"])
+# Django's test runner adds `testserver` itself; a deployment never needs it.
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -54,10 +86,17 @@ INSTALLED_APPS = [
     "annotate.quality",
     "annotate.exports",
     "annotate.runs",
+    "annotate.backup",
+    "axes",
 ]
 
 MIDDLEWARE = [
+    # /healthz answers first: before the host check and the HTTPS redirect, so a probe inside the
+    # container or on the node needs neither a public host name nor TLS.
+    "annotate.middleware.HealthzMiddleware",
+    "annotate.middleware.ApiErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "annotate.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -66,6 +105,7 @@ MIDDLEWARE = [
     "annotate.middleware.PagesNeedLoginMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "annotate.urls"
@@ -101,6 +141,10 @@ if PAIRWISE_PREPARED_STATEMENTS and DATABASES["default"]["ENGINE"].endswith("pos
     # psycopg prepares nothing while the threshold is None (Django's default); a threshold no query
     # reaches means only the statements that ask (prepare=True) are prepared.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
+if DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    # A database that does not answer fails the request (and /healthz) in seconds instead of holding a
+    # worker thread until the operating system gives up on the connection.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", env.int("DB_CONNECT_TIMEOUT", default=5))
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     # WAL lets the reviewer page read while a judgment is being written.
@@ -112,6 +156,19 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Login throttling (django-axes): after PAIRWISE_LOGIN_FAILURES wrong passwords for one username, or
+# from one address, every login for it is refused (429), the right password too, until
+# PAIRWISE_LOGIN_LOCKOUT_MINUTES pass without another try. Admins lift a lock in the admin (Axes >
+# Access attempts) or with `manage.py axes_reset_username USERNAME`.
+AUTHENTICATION_BACKENDS = [
+    "annotate.login_throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("PAIRWISE_LOGIN_FAILURES", default=10)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("PAIRWISE_LOGIN_LOCKOUT_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one: a username, or an address
+AXES_LOCKOUT_CALLABLE = "annotate.login_throttle.locked_out_response"
+AXES_CLIENT_IP_CALLABLE = "annotate.login_throttle.client_address"
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -123,11 +180,17 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env.str("STATIC_ROOT", default=str(DATA_DIR / "static")))
-# Embedded mode serves static files straight from the apps; production serves `collectstatic` output.
-WHITENOISE_USE_FINDERS = DEBUG
+# Embedded mode serves static files straight from the apps (runserver included, DEBUG or not);
+# production serves `collectstatic` output.
+WHITENOISE_USE_FINDERS = not PRODUCTION
 WHITENOISE_AUTOREFRESH = DEBUG
-if DEBUG:
+if not PRODUCTION:
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+
+# Request bodies: JSON and forms up to PAIRWISE_MAX_BODY_BYTES; multipart uploads (the items import)
+# up to PAIRWISE_MAX_UPLOAD_BYTES, streamed to disk. Bigger ones get 413 before anything is read.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("PAIRWISE_MAX_BODY_BYTES", default=2 * 1024 * 1024)
+PAIRWISE_MAX_UPLOAD_BYTES = env.int("PAIRWISE_MAX_UPLOAD_BYTES", default=256 * 1024 * 1024)
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -148,6 +211,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Blinded pairwise review, agreement and dataset snapshots.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # In production the schema is for the people who build on the API, behind a login like the rest.
+    "SERVE_PERMISSIONS": ["annotate.permissions.IsAdminOrEngineer" if PRODUCTION
+                          else "rest_framework.permissions.AllowAny"],
 }
 
 # Celery: with no broker configured, tasks run in-process (the embedded default).
@@ -167,10 +233,25 @@ CELERY_BEAT_SCHEDULE = {
 SNAPSHOT_ROOT = Path(env.str("PAIRWISE_SNAPSHOT_ROOT", default=str(DATA_DIR / "snapshots")))
 RUN_ROOT = Path(env.str("PAIRWISE_RUN_ROOT", default=str(DATA_DIR / "runs")))
 
-if not DEBUG:
+# Behind a proxy that terminates TLS: trust its X-Forwarded-Proto for "this request came over HTTPS"
+# and the address it appends to X-Forwarded-For for the client (login throttling counts by it). Only
+# with a proxy that sets both headers itself; otherwise any client could claim either.
+PAIRWISE_BEHIND_PROXY = env.bool("PAIRWISE_BEHIND_PROXY", default=False)
+if PAIRWISE_BEHIND_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=365 * 24 * 3600)
     SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=True)
     CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=True)
-    SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+# Pages load scripts, styles and images from this site only, with no inline code (annotate/middleware.py).
+PAIRWISE_CONTENT_SECURITY_POLICY = "; ".join([
+    "default-src 'self'", "script-src 'self'", "style-src 'self'", "img-src 'self' data:",
+    "connect-src 'self'", "object-src 'none'", "base-uri 'none'", "form-action 'self'", "frame-ancestors 'none'",
+])
 
 LOGGING = {
     "version": 1,

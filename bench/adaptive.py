@@ -333,6 +333,9 @@ def run() -> int:
               f"(sd {verdict['row_accuracy_change']['sd']:.3f}), correct rows "
               f"{100 * verdict['correct_rows_change']['mean']:+.1f}%  target met: {verdict['meets_target']}")
 
+    met = ", ".join(f"{v['adaptive']} (against {v['fixed']})" for v in verdicts if v["meets_target"])
+    print(f"Target met by: {met}" if met else "Target not met by any adaptive setting")
+
     print(f"\nPart 2: the same {3 * args.pairs} judgments over a pool of {3 * args.pairs} pairs, some models "
           f"answered far more often than others; mean ± sd over {args.seeds} seeds")
     print(f"{'overlap':<34} {'rows':>11} {'row accuracy':>14} {'correct rows':>12} {'CI width':>14} "

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs Pairwise, loads the demo project and accounts, and serves the app on the embedded
-# defaults (a SQLite file under ./var, tasks run in-process). Prints the demo passwords.
+# defaults (a SQLite file under ./var, tasks run in-process, no debug pages; static files come from
+# the app through whitenoise). Prints the demo passwords.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh

@@ -13,6 +13,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # torch first, pinned: a plain `torch` requirement would pull a multi-GB CUDA build.
   .venv/bin/python -m pip install -q "torch==2.13.0"
-  .venv/bin/python -m pip install -q -c constraints.txt -e ".[test]"
+  # Everything: the web app, training and the tests (a web host alone needs only ".[web]": docs/deploy.md).
+  .venv/bin/python -m pip install -q -c constraints.txt -e ".[web,train,test]"
   echo "$want" > "$stamp"
 fi

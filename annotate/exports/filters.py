@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from annotate.errors import UserMistake
+from annotate.limits import MAX_INT32, whole_number
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
 GOLD_CHOICES = ("include", "exclude", "only")
@@ -88,17 +89,8 @@ class ExportFilters:
 FIELDS = tuple(ExportFilters.__dataclass_fields__)
 
 
-def _int(name: str, value: Any, *, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ExportError(f"{name}: {value!r} must be a whole number")
-    try:
-        number = int(value)
-    except ValueError:
-        raise ExportError(f"{name}: {value!r} must be a whole number") from None
-    if number < low or (high is not None and number > high):
-        span = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise ExportError(f"{name}: {number} must be {span}")
-    return number
+def _int(name: str, value: Any, *, low: int, high: int = MAX_INT32) -> int:
+    return whole_number(name, value, low=low, high=high, error=ExportError)
 
 
 def _share(name: str, value: Any, *, low: float, high: float) -> float:

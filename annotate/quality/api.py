@@ -6,6 +6,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotate.limits import whole_number
 from annotate.permissions import IsAdminOrEngineer
 from annotate.quality import services
 from annotate.quality.selectors import agreement_report_for_project
@@ -38,16 +39,11 @@ class AgreementReportView(APIView):
         project = Project.objects.filter(slug=slug).first()
         if project is None:
             raise Http404(f"no project {slug!r}")
-        raw_bootstrap = request.query_params.get("bootstrap", str(services.STORED_BOOTSTRAP))
-        if not raw_bootstrap.isdigit() or int(raw_bootstrap) > MAX_BOOTSTRAP:
-            return Response(
-                {"detail": f"bootstrap: {raw_bootstrap!r} must be a whole number from 0 to {MAX_BOOTSTRAP}"},
-                status=400,
-            )
+        bootstrap = whole_number("bootstrap", request.query_params.get("bootstrap", str(services.STORED_BOOTSTRAP)),
+                                 low=0, high=MAX_BOOTSTRAP)
         raw_fresh = request.query_params.get("fresh", "false").lower()
         if raw_fresh not in _TRUE + _FALSE:
             return Response({"detail": f"fresh: {raw_fresh!r} must be true or false"}, status=400)
-        bootstrap = int(raw_bootstrap)
 
         if bootstrap != services.STORED_BOOTSTRAP:
             report = agreement_report_for_project(project=project, bootstrap=bootstrap)

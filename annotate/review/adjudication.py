@@ -30,6 +30,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from annotate.limits import MAX_RATIONALE_CHARS, text_within, whole_number
 from annotate.quality.consensus import NO_CONSENSUS, strict_majority
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
 from annotate.review.models import (
@@ -42,7 +43,7 @@ from annotate.review.models import (
 )
 from annotate.review.rationale import FLAGS
 from annotate.review.rendering import markdown_to_safe_html
-from annotate.review.services import ReviewError
+from annotate.review.services import ReviewError, choice_and_strength_check
 
 HOLD_MINUTES = 30  # an adjudication not ruled on within this returns to the queue
 BATCH_PAIRS = 2000  # pairs whose votes are read and decided at a time while the queue is walked
@@ -75,10 +76,8 @@ def queue_filter_parse(params: Mapping[str, str], *, project: Project) -> QueueF
     min_judgments = max(2, project.overlap)
     raw = params.get("min_judgments")
     if raw not in (None, ""):
-        if not str(raw).isdigit() or not 2 <= int(raw) <= 1000:
-            raise ReviewError(f"min_judgments: {raw!r} must be a whole number from 2 to 1000 "
-                              "(a pair with one vote is never split)")
-        min_judgments = int(raw)
+        min_judgments = whole_number("min_judgments", raw, low=2, high=1000, error=ReviewError,
+                                     hint="a pair with one vote is never split")
     max_share = None
     raw = params.get("max_share")
     if raw not in (None, ""):
@@ -288,12 +287,7 @@ def adjudication_payload(*, assignment: AdjudicationAssignment, queue: QueueFilt
 
 def _checked_ruling(*, criteria_keys: list[str], min_rationale_chars: int, choice, strength, criteria,
                     rationale) -> tuple[str, int | None, dict, str]:
-    if choice not in CLICKS:
-        raise ReviewError(f"choice: {choice!r} is not one of {', '.join(CLICKS)}")
-    if strength is not None and (isinstance(strength, bool) or not isinstance(strength, int) or not 1 <= strength <= 3):
-        raise ReviewError(f"strength: {strength!r} must be 1, 2 or 3")
-    if strength is None and choice in DECISIVE_CLICKS:
-        raise ReviewError("strength: say how strongly the ruling prefers it: 1, 2 or 3")
+    choice_and_strength_check(choice, strength, who="the ruling prefers")
     if criteria is None:
         criteria = {}
     if not isinstance(criteria, dict):
@@ -307,6 +301,7 @@ def _checked_ruling(*, criteria_keys: list[str], min_rationale_chars: int, choic
     needed = max(1, min_rationale_chars)
     if not isinstance(rationale, str) or len(rationale.strip()) < needed:
         raise ReviewError(f"rationale: write at least {needed} characters on why you rule as you do")
+    text_within("rationale", rationale, MAX_RATIONALE_CHARS)
     return choice, (strength if choice in DECISIVE_CLICKS else None), criteria, rationale.strip()
 
 

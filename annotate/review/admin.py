@@ -41,7 +41,7 @@ class ProjectAdmin(admin.ModelAdmin):
 
     def get_urls(self):
         return [
-            path("<int:project_id>/import/", self.admin_site.admin_view(self.import_items_view), name="review_project_import"),
+            path("<id:project_id>/import/", self.admin_site.admin_view(self.import_items_view), name="review_project_import"),
             *super().get_urls(),
         ]
 

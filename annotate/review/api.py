@@ -10,6 +10,8 @@ from rest_framework.parsers import JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from annotate.api_errors import MAX_ID
+from annotate.limits import whole_number
 from annotate.permissions import CanAdjudicate, CanReview, IsAdmin, IsAdminOrEngineer
 from annotate.review import adjudication, selectors, services
 from annotate.review.importing import ImportRejected
@@ -50,8 +52,8 @@ def judgment_input(data) -> dict:
         if name not in data:
             raise services.ReviewError(f"{name}: this field is required")
     strength = data.get("strength")
-    if isinstance(strength, str) and strength.strip().isdigit():
-        strength = int(strength)
+    if isinstance(strength, str):  # a form-minded client's "2"; never "²" or "٣" (see whole_number)
+        strength = whole_number("strength", strength, low=1, high=3, error=services.ReviewError)
     try:
         client_key = uuid.UUID(str(data["client_key"]))
     except ValueError:
@@ -202,10 +204,10 @@ class AdjudicationNextView(APIView):
         project = _project_or_404(slug)
         queue = adjudication.queue_filter_parse(request.query_params, project=project)
         raw_pair = request.query_params.get("pair")
-        if raw_pair not in (None, "") and not str(raw_pair).isdigit():
-            raise services.ReviewError(f"pair: {raw_pair!r} must be a pair id")
+        pair_id = (whole_number("pair", raw_pair, low=1, high=MAX_ID, error=services.ReviewError)
+                   if raw_pair not in (None, "") else None)
         assignment = adjudication.adjudication_next(
-            project=project, adjudicator=request.user, queue=queue, pair_id=int(raw_pair) if raw_pair else None)
+            project=project, adjudicator=request.user, queue=queue, pair_id=pair_id)
         if assignment is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
         return Response(adjudication.adjudication_payload(assignment=assignment, queue=queue))

@@ -39,10 +39,11 @@ def _speed_item(rng: random.Random, index: int) -> dict:
     ]
     wrong = rng.choice(slips)
     answers = [right, wrong]
-    gold = {"preferred": 0} if index % 10 == 0 else None
+    reason = "It divides the total distance by the total time and shows each step; the other does not."
+    gold = {"preferred": 0, "reason": reason} if index % 10 == 0 else None
     if rng.random() < 0.5:
         answers.reverse()
-        gold = {"preferred": 1} if gold else None
+        gold = {"preferred": 1, "reason": reason} if gold else None
     item = {
         "prompt_id": f"speed-{index:03d}",
         "prompt": prompt,

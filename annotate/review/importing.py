@@ -13,6 +13,16 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from annotate.limits import (
+    MAX_GOLD_REASON_CHARS,
+    MAX_IMPORT_LINES,
+    MAX_PROMPT_CHARS,
+    MAX_RESPONSE_CHARS,
+    MAX_RESPONSES_PER_PROMPT,
+    MAX_TAG_CHARS,
+    MAX_TAGS,
+    too_long,
+)
 from training.snapshot import prompt_key
 
 ROLES = {"system", "user", "assistant"}
@@ -62,6 +72,7 @@ def _messages(value, where: str, errors: list[str]) -> list[dict]:
     if isinstance(value, str):
         if not value.strip():
             errors.append(f"{where}: 'prompt' is empty")
+        _prompt_within_limit(value, where, errors)
         return [{"role": "user", "content": value}]
     if isinstance(value, list) and value:
         for i, message in enumerate(value):
@@ -71,14 +82,29 @@ def _messages(value, where: str, errors: list[str]) -> list[dict]:
                 errors.append(f"{where}: prompt message {i} has role {message.get('role')!r}; use one of {sorted(ROLES)}")
             elif not isinstance(message.get("content"), str):
                 errors.append(f"{where}: prompt message {i} needs a 'content' string")
+            elif not message["content"].strip():
+                errors.append(f"{where}: prompt message {i} ({message['role']}) has empty 'content'; write the "
+                              "message or leave it out")
+        if all(isinstance(message, dict) and isinstance(message.get("content"), str) for message in value):
+            _prompt_within_limit("".join(message["content"] for message in value), where, errors)
         return value
     errors.append(f"{where}: 'prompt' must be a string or a non-empty list of chat messages")
     return []
 
 
+def _prompt_within_limit(text: str, where: str, errors: list[str]) -> None:
+    message = too_long("the prompt", text, MAX_PROMPT_CHARS)
+    if message:
+        errors.append(f"{where}: {message} (all messages together)")
+
+
 def _responses(value, where: str, errors: list[str]) -> list[ImportedResponse]:
     if not isinstance(value, list) or len(value) < 2:
         errors.append(f"{where}: 'responses' must be a list of at least two answers")
+        return []
+    if len(value) > MAX_RESPONSES_PER_PROMPT:
+        errors.append(f"{where}: {len(value)} responses; at most {MAX_RESPONSES_PER_PROMPT} to one prompt "
+                      "(each two of them make a pair to judge)")
         return []
     responses = []
     for i, response in enumerate(value):
@@ -92,6 +118,8 @@ def _responses(value, where: str, errors: list[str]) -> list[ImportedResponse]:
         version = response.get("model_version", "")
         if not isinstance(text, str) or not text.strip():
             errors.append(f"{where}: response {i} needs a non-empty 'text'")
+        elif too_long("its text", text, MAX_RESPONSE_CHARS):
+            errors.append(f"{where}: response {i}: {too_long('its text', text, MAX_RESPONSE_CHARS)}")
         elif not isinstance(model, str) or not model.strip():
             errors.append(f"{where}: response {i} needs a 'model' name")
         elif len(model.strip()) > MAX_NAME_CHARS:
@@ -102,6 +130,9 @@ def _responses(value, where: str, errors: list[str]) -> list[ImportedResponse]:
             errors.append(f"{where}: response {i} 'model_version' is longer than {MAX_NAME_CHARS} characters")
         else:
             responses.append(ImportedResponse(text=text, model=model.strip(), model_version=str(version).strip()))
+    if len(responses) == len(value) and len({response.text.strip() for response in responses}) == 1:
+        errors.append(f"{where}: all answers are identical; nothing to compare")
+        return []
     return responses
 
 
@@ -134,6 +165,9 @@ def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
     if not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
         errors.append(f"{where}: 'tags' must be a list of strings")
         tags = []
+    elif len(tags) > MAX_TAGS or any(len(tag) > MAX_TAG_CHARS for tag in tags):
+        errors.append(f"{where}: 'tags' may hold at most {MAX_TAGS} tags of at most {MAX_TAG_CHARS} characters each")
+        tags = []
     gold_preferred, gold_reason = None, ""
     if "gold" in row:
         gold = row["gold"]
@@ -148,6 +182,8 @@ def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
             errors.append(f"{where}: gold.preferred={preferred} is not the index of a response")
         elif not isinstance(reason, str):
             errors.append(f"{where}: gold.reason must be a string (why the preferred answer is better)")
+        elif too_long("gold.reason", reason, MAX_GOLD_REASON_CHARS):
+            errors.append(f"{where}: {too_long('gold.reason', reason, MAX_GOLD_REASON_CHARS)}")
         else:
             gold_preferred, gold_reason = preferred, reason.strip()
     if len(errors) > before:
@@ -182,11 +218,19 @@ def items_read(lines: Iterable[str | bytes], errors: list[tuple[int, str]]) -> I
     found = 0
     for line_no, raw in enumerate(lines, start=1):
         line_errors: list[str] = []
+        if line_no > MAX_IMPORT_LINES:
+            errors.append((line_no, f"line {line_no}: the file has more than {MAX_IMPORT_LINES:,} lines; "
+                                    "split it and import the parts one after another"))
+            return
         if isinstance(raw, bytes):
             try:
-                raw = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                line_errors.append(f"line {line_no}: not UTF-8 text")
+                # utf-8-sig on the first line: a byte order mark that an editor put there is not part of the JSON
+                raw = raw.decode("utf-8-sig" if line_no == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                line_errors.append(f"line {line_no}: not UTF-8 text (byte {exc.start + 1} of the line is "
+                                   f"0x{exc.object[exc.start]:02x}); save the file as UTF-8")
+        elif line_no == 1:
+            raw = raw.removeprefix("\ufeff")
         if not line_errors:
             if not raw.strip():
                 continue

@@ -431,6 +431,28 @@ class RationaleCheck(models.Model):
         return f"rationale check of judgment {self.judgment_id}"
 
 
+class ReviewerStanding(models.Model):
+    """The figures a reviewer's page last showed them of their own standing (annotate/review/selectors.py).
+
+    Kept so that the figures move only after the reviewer has made several more judgments of their own
+    (STANDING_STEP): a figure that changed after each judgment would tell them, by the difference, what the
+    other reviewers chose on the pair they just judged.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    judged = models.PositiveIntegerField(help_text="The reviewer's judgments (retests included) the figures cover.")
+    figures = models.JSONField(help_text="gold_accuracy, retest_consistency, agreement_with_others as shown.")
+    report_judgments = models.PositiveIntegerField(help_text="The reviewer's judgments the agreement report counted.")
+    as_of = models.DateTimeField(help_text="When the agreement report these figures come from was computed.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "reviewer"], name="standing_per_reviewer")]
+
+    def __str__(self) -> str:
+        return f"standing of reviewer {self.reviewer_id} in project {self.project_id} after {self.judged}"
+
+
 class AdjudicationAssignment(models.Model):
     """One adjudicator's turn at one pair, shown in their own random left/right order."""
 

@@ -15,11 +15,13 @@ import numpy as np
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.core.cache import cache
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from annotate.errors import UserMistake
+from annotate.limits import MAX_CRITERIA, MAX_RATIONALE_CHARS, text_within
 from annotate.review import import_sql, queue_sql
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
 from annotate.review.import_sql import ImportSummary
@@ -155,22 +157,30 @@ def _overlap_settings_apply(*, project: Project, created: bool, given: dict) -> 
         queue_priorities_refresh(project=project)  # every priority back to 0
 
 
-def project_queue_settings_update(
+QUALITY_SETTINGS = ("rationale_flag_chars", "qualification_items", "qualification_pass_mark",
+                    "qualification_attempts", "gold_rate", "standing_min_judgments")
+
+
+def project_settings_update(
     *, project: Project, overlap: int | None = None, min_overlap: int | None = None, max_overlap: int | None = None,
-    overlap_stop_rule: str | None = None, leaderboard_priority: bool | None = None,
+    overlap_stop_rule: str | None = None, leaderboard_priority: bool | None = None, **quality,
 ) -> Project:
-    """Change a project's queue settings (as project_create_or_update takes them); all or nothing."""
-    given = _overlap_settings_given(overlap=overlap, min_overlap=min_overlap, max_overlap=max_overlap,
-                                    overlap_stop_rule=overlap_stop_rule, leaderboard_priority=leaderboard_priority)
-    if not given:
+    """Change a project's queue, onboarding, rationale and standing settings (as project_create_or_update
+    takes them; `quality` holds any of QUALITY_SETTINGS); all or nothing."""
+    quality_given = _quality_settings_checked(**{name: quality.get(name) for name in QUALITY_SETTINGS})
+    overlap_given = _overlap_settings_given(overlap=overlap, min_overlap=min_overlap, max_overlap=max_overlap,
+                                            overlap_stop_rule=overlap_stop_rule,
+                                            leaderboard_priority=leaderboard_priority)
+    if not overlap_given and not quality_given:
         raise ReviewError("give at least one of overlap, min_overlap, max_overlap, overlap_stop_rule, "
-                          "leaderboard_priority")
+                          f"leaderboard_priority, {', '.join(QUALITY_SETTINGS)}")
     with transaction.atomic():
         project = Project.objects.select_for_update().get(pk=project.pk)
-        for key, value in given.items():
+        for key, value in {**quality_given, **overlap_given}.items():
             setattr(project, key, value)
-        project.save(update_fields=list(given))
-        _overlap_settings_apply(project=project, created=False, given=given)
+        project.save(update_fields=[*quality_given, *overlap_given])
+        if overlap_given:
+            _overlap_settings_apply(project=project, created=False, given=overlap_given)
     return project
 
 
@@ -863,17 +873,23 @@ def _rationale_checked(*, judgment: Judgment, assignment: Assignment, typing: Ty
 # --- judgments -------------------------------------------------------------------------------------
 
 
-def _checked_judgment(
-    *, criteria_keys: list[str], min_rationale_chars: int, choice, strength, criteria, rationale
-) -> tuple[str, int | None, dict, str]:
-    """The judgment's fields after checking them, or ReviewError naming the first field to fix."""
+def choice_and_strength_check(choice, strength, *, who: str) -> None:
+    """A click (left, right, tie, both_bad) and its strength, as a reviewer or an adjudicator sends them;
+    ReviewError names the field to fix. `who` finishes "say how strongly ... it"."""
     if choice not in CLICKS:
         raise ReviewError(f"choice: {choice!r} is not one of {', '.join(CLICKS)}")
     if strength is not None and (isinstance(strength, bool) or not isinstance(strength, int) or not 1 <= strength <= 3):
         raise ReviewError(f"strength: {strength!r} must be 1, 2 or 3")
     if strength is None and choice in DECISIVE_CLICKS:
-        raise ReviewError("strength: say how strongly you prefer it: 1, 2 or 3")
-    if not isinstance(criteria, dict):
+        raise ReviewError(f"strength: say how strongly {who} it: 1, 2 or 3")
+
+
+def _checked_judgment(
+    *, criteria_keys: list[str], min_rationale_chars: int, choice, strength, criteria, rationale
+) -> tuple[str, int | None, dict, str]:
+    """The judgment's fields after checking them, or ReviewError naming the first field to fix."""
+    choice_and_strength_check(choice, strength, who="you prefer")
+    if not isinstance(criteria, dict) or len(criteria) > MAX_CRITERIA:
         raise ReviewError("criteria: must be an object mapping each criterion key to left, right or tie")
     keys = criteria_keys
     unknown = sorted(set(criteria) - set(keys))
@@ -886,6 +902,7 @@ def _checked_judgment(
             raise ReviewError(f"criteria: {key!r} is {criteria[key]!r}; use left, right or tie")
     if not isinstance(rationale, str) or len(rationale.strip()) < min_rationale_chars:
         raise ReviewError(f"rationale: write at least {min_rationale_chars} characters on why you chose as you did")
+    text_within("rationale", rationale, MAX_RATIONALE_CHARS)
     if choice not in DECISIVE_CLICKS:
         strength = None
     return choice, strength, criteria, rationale.strip()
@@ -1024,15 +1041,28 @@ def judgment_undo_last(*, project: Project, reviewer: AbstractBaseUser, now: dat
 # --- users -----------------------------------------------------------------------------------------
 
 
-def user_add(*, username: str, role: str, password: str | None = None) -> tuple[AbstractBaseUser, str, bool]:
-    """Create or update a user with one role; returns (user, password, created). A password is made if none is given."""
+def user_add(*, username: str, role: str, password: str | None = None,
+             replace_password: bool = True) -> tuple[AbstractBaseUser, str | None, bool]:
+    """Create or update a user with one role; returns (user, the password set or None, created).
+
+    A new user gets `password`, or a random one. An existing user's password is replaced only with
+    `replace_password` (then by `password` or a random one); otherwise only their role changes.
+    """
     if role not in ROLES:
         raise ReviewError(f"role {role!r} is not one of {', '.join(ROLES)}")
-    password = password or secrets.token_urlsafe(12)
     user_model = get_user_model()
+    username_field = user_model._meta.get_field(user_model.USERNAME_FIELD)
+    try:
+        username_field.clean(username, None)  # Django's username validator and length
+    except ValidationError as exc:
+        raise ReviewError(f"username {username[:160]!r}: {' '.join(exc.messages)}") from None
     with transaction.atomic():
         user, created = user_model.objects.get_or_create(username=username)
-        user.set_password(password)
+        if created or replace_password:
+            password = password or secrets.token_urlsafe(12)
+            user.set_password(password)
+        else:
+            password = None
         user.is_staff = role == "admin"
         user.save()
         groups = {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}

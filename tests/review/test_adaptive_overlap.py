@@ -5,7 +5,6 @@ API and the admin."""
 
 import io
 import itertools
-import threading
 import uuid
 from collections import Counter
 
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 from django.contrib import admin
 from django.core.management import CommandError, call_command
-from django.db import connection, connections
+from django.db import connection
 from django.test import Client, RequestFactory
 
 from annotate.quality.consensus import NO_CONSENSUS, strict_majority
@@ -23,6 +22,7 @@ from annotate.review.models import Assignment, Judgment, Pair, Project
 from annotate.review.overlap import first_reviewers_needed, reviewers_needed
 from annotate.review.queue_priority import PRIORITY_MAX, difference_uncertainty, pair_priorities
 from tests.conftest import import_rows, make_items
+from tests.review.test_concurrency import run_at_once
 
 pytestmark = pytest.mark.django_db
 
@@ -246,7 +246,7 @@ def test_the_command_line_sets_adaptive_overlap_and_back_to_fixed(tmp_path):
 def test_the_settings_api_refuses_bad_settings_in_one_line_and_changes_nothing(make_project, make_user, client_for):
     project = make_project(slug="adaptive", min_overlap=2, max_overlap=3)
     admin_client = client_for(make_user("ada", "admin"))
-    url = f"/api/v1/projects/{project.slug}/queue-settings"
+    url = f"/api/v1/projects/{project.slug}/settings"
     for body, says in [
         ({"min_overlap": 5}, "min overlap 5 is above max overlap 3; set the minimum at or below the maximum"),
         ({"min_overlap": 4, "max_overlap": 2}, "min overlap 4 is above max overlap 2"),
@@ -261,7 +261,8 @@ def test_the_settings_api_refuses_bad_settings_in_one_line_and_changes_nothing(m
         assert response.json()["detail"].startswith(says) and "\n" not in response.json()["detail"]
     assert admin_client.get(url).json() == {
         "overlap": 3, "min_overlap": 2, "max_overlap": 3, "adaptive": True, "overlap_stop_rule": "lead2",
-        "leaderboard_priority": False}
+        "leaderboard_priority": False, "rationale_flag_chars": 40, "qualification_items": 0,
+        "qualification_pass_mark": 0.8, "qualification_attempts": 2, "gold_rate": 0.0, "standing_min_judgments": 20}
     assert client_for(make_user("rita")).patch(url, {"min_overlap": 1}, format="json").status_code == 403
 
 
@@ -275,12 +276,12 @@ def test_switching_a_fixed_project_to_adaptive_reopens_its_split_pairs(make_proj
     assert vote(otto, project, "a") == agreed
     assert next_for(ines, project).status_code == 204  # fixed overlap 2: both pairs are done
     response = client_for(make_user("ada", "admin")).patch(
-        f"/api/v1/projects/{project.slug}/queue-settings", {"min_overlap": 2, "max_overlap": 3}, format="json")
+        f"/api/v1/projects/{project.slug}/settings", {"min_overlap": 2, "max_overlap": 3}, format="json")
     assert response.status_code == 200 and response.json()["adaptive"] is True
     assert vote(ines, project, "a") == split  # the split one reopened, the agreed one did not
     assert next_for(client_for(make_user("ivan")), project).status_code == 204
     back = client_for(make_user("ada2", "admin")).patch(
-        f"/api/v1/projects/{project.slug}/queue-settings", {"min_overlap": None}, format="json")
+        f"/api/v1/projects/{project.slug}/settings", {"min_overlap": None}, format="json")
     assert back.json()["adaptive"] is False and back.json()["overlap"] == 3
     assert set(Pair.objects.filter(project=project).values_list("reviewers_needed", flat=True)) == {0}
 
@@ -333,29 +334,6 @@ def test_the_admin_form_refuses_a_minimum_above_the_maximum_and_applies_a_good_c
 
 
 # --- many reviewers at once (PostgreSQL row locks) ---------------------------------------------------
-
-
-def run_at_once(count: int, work) -> list:
-    barrier = threading.Barrier(count)
-    results: list = [None] * count
-    errors: list = []
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = work(i)
-        except Exception as exc:  # re-raised in the test, with its thread
-            errors.append((i, exc))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    return results
 
 
 @pytest.mark.postgres
@@ -519,7 +497,7 @@ def test_turning_the_leaderboard_switch_off_puts_every_priority_back_to_zero(mak
     second = round(PRIORITY_MAX * (1 - 0.5 ** 0.5))  # one more comparison after one shrinks the error less
     assert sorted(Pair.objects.filter(project=project).values_list("queue_priority", flat=True)) == (
         [second] * 3 + [PRIORITY_MAX] * 3)
-    client_for(make_user("ada", "admin")).patch(f"/api/v1/projects/{project.slug}/queue-settings",
+    client_for(make_user("ada", "admin")).patch(f"/api/v1/projects/{project.slug}/settings",
                                                 {"leaderboard_priority": False}, format="json")
     assert set(Pair.objects.filter(project=project).values_list("queue_priority", flat=True)) == {0}
 
@@ -531,7 +509,7 @@ def test_turning_the_leaderboard_switch_off_puts_every_priority_back_to_zero(mak
 def test_pairs_stored_before_adaptive_overlap_keep_their_place_in_the_queue():
     from django.db.migrations.executor import MigrationExecutor
 
-    before, after = [("review", "0004_prompt_content_key")], [("review", "0005_adaptive_overlap")]
+    before, after = [("review", "0004_prompt_content_key")], [("review", "0006_adaptive_overlap")]
     executor = MigrationExecutor(connection)
     executor.migrate(before)
     old = executor.loader.project_state(before).apps

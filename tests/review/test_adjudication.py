@@ -196,7 +196,7 @@ def test_a_filter_widens_or_narrows_the_queue(make_project, make_user, client_fo
     ("?max_share=lots", "max_share: 'lots' must be a number from 0 to 1"),
     ("?min_judgments=1", "min_judgments: '1' must be a whole number from 2 to 1000"),
     ("?min_votes=2", "min_votes: unknown parameter"),
-    ("?pair=abc", "pair: 'abc' must be a pair id"),
+    ("?pair=abc", f"pair: 'abc' must be a whole number from 1 to {2**63 - 1}, written in the digits 0-9"),
 ])
 def test_a_bad_queue_filter_is_one_line(split_project, make_user, client_for, query, words):
     response = next_for(client_for(make_user("judy", role="adjudicator")), split_project, query)

@@ -3,9 +3,10 @@
 import io
 
 import pytest
-from django.contrib.auth import authenticate
+from django.contrib.auth import authenticate, get_user_model
 from django.core.management import CommandError, call_command
 
+from annotate.review import selectors, services
 from annotate.review.models import CriteriaVersion, Pair, Project
 
 CRITERIA = """instructions: Pick the answer a careful teacher would give a ten-year-old.
@@ -80,7 +81,15 @@ def test_seed_demo_loads_thirty_prompts_and_prints_working_accounts():
     out = run("seed_demo")
     assert Pair.objects.filter(project__slug="demo").count() == 30
     accounts = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("  ")}
-    assert set(accounts) >= {"reviewer", "engineer", "admin"}
+    assert set(accounts) >= {"reviewer", "adjudicator", "engineer", "admin"}
     assert authenticate(username="reviewer", password=accounts["reviewer"]) is not None
     run("seed_demo")  # again: nothing doubles
     assert Pair.objects.filter(project__slug="demo").count() == 30
+
+    # The plain demo goes straight to live pairs; the onboarding demo starts with its qualification round.
+    reviewer = get_user_model().objects.get(username="reviewer")
+    for slug, round_items in (("demo", None), ("demo-onboarding", 2)):
+        project = Project.objects.get(slug=slug)
+        assignment = services.assignment_next(project=project, reviewer=reviewer)
+        shown = selectors.assignment_payload(assignment=assignment, project=project, reviewer=reviewer)
+        assert shown.get("qualification", {}).get("items") == round_items

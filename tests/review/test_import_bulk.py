@@ -87,7 +87,7 @@ def test_the_file_import_lists_the_same_errors_as_the_parser(make_project):
     assert [error.split(":")[0] for error in imported.value.errors] == [
         "line 2", "line 4", "line 5", "line 6", "line 7"]
     assert imported.value.errors[1] == "line 4: prompt_id 'p-0000' already appears on line 1"
-    assert imported.value.errors[4] == "line 7: not UTF-8 text"
+    assert imported.value.errors[4] == "line 7: not UTF-8 text (byte 1 of the line is 0xff); save the file as UTF-8"
 
 
 def test_a_file_with_too_many_errors_lists_the_first_200(make_project):
@@ -210,7 +210,7 @@ def test_the_api_names_the_line_that_is_not_utf8(make_project, make_user, client
     admin = client_for(make_user("ada", "admin"))
     body = jsonl(make_items(2)) + b"\xff oops\n"
     response = admin.post(f"/api/v1/projects/{project.slug}/items", {"file": io.BytesIO(body)}, format="multipart")
-    assert response.status_code == 400 and response.json()["errors"] == ["line 3: not UTF-8 text"]
+    assert response.status_code == 400 and response.json()["errors"] == ["line 3: not UTF-8 text (byte 1 of the line is 0xff); save the file as UTF-8"]
     assert not Prompt.objects.exists()
 
 

@@ -61,4 +61,4 @@ def test_an_empty_file_is_rejected():
 def test_bytes_that_are_not_utf8_are_an_error_not_a_crash():
     with pytest.raises(ImportRejected) as rejected:
         items_parse([json.dumps(GOOD).encode(), b"\xff\xfe bad"])
-    assert rejected.value.errors == ["line 2: not UTF-8 text"]
+    assert rejected.value.errors == ["line 2: not UTF-8 text (byte 1 of the line is 0xff); save the file as UTF-8"]

@@ -256,6 +256,41 @@ def test_good_settings_are_kept(db, tmp_path):
             project.gold_rate, project.rationale_flag_chars, project.standing_min_judgments) == (4, 0.75, 3, 0.05, 60, 30)
 
 
+@pytest.mark.parametrize("body, words", [
+    ({"qualification_pass_mark": 1.5}, "qualification pass mark 1.5 must be a number from 0 to 1"),
+    ({"qualification_pass_mark": "high"}, "qualification pass mark 'high' must be a number from 0 to 1"),
+    ({"gold_rate": -0.2}, "gold rate -0.2 must be a number from 0 to 1"),
+    ({"qualification_attempts": 0}, "qualification attempts 0 must be a whole number from 1 to 100"),
+    ({"standing_min_judgments": 2.5}, "standing minimum 2.5 must be a whole number from 1 to 100000"),
+    ({"qualification_items": 5, "min_overlap": 4}, "min overlap 4 is above max overlap 3"),
+])
+def test_the_settings_api_refuses_bad_onboarding_settings_in_one_line_and_changes_nothing(
+        onboarding, make_user, client_for, body, words):
+    admin = client_for(make_user("ada", role="admin"))
+    url = f"/api/v1/projects/{onboarding.slug}/settings"
+    before = admin.get(url).json()
+    refused = admin.patch(url, body, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["detail"].startswith(words) and "\n" not in refused.json()["detail"]
+    assert admin.get(url).json() == before
+
+
+def test_the_settings_api_turns_the_round_on_for_the_next_request(make_project, make_user, client_for):
+    project = make_project(slug="later", overlap=3, retest_rate=0)
+    import_rows(project, gold_items(3) + live_items(2))
+    assert "qualification" not in next_for(client_for(make_user("rita")), project).json()  # no round yet
+    admin = client_for(make_user("ada", role="admin"))
+    changed = admin.patch(f"/api/v1/projects/{project.slug}/settings",
+                          {"qualification_items": 2, "qualification_pass_mark": 1.0, "gold_rate": 0.1}, format="json")
+    assert changed.status_code == 200
+    assert {k: changed.json()[k] for k in ("qualification_items", "qualification_pass_mark", "gold_rate")} == {
+        "qualification_items": 2, "qualification_pass_mark": 1.0, "gold_rate": 0.1}
+    sam = client_for(make_user("sam"))
+    assert next_for(sam, project).json()["qualification"]["items"] == 2
+    assert client_for(make_user("rex")).patch(f"/api/v1/projects/{project.slug}/settings",
+                                              {"gold_rate": 0.5}, format="json").status_code == 403
+
+
 def test_an_admin_cannot_release_a_reviewer_who_passed_or_is_mid_attempt(onboarding, make_user, client_for,
                                                                          valid_judgment):
     client = client_for(make_user("rita"))

@@ -2,10 +2,13 @@
 nothing in it about what another reviewer chose."""
 
 import json
+import uuid
 
 import pytest
 
 from annotate.quality.selectors import agreement_report_for_project
+from annotate.review import services
+from annotate.review.selectors import STANDING_STEP
 from tests.conftest import import_rows, judge_until_done, make_items
 
 
@@ -70,8 +73,8 @@ def test_a_rate_over_too_few_pairs_is_withheld_with_its_reason(make_project, mak
     body = standing_of(client_for(rita), project).json()
     agreement = body["figures"]["agreement_with_others"]
     assert agreement["value"] is None and agreement["ci"] is None
-    assert agreement["missing"] == "needs at least 10 pairs where the other reviewers have a majority; you have 4"
-    assert body["figures"]["gold_accuracy"]["missing"] == "needs at least 1 gold items; you have 0"
+    assert agreement["missing"] == "4 pairs where the other reviewers have a majority so far; shown from 10"
+    assert body["figures"]["gold_accuracy"]["missing"] == "0 gold items so far; shown from 1"
 
 
 def test_nothing_about_another_reviewer_reaches_a_reviewer(judged_project, client_for):
@@ -81,7 +84,7 @@ def test_nothing_about_another_reviewer_reaches_a_reviewer(judged_project, clien
     response = standing_of(client_for(cat), judged_project)
     body = response.json()
     assert set(body) == {"judged", "min_judgments", "available", "reason", "as_of", "figures", "qualification",
-                         "report_judgments_of_yours"}
+                         "report_judgments_of_yours", "figures_after", "next_update_after"}
     assert set(body["figures"]) == {"gold_accuracy", "retest_consistency", "agreement_with_others"}
     for figure in body["figures"].values():
         assert set(figure) == {"value", "ci", "out_of", "of", "missing"}
@@ -95,3 +98,39 @@ def test_nothing_about_another_reviewer_reaches_a_reviewer(judged_project, clien
 def test_only_reviewers_ask_for_their_standing(judged_project, make_user, client_for):
     response = client_for(make_user("eve", role="engineer")).get(f"/api/v1/projects/{judged_project.slug}/standing")
     assert response.status_code == 403
+
+
+def judge(project, reviewer, count: int, *, agree: bool) -> None:
+    """The reviewer judges `count` pairs, picking the first-listed answer (agree) or the other one."""
+    for _ in range(count):
+        assignment = services.assignment_next(project=project, reviewer=reviewer)
+        first = "left" if assignment.a_on_left else "right"
+        choice = first if agree else {"left": "right", "right": "left"}[first]
+        services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+                                 criteria={"correct": choice, "complete": "tie"},
+                                 rationale="Chosen for being right and clear.", client_key=uuid.uuid4())
+
+
+def test_one_more_judgment_never_moves_the_figures_so_the_others_choice_stays_hidden(make_project, make_user,
+                                                                                      client_for):
+    project = make_project(slug="hidden", overlap=2, retest_rate=0, standing_min_judgments=STANDING_STEP)
+    import_rows(project, make_items(3 * STANDING_STEP))
+    judge_until_done(project, make_user("ann"), lambda assignment: "left" if assignment.a_on_left else "right")
+    cat = make_user("cat")
+    client = client_for(cat)
+    judge(project, cat, STANDING_STEP, agree=True)
+    first = standing_of(client, project).json()
+    assert first["figures"]["agreement_with_others"]["value"] == 1.0
+    assert first["figures"]["agreement_with_others"]["out_of"] == STANDING_STEP
+    assert (first["figures_after"], first["next_update_after"]) == (STANDING_STEP, 2 * STANDING_STEP)
+
+    # One judgment against ann's choice: were the figures recomputed now, 10 of 11 would say what ann chose.
+    judge(project, cat, 1, agree=False)
+    after_one = standing_of(client, project).json()
+    assert after_one["judged"] == STANDING_STEP + 1
+    assert after_one["figures"] == first["figures"] and after_one["as_of"] == first["as_of"]
+
+    judge(project, cat, STANDING_STEP - 1, agree=True)
+    later = standing_of(client, project).json()["figures"]["agreement_with_others"]
+    assert (later["value"], later["out_of"]) == (round((2 * STANDING_STEP - 1) / (2 * STANDING_STEP), 3),
+                                                 2 * STANDING_STEP)

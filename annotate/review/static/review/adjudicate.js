@@ -2,6 +2,8 @@
 // adjudicator's own left/right order, and submits a ruling with a client key (a retry is not a second one).
 (function () {
   "use strict";
+  const api = window.PairwiseApi.call;
+  const newClientKey = window.PairwiseApi.newClientKey;
   const root = document.getElementById("adjudicate");
   const slug = root.dataset.slug;
   const minRationale = Math.max(1, Number(root.dataset.minRationale));
@@ -13,30 +15,6 @@
   let current = null;
   let clientKey = null;
   let busy = false;
-
-  function csrfToken() {
-    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
-    return input ? input.value : "";
-  }
-
-  async function api(method, path, body) {
-    const response = await fetch(`/api/v1/${path}`, {
-      method,
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken(), Accept: "application/json" },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    const data = response.status === 204 ? null : await response.json().catch(() => null);
-    return { status: response.status, data };
-  }
-
-  function newClientKey() {
-    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-    const b = crypto.getRandomValues(new Uint8Array(16)); // plain http off localhost has no randomUUID
-    b[6] = (b[6] & 0x0f) | 0x40; b[8] = (b[8] & 0x3f) | 0x80;
-    const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
-    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
-  }
 
   function say(text, kind) {
     message.textContent = text || "";

@@ -2,8 +2,11 @@
 // and submits it with a client key so that a retry never makes a second judgment. It also says how the
 // rationale was written (seconds typing, characters typed and pasted: counts only, never the text),
 // shows the expected answer after each item of a qualification round, and the reviewer's own standing.
+// A judgment the server did not take (no answer, a 5xx, 408 or 429) is kept in localStorage and sent
+// again with its client key until the server answers; the server takes a repeat as the judgment it stored.
 (function () {
   "use strict";
+  const { call: api, newClientKey, notAnswered } = window.PairwiseApi;
   const root = document.getElementById("review");
   const slug = root.dataset.slug;
   const minRationale = Number(root.dataset.minRationale);
@@ -17,6 +20,81 @@
   let busy = false;
   let feedbackShown = false; // a qualification answer's feedback is on screen; Enter goes on
   let judgedHere = 0;
+
+  // Kept judgments: one localStorage entry per client key, under this reviewer and this project only,
+  // so a shared browser never sends (or counts) another reviewer's.
+  const KEPT_PREFIX = `pairwise.kept.${root.dataset.reviewer}.${slug}.`;
+  const RETRY_FIRST_MS = 1000;
+  const RETRY_MOST_MS = 30000;
+  const keptLine = document.getElementById("kept");
+  let retryDelay = RETRY_FIRST_MS;
+  let retryTimer = null;
+  let sending = false;
+
+  function keptKeys() {
+    return Object.keys(localStorage).filter((key) => key.startsWith(KEPT_PREFIX));
+  }
+
+  function keptEntries() {
+    const entries = [];
+    for (const key of keptKeys()) {
+      try { entries.push(JSON.parse(localStorage.getItem(key))); } catch { localStorage.removeItem(key); }
+    }
+    return entries.sort((x, y) => x.kept_at - y.kept_at); // in the order they were judged
+  }
+
+  function keep(assignmentId, judgment) {
+    localStorage.setItem(KEPT_PREFIX + judgment.client_key,
+                         JSON.stringify({ assignment: assignmentId, judgment, kept_at: Date.now() }));
+    showKept();
+  }
+
+  function showKept() {
+    const count = keptKeys().length;
+    keptLine.textContent = count ? `${count} judgment${count === 1 ? "" : "s"} waiting to be sent` : "";
+    keptLine.hidden = !count;
+  }
+
+  // Try again later, sooner at first; a 503's Retry-After says when the server expects to be back.
+  function retryLater(retryAfter) {
+    if (retryTimer !== null) return;
+    const askedMs = Number(retryAfter) * 1000;
+    const delay = askedMs > 0 ? Math.min(askedMs, RETRY_MOST_MS) : retryDelay;
+    retryDelay = Math.min(retryDelay * 2, RETRY_MOST_MS);
+    retryTimer = setTimeout(() => { retryTimer = null; resume(); }, delay);
+  }
+
+  // Sends the kept judgments, oldest first; true once none is left.
+  async function sendKept() {
+    if (sending) return false;
+    sending = true;
+    let sent = 0;
+    const refused = [];
+    try {
+      for (const entry of keptEntries()) {
+        let result = null;
+        try { result = await api("POST", `assignments/${entry.assignment}/judgment`, entry.judgment); } catch { /* no answer */ }
+        if (notAnswered(result)) { retryLater(result && result.headers.get("Retry-After")); return false; }
+        localStorage.removeItem(KEPT_PREFIX + entry.judgment.client_key);
+        if (result.status === 201) sent += 1;
+        else refused.push((result.data && result.data.detail) || `status ${result.status}`);
+      }
+      retryDelay = RETRY_FIRST_MS;
+      if (refused.length) say(`A kept judgment was not accepted: ${refused.join("; ")}`, "error");
+      else if (sent) say(`Sent ${sent} kept judgment${sent === 1 ? "" : "s"}.`, "ok");
+      judgedHere += sent;
+      return true;
+    } finally {
+      sending = false;
+      showKept();
+    }
+  }
+
+  // Once the server answers again: the kept judgments first, then the next pair if none is on screen.
+  async function resume() {
+    if (!(await sendKept())) return;
+    if (!current && !feedbackShown) await loadNext();
+  }
 
   // How the rationale came to be: typed, or inserted some other way (paste, drop, an extension).
   // Counts and seconds only; what was typed or pasted is never read or sent.
@@ -43,30 +121,6 @@
   });
   rationale.addEventListener("paste", () => { typing.pastes += 1; });
   rationale.addEventListener("drop", () => { typing.pastes += 1; });
-
-  function csrfToken() {
-    const input = document.querySelector("input[name=csrfmiddlewaretoken]");
-    return input ? input.value : "";
-  }
-
-  function newClientKey() {
-    if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-    const b = crypto.getRandomValues(new Uint8Array(16));
-    b[6] = (b[6] & 0x0f) | 0x40; b[8] = (b[8] & 0x3f) | 0x80;
-    const h = Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
-    return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
-  }
-
-  async function api(method, path, body) {
-    const response = await fetch(`/api/v1/${path}`, {
-      method,
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrfToken(), Accept: "application/json" },
-      body: body ? JSON.stringify(body) : undefined,
-    });
-    const data = response.status === 204 ? null : await response.json().catch(() => null);
-    return { status: response.status, data, headers: response.headers };
-  }
 
   function say(text, kind) {
     message.textContent = text || "";
@@ -172,7 +226,14 @@
   }
 
   async function loadNext() {
-    const { status, data, headers } = await api("GET", `projects/${slug}/assignments/next`);
+    let result = null;
+    try { result = await api("GET", `projects/${slug}/assignments/next`); } catch { /* no answer */ }
+    if (notAnswered(result)) {
+      say("The server is not answering; the next pair comes as soon as it is back.", "error");
+      retryLater(result && result.headers.get("Retry-After"));
+      return;
+    }
+    const { status, data, headers } = result;
     if (status === 204) {
       current = null;
       form.hidden = true;
@@ -262,7 +323,8 @@
       return box;
     }));
     figures.hidden = false;
-    text.textContent = `After ${data.judged} judgments; figures as of ${new Date(data.as_of).toLocaleString()}.`;
+    // The figures move only every few judgments, so that none gives away the others' choice on one pair.
+    text.textContent = `Over your first ${data.figures_after} judgments; next update after ${data.next_update_after}.`;
   }
 
   function setRadio(name, value) {
@@ -307,7 +369,19 @@
     if (wrong) { say(wrong, "error"); return; }
     busy = true;
     try {
-      const { status, data } = await api("POST", `assignments/${current.id}/judgment`, judgment);
+      let result = null;
+      try { result = await api("POST", `assignments/${current.id}/judgment`, judgment); } catch { /* no answer */ }
+      if (notAnswered(result)) {
+        // Kept, not lost: the pair leaves the screen, and the next comes once this one is sent.
+        keep(current.id, judgment);
+        current = null;
+        form.hidden = true;
+        if (form.contains(document.activeElement)) document.activeElement.blur();
+        say("Not sent yet: the server did not answer. Your judgment is kept in this browser and is sent when the server is back.", "error");
+        retryLater(result && result.headers.get("Retry-After"));
+        return;
+      }
+      const { status, data } = result;
       if (status === 201) {
         judgedHere += 1;
         if (judgedHere % 10 === 0) showStanding();
@@ -317,9 +391,7 @@
         return;
       }
       if (status === 410 || status === 409) { say(data.detail, "error"); await loadNext(); return; }
-      say((data && data.detail) || `Not saved (${status}); try again.`, "error");
-    } catch (err) {
-      say("Network problem: not saved yet. Submit again; it will not be counted twice.", "error");
+      say((data && data.detail) || `Not saved (${status}); change what it says and submit again.`, "error");
     } finally {
       busy = false;
     }
@@ -377,7 +449,10 @@
     clearComplaint();
   });
 
+  window.addEventListener("online", resume);
+
   typingReset();
-  loadNext();
+  showKept();
+  resume();
   showStanding();
 })();

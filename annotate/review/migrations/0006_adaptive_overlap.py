@@ -14,9 +14,7 @@ PAIR_CLOSED = 32767
 
 class Migration(migrations.Migration):
 
-    # After the adjudication and onboarding migration of the same release, so the two form one line.
     dependencies = [
-        ('review', '0004_prompt_content_key'),
         ('review', '0005_adjudication_onboarding'),
     ]
 

@@ -1,0 +1,66 @@
+"""How much a user may send, in one place, and the one reading of a whole number they send.
+
+Every limit is named in the 4xx that enforces it ("rationale is 1,048,576 characters; at most 10,000"),
+so the sender knows what to cut. The request body's own byte limits (413) are settings
+(PAIRWISE_MAX_BODY_BYTES, PAIRWISE_MAX_UPLOAD_BYTES): these bound what is inside an accepted body.
+"""
+
+from annotate.errors import UserMistake
+
+# A reviewer's or adjudicator's rationale: a few paragraphs; a page of text is already far more than one.
+MAX_RATIONALE_CHARS = 10_000
+# One answer of an import file: a long worked solution or program fits; a book does not. Answers are
+# rendered to HTML (Markdown) once per reviewer, so their size bounds that work too.
+MAX_RESPONSE_CHARS = 200_000
+# All of one prompt's message contents together (a chat with a long system message still fits).
+MAX_PROMPT_CHARS = 100_000
+# Answers to one prompt: each pair of them becomes a pair to judge (50 answers: 1,225 pairs).
+MAX_RESPONSES_PER_PROMPT = 50
+# Tags of one prompt, and the characters of each; a gold reason.
+MAX_TAGS = 50
+MAX_TAG_CHARS = 100
+MAX_GOLD_REASON_CHARS = 10_000
+# Lines of one import file (blank lines included): past this, split the file.
+MAX_IMPORT_LINES = 1_000_000
+# A criterion's value in a judgment is one of left/right/tie; a criteria map larger than this is refused
+# before anything looks at its keys.
+MAX_CRITERIA = 100
+# The largest value of an integer column (a criteria version, a count): a bigger number matches nothing
+# and is refused rather than sent to the database.
+MAX_INT32 = 2**31 - 1
+
+
+def too_long(name: str, text: str, limit: int) -> str | None:
+    """The one line that says `text` is over `limit` characters, or None when it fits."""
+    if len(text) <= limit:
+        return None
+    return f"{name} is {len(text):,} characters; at most {limit:,}"
+
+
+def text_within(name: str, text: str, limit: int) -> None:
+    """UserMistake (400) naming the field and both lengths when `text` is over `limit` characters."""
+    message = too_long(name, text, limit)
+    if message:
+        raise UserMistake(f"{message}: shorten it")
+
+
+def whole_number(name: str, value, *, low: int, high: int, error=UserMistake, hint: str = "") -> int:
+    """A whole number from JSON (an integer, never true/false) or text of ASCII digits only, low..high.
+
+    Python's int() also reads "²" and "٣" (other scripts' digits) and any size; both are refused here so
+    that what a user sends means one thing and a database column never sees a number it cannot hold.
+    """
+    span = f"a whole number from {low} to {high}" + (f" ({hint})" if hint else "")
+    shown = repr(value) if len(repr(value)) <= 42 else f"{repr(value)[:40]}... ({len(str(value))} characters)"
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise error(f"{name}: {shown} must be {span}")
+    number = value
+    if isinstance(value, str):
+        digits = value.strip()
+        body = digits[1:] if digits[:1] == "-" else digits
+        if not (body.isascii() and body.isdigit()) or len(body) > 20:
+            raise error(f"{name}: {shown} must be {span}, written in the digits 0-9")
+        number = int(digits)
+    if not low <= number <= high:
+        raise error(f"{name}: {shown} must be {span}")
+    return number

@@ -1,0 +1,17 @@
+from django.contrib import admin
+
+from annotate.runs.models import Checkpoint, Run
+
+
+@admin.register(Checkpoint)
+class CheckpointAdmin(admin.ModelAdmin):
+    list_display = ("name", "uri", "content_hash", "parent", "run", "created_at")
+    search_fields = ("name", "uri", "content_hash")
+    raw_id_fields = ("parent", "run", "registered_by")
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ("id", "kind", "status", "backend", "base_checkpoint", "launched_by", "created_at")
+    list_filter = ("kind", "status", "backend")
+    raw_id_fields = ("base_checkpoint", "launched_by")

@@ -1,0 +1,191 @@
+"""Training runs over the API (engineers and admins): launch, list, follow, cancel; checkpoints."""
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from annotate.errors import UserMistake
+from annotate.permissions import CanReview, IsAdminOrEngineer
+from annotate.review.rendering import markdown_to_safe_html
+from annotate.runs.audit import audit_create, audit_judge, audit_next
+from annotate.runs.compare import compare_launch
+from annotate.runs.evaluation import eval_launch
+from annotate.runs.launch import run_cancel, run_launch
+from annotate.runs.models import Checkpoint, Run
+from annotate.runs.present import checkpoint_summary, run_payload
+from annotate.runs.slurm import slurm_refresh
+
+LAUNCH_FIELDS = {"kind", "base_checkpoint", "config", "snapshot", "tasks", "backend"}
+
+
+class RunLaunchSerializer(serializers.Serializer):
+    """The request body, for the schema; run_launch checks it (and the training CLI checks the config)."""
+
+    kind = serializers.ChoiceField(["dpo", "grpo"])
+    base_checkpoint = serializers.CharField(help_text="a registered checkpoint's name or id")
+    snapshot = serializers.CharField(required=False, help_text="snapshot folder (dpo)")
+    tasks = serializers.CharField(required=False, help_text="task file (grpo)")
+    config = serializers.JSONField(required=False, help_text="TRL config keys, as a mapping or YAML text")
+    backend = serializers.ChoiceField(["local", "slurm"], required=False, default="local")
+
+
+def run_or_404(run_id: int) -> Run:
+    run = Run.objects.select_related("base_checkpoint", "launched_by").filter(pk=run_id).first()
+    if run is None:
+        raise Http404(f"no run {run_id}")
+    return slurm_refresh(run)
+
+
+def launch_from(data, user) -> Run:
+    if not isinstance(data, dict):
+        raise UserMistake("send a JSON object: kind, base_checkpoint, snapshot or tasks, config, backend")
+    unknown = sorted(set(data) - LAUNCH_FIELDS)
+    if unknown:
+        raise UserMistake(f"unknown field {unknown[0]!r}; a launch takes {', '.join(sorted(LAUNCH_FIELDS))} "
+                          "(TRL keys go inside config)")
+    return run_launch(kind=data.get("kind", ""), base_checkpoint=data.get("base_checkpoint"),
+                      config=data.get("config"), snapshot=data.get("snapshot") or None,
+                      tasks=data.get("tasks") or None, backend=data.get("backend") or "local", launched_by=user)
+
+
+class RunsView(APIView):
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="Launch a training run", request=RunLaunchSerializer,
+                   responses={202: OpenApiResponse(description="the run, queued; poll its url")})
+    def post(self, request):
+        run = launch_from(request.data, request.user)
+        return Response(run_payload(run), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(summary="Runs, newest first", responses={200: OpenApiResponse(description="a list of runs")})
+    def get(self, request):
+        runs = Run.objects.select_related("base_checkpoint", "launched_by")[:200]
+        return Response([run_payload(run) for run in runs])
+
+
+class RunDetailView(APIView):
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="A run: status, metrics, curves, ledger, config, eval table, lineage",
+                   responses={200: OpenApiResponse(description="the run")})
+    def get(self, request, run_id: int):
+        return Response(run_payload(run_or_404(run_id), detail=True))
+
+
+class RunCancelView(APIView):
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="Cancel a queued or running run", request=None,
+                   responses={202: OpenApiResponse(description="the run; a running one stops within seconds")})
+    def post(self, request, run_id: int):
+        run = run_cancel(run_or_404(run_id))
+        return Response(run_payload(Run.objects.get(pk=run.pk)), status=status.HTTP_202_ACCEPTED)
+
+
+class CompareSerializer(serializers.Serializer):
+    checkpoints = serializers.ListField(child=serializers.CharField(), help_text="two or more checkpoint names or ids")
+    prompts = serializers.CharField(help_text="JSONL file of prompt_id and prompt lines")
+    project = serializers.SlugField(help_text="the project the answers are imported into")
+    temperature = serializers.FloatField(required=False, default=0.7)
+    max_new_tokens = serializers.IntegerField(required=False, default=256)
+    seed = serializers.IntegerField(required=False, default=0)
+
+
+class CompareView(APIView):
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="Sample answers from checkpoints and import them as a review batch",
+                   request=CompareSerializer,
+                   responses={202: OpenApiResponse(description="the sample run, queued; poll its url")})
+    def post(self, request):
+        body = CompareSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = compare_launch(**body.validated_data, launched_by=request.user)
+        return Response(run_payload(run), status=status.HTTP_202_ACCEPTED)
+
+
+class AuditCreateSerializer(serializers.Serializer):
+    size = serializers.IntegerField(help_text="answers to sample (1-5000)")
+    overlap = serializers.IntegerField(required=False, default=3, help_text="reviewers per answer (1-20)")
+    seed = serializers.IntegerField(required=False, default=0)
+
+
+class RunAuditsView(APIView):
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="Sample a GRPO run's fully rewarded answers for reviewers to audit",
+                   request=AuditCreateSerializer, responses={201: OpenApiResponse(description="the batch")})
+    def post(self, request, run_id: int):
+        body = AuditCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        batch = audit_create(run=run_or_404(run_id), created_by=request.user, **body.validated_data)
+        return Response({"id": batch.pk, "run": batch.run_id, "answers": batch.items.count(),
+                         "overlap": batch.overlap}, status=status.HTTP_201_CREATED)
+
+
+def audit_item_payload(item) -> dict:
+    """What a reviewer sees: the prompt and the answer, never the run, checkpoint, rollout or reward."""
+    return {"id": item.pk, "prompt": item.prompt,
+            "answer": {"text": item.answer, "html": markdown_to_safe_html(item.answer)}}
+
+
+class AuditNextView(APIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(summary="The next rewarded answer to audit; 204 when none is left",
+                   responses={200: OpenApiResponse(description="id, prompt, answer"), 204: None})
+    def get(self, request):
+        item = audit_next(reviewer=request.user)
+        if item is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(audit_item_payload(item))
+
+
+class AuditJudgmentSerializer(serializers.Serializer):
+    verdict = serializers.ChoiceField(["yes", "no", "unsure"], help_text="does the reasoning hold?")
+    rationale = serializers.CharField(help_text="why it holds or where it breaks")
+
+
+class AuditJudgmentView(APIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(summary="Judge whether a rewarded answer's reasoning holds", request=AuditJudgmentSerializer,
+                   responses={201: OpenApiResponse(description="the verdict, recorded")})
+    def post(self, request, item_id: int):
+        data = request.data if isinstance(request.data, dict) else {}
+        judgment = audit_judge(item_id=item_id, reviewer=request.user, verdict=str(data.get("verdict", "")),
+                               rationale=str(data.get("rationale", "")))
+        return Response({"id": judgment.pk, "item": item_id, "verdict": judgment.verdict},
+                        status=status.HTTP_201_CREATED)
+
+
+class EvaluateSerializer(serializers.Serializer):
+    checkpoints = serializers.ListField(child=serializers.CharField(), help_text="checkpoint names or ids; the "
+                                        "first is the base the others are read against")
+    tasks = serializers.CharField(help_text="task file, e.g. held-out variants (tasks make --variant heldout)")
+    samples = serializers.IntegerField(required=False, default=1)
+    temperature = serializers.FloatField(required=False, default=0.0)
+    max_new_tokens = serializers.IntegerField(required=False, default=128)
+    seed = serializers.IntegerField(required=False, default=0)
+
+
+class EvaluateView(APIView):
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="Evaluate checkpoints side by side on a task file", request=EvaluateSerializer,
+                   responses={202: OpenApiResponse(description="the eval run, queued; poll its url")})
+    def post(self, request):
+        body = EvaluateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = eval_launch(**body.validated_data, launched_by=request.user)
+        return Response(run_payload(run), status=status.HTTP_202_ACCEPTED)
+
+
+class CheckpointsView(APIView):
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="Registered checkpoints", responses={200: OpenApiResponse(description="checkpoints")})
+    def get(self, request):
+        return Response([checkpoint_summary(c) for c in Checkpoint.objects.order_by("name")])

@@ -1,0 +1,110 @@
+"""Registering checkpoints: a local folder (hashed by content) or a URI, with its parent.
+
+A local checkpoint is known by its content hash (training.run_folder.checkpoint_content_hash), so the same
+weights registered twice, under any path, are one checkpoint. A trained checkpoint's parent.json names
+its parent by hash; the parent is linked when it is registered.
+"""
+
+from pathlib import Path
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from annotate.errors import UserMistake
+from annotate.runs.folder import read_json
+from annotate.runs.models import Checkpoint, Run
+from training.errors import PairwiseInputError
+from training.run_folder import checkpoint_content_hash
+
+
+def checkpoint_resolve(reference, *, key: str = "base_checkpoint") -> Checkpoint:
+    """A registered checkpoint by id or name, or one line saying which exist."""
+    text = str(reference).strip() if reference is not None else ""
+    found = None
+    if text.isdigit():
+        found = Checkpoint.objects.filter(pk=int(text)).first()
+    if found is None and text:
+        found = Checkpoint.objects.filter(name=text).first()
+    if found is None:
+        names = list(Checkpoint.objects.order_by("name").values_list("name", flat=True)[:10])
+        known = f"registered: {', '.join(names)}" if names else "none is registered yet"
+        raise UserMistake(f"{key} {text or '(empty)'!r} is not a registered checkpoint ({known}); register it with "
+                          "manage.py register_checkpoint PATH")
+    return found
+
+
+def unique_name(wanted: str) -> str:
+    name, number = wanted[:190] or "checkpoint", 2
+    while Checkpoint.objects.filter(name=name).exists():
+        name, number = f"{wanted[:190]}-{number}", number + 1
+    return name
+
+
+def is_uri(text: str) -> bool:
+    return "://" in text
+
+
+def local_content_hash(folder: Path) -> str:
+    try:
+        return checkpoint_content_hash(folder)
+    except PairwiseInputError as error:
+        raise UserMistake(str(error)) from None
+
+
+def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint | None = None,
+                        content_hash: str = "", run: Run | None = None,
+                        registered_by: AbstractBaseUser | None = None) -> Checkpoint:
+    """Register a checkpoint folder or URI; refuses a name or local content already registered."""
+    uri = str(uri).strip()
+    if not uri:
+        raise UserMistake("give the checkpoint's folder or URI")
+    if is_uri(uri):
+        path = None
+    else:
+        path = Path(uri).resolve()
+        if not path.is_dir():
+            raise UserMistake(f"{uri} is not a folder; give a local checkpoint folder or a URI such as "
+                              "s3://bucket/checkpoint")
+        found_hash = local_content_hash(path)
+        if content_hash and content_hash != found_hash:
+            raise UserMistake(f"{uri} has content hash {found_hash}, not the {content_hash} given; leave --hash out "
+                              "for a local folder")
+        content_hash, uri = found_hash, str(path)
+        same = Checkpoint.objects.filter(content_hash=content_hash).first()
+        if same is not None:
+            raise UserMistake(f"{uri} holds the same weights as checkpoint {same.name!r} ({same.uri}); "
+                              "it is registered already")
+    if name and Checkpoint.objects.filter(name=name).exists():
+        raise UserMistake(f"a checkpoint named {name!r} exists already; choose another --name")
+    if parent is None and path is not None:
+        parent = parent_from_folder(path)
+    return Checkpoint.objects.create(name=name or unique_name(Path(uri.rstrip("/")).name), uri=uri,
+                                     content_hash=content_hash, parent=parent, run=run, registered_by=registered_by)
+
+
+def parent_from_folder(path: Path) -> Checkpoint | None:
+    """The registered checkpoint a trained checkpoint's parent.json names by content hash, if any."""
+    parent_hash = ((read_json(path / "parent.json") or {}).get("parent") or {}).get("content_hash")
+    return Checkpoint.objects.filter(content_hash=parent_hash).first() if parent_hash else None
+
+
+def checkpoint_for_folder(path: str, *, content_hash: str | None = None, **fields) -> Checkpoint:
+    """The checkpoint registered with these weights, or a new one for the folder."""
+    if not Path(path).is_dir() and content_hash:  # recorded by a run, since moved: known by its hash alone
+        return (Checkpoint.objects.filter(content_hash=content_hash).first()
+                or Checkpoint.objects.create(name=unique_name(Path(path).name), uri=path, content_hash=content_hash,
+                                             **fields))
+    content_hash = content_hash or local_content_hash(Path(path))
+    return (Checkpoint.objects.filter(content_hash=content_hash).first()
+            or checkpoint_register(uri=path, content_hash=content_hash, **fields))
+
+
+def local_checkpoints(references: list, *, at_least: int, purpose: str) -> list[Checkpoint]:
+    """Registered checkpoints by name or id, distinct and in local folders, for a command that loads them."""
+    chosen = [checkpoint_resolve(reference, key="checkpoint") for reference in references or []]
+    if len({c.pk for c in chosen}) < at_least or len({c.pk for c in chosen}) != len(chosen):
+        raise UserMistake(f"choose at least {at_least} different checkpoint{'s' if at_least > 1 else ''} to {purpose}")
+    for checkpoint in chosen:
+        if not Path(checkpoint.uri).is_dir():
+            raise UserMistake(f"checkpoint {checkpoint.name!r} lies at {checkpoint.uri}, not a folder here; "
+                              f"to {purpose}, checkpoints must be local folders")
+    return chosen

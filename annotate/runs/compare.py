@@ -1,0 +1,67 @@
+"""Compare checkpoints: answers sampled from two or more checkpoints on a prompt set, imported into a
+project as a new review batch. Reviewers see the pairs as any others (model names hidden), so the same
+reviewers and the Bradley-Terry leaderboard compare, say, an SFT parent with its DPO and GRPO children.
+
+A comparison is a Run of kind "sample": the worker runs `python -m training sample` (nothing here imports
+the training stack), and once it has written its import file, the review app's own import service stores
+it (all or nothing, every error as `line N: reason`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from annotate.errors import UserMistake
+from annotate.review.importing import ImportRejected
+from annotate.review.models import Project
+from annotate.review.services import items_import_file
+from annotate.runs.checkpoints import local_checkpoints
+from annotate.runs.launch import queue_checkpoints_run
+from annotate.runs.models import Run
+
+ITEMS_FILE = "items.jsonl"
+
+
+def compare_launch(*, checkpoints: list, prompts: str, project: str, temperature: float = 0.7,
+                   max_new_tokens: int = 256, seed: int = 0, launched_by: AbstractBaseUser | None = None,
+                   enqueue: bool = True) -> Run:
+    """Check a comparison and queue it as a sample run."""
+    chosen = local_checkpoints(checkpoints, at_least=2, purpose="compare")
+    target = Project.objects.filter(slug=project).first()
+    if target is None:
+        raise UserMistake(f"no project {project!r}; the answers are imported into an existing project")
+    prompts_path = Path(str(prompts)).expanduser().resolve()
+    if not prompts_path.is_file():
+        raise UserMistake(f"prompts {prompts} is not a file; give a JSONL file of prompt_id and prompt lines")
+    if not 0 <= float(temperature) <= 5 or not 1 <= int(max_new_tokens) <= 4096:
+        raise UserMistake("temperature must be 0-5 and max_new_tokens 1-4096")
+    return queue_checkpoints_run(kind=Run.Kind.SAMPLE, checkpoints=chosen, launched_by=launched_by, enqueue=enqueue,
+                                 options={"prompts": str(prompts_path), "project": target.slug,
+                                          "temperature": float(temperature), "max_new_tokens": int(max_new_tokens),
+                                          "seed": int(seed)})
+
+
+def sample_command_args(run: Run) -> list[str]:
+    config = run.config
+    args = ["sample", "--prompts", config["prompts"], "--out", str(Path(run.folder) / ITEMS_FILE),
+            "--temperature", str(config["temperature"]), "--max-new-tokens", str(config["max_new_tokens"]),
+            "--seed", str(config["seed"])]
+    for checkpoint in config["checkpoints"]:
+        args += ["--checkpoint", f"{checkpoint['name']}={checkpoint['path']}"]
+    return args
+
+
+def sample_import(run: Run) -> dict:
+    """Store the sampled answers in the run's project through the review app's import; returns the counts.
+    Raises UserMistake with the import's first error if the file is refused (nothing is stored then)."""
+    project = Project.objects.get(slug=run.config["project"])
+    try:
+        with open(Path(run.folder) / ITEMS_FILE, encoding="utf-8") as lines:
+            summary = items_import_file(project=project, lines=lines)
+    except (OSError, ImportRejected) as error:
+        raise UserMistake(f"the sampled answers could not be imported into {project.slug}: {error}") from None
+    return {"project": project.slug, "prompts_created": summary.prompts_created,
+            "prompts_existing": summary.prompts_existing, "responses_created": summary.responses_created,
+            "pairs_created": summary.pairs_created}

@@ -1,0 +1,76 @@
+"""Evaluation runs: checkpoints side by side on a task file (held-out variants), by `python -m training eval`
+in a run of kind "eval"; its JSON (per checkpoint and task family: success rate with a 95% Wilson
+interval, lengths, failures) is kept in the run and shown on the run and checkpoint pages, so a child is
+judged against its parent on the same tasks and seed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.contrib.auth.models import AbstractBaseUser
+
+from annotate.errors import UserMistake
+from annotate.runs.checkpoints import local_checkpoints
+from annotate.runs.folder import read_json
+from annotate.runs.launch import queue_checkpoints_run
+from annotate.runs.models import Checkpoint, Run
+
+EVAL_FILE = "eval.json"
+
+
+def eval_launch(*, checkpoints: list, tasks: str, samples: int = 1, temperature: float = 0.0,
+                max_new_tokens: int = 128, seed: int = 0, launched_by: AbstractBaseUser | None = None,
+                enqueue: bool = True) -> Run:
+    """Check an evaluation and queue it; the first checkpoint is the base the others are read against."""
+    chosen = local_checkpoints(checkpoints, at_least=1, purpose="evaluate")
+    tasks_path = Path(str(tasks)).expanduser().resolve()
+    if not tasks_path.is_file():
+        raise UserMistake(f"tasks {tasks} is not a file; make one with python -m training tasks make --variant heldout")
+    if not 1 <= int(samples) <= 64 or not 0 <= float(temperature) <= 5 or not 1 <= int(max_new_tokens) <= 4096:
+        raise UserMistake("samples must be 1-64, temperature 0-5 and max_new_tokens 1-4096")
+    if float(temperature) == 0 and int(samples) != 1:
+        raise UserMistake("temperature 0 is greedy and gives one answer per task; set samples to 1 or raise it")
+    return queue_checkpoints_run(kind=Run.Kind.EVAL, checkpoints=chosen, launched_by=launched_by, enqueue=enqueue,
+                                 tasks_path=str(tasks_path),
+                                 options={"tasks": str(tasks_path), "samples": int(samples),
+                                          "temperature": float(temperature), "max_new_tokens": int(max_new_tokens),
+                                          "seed": int(seed)})
+
+
+def eval_command_args(run: Run) -> list[str]:
+    Path(run.folder).mkdir(parents=True, exist_ok=True)  # eval writes its --out into an existing folder
+    config = run.config
+    args = ["eval", "--tasks", config["tasks"], "--out", str(Path(run.folder) / EVAL_FILE),
+            "--samples", str(config["samples"]), "--temperature", str(config["temperature"]),
+            "--max-new-tokens", str(config["max_new_tokens"]), "--seed", str(config["seed"])]
+    for checkpoint in config["checkpoints"]:
+        args += ["--checkpoint", checkpoint["path"]]
+    return args
+
+
+def eval_result(run: Run) -> dict | None:
+    return read_json(Path(run.folder) / EVAL_FILE)
+
+
+def eval_side_by_side(run: Run) -> dict | None:
+    """The eval as a table: one row per task family (and all), one column per checkpoint, by name."""
+    result = (run.record or {}).get("eval")
+    if not result:
+        return None
+    names = {c["path"]: c["name"] for c in run.config.get("checkpoints", [])}
+    columns = [names.get(c["checkpoint"], c.get("label") or c["checkpoint"]) for c in result["checkpoints"]]
+    rows = []
+    for family in [*result["families"], "all"]:
+        cells = []
+        for report in result["checkpoints"]:
+            figures = report["all"] if family == "all" else report["families"].get(family) or {}
+            cells.append({"success_rate": figures.get("success_rate"), "interval": figures.get("interval"),
+                          "tasks": figures.get("tasks_scored")})
+        rows.append({"family": family, "cells": cells})
+    return {"columns": columns, "rows": rows, "settings": result.get("settings"), "interval": result.get("interval")}
+
+
+def evals_of(checkpoint: Checkpoint) -> list[Run]:
+    """Succeeded evaluation runs that include this checkpoint, newest first."""
+    runs = Run.objects.filter(kind=Run.Kind.EVAL, status=Run.Status.SUCCEEDED).order_by("-id")
+    return [run for run in runs if any(c.get("id") == checkpoint.pk for c in run.config.get("checkpoints", []))]

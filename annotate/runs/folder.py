@@ -1,0 +1,94 @@
+"""Reading a run folder as the training command writes it (docs/training.md, "The run folder").
+
+The command rewrites run.json atomically and appends whole lines to metrics.jsonl, so a reader polling
+while it runs sees either the old or the new run.json and skips a last line that is not finished yet.
+Only the standard library: web and worker processes never import the training stack.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from training.run_folder import RunFolder
+
+LOG_TAIL_CHARS = 6000
+
+# run.json's status -> the Run's status once the command has ended.
+STATUS_OF_RECORD = {"completed": "succeeded", "failed": "failed", "interrupted": "cancelled"}
+
+
+def sidecar(folder: str | Path, suffix: str) -> Path:
+    """A file beside the run folder (config, log, Slurm script): the folder itself must not exist before the
+    command creates it."""
+    folder = Path(folder)
+    return folder.with_name(folder.name + suffix)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def log_tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
+    """The last `limit` characters of a log file; progress bars' carriage returns keep only their last state."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - 4 * limit))
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = [line.rsplit("\r", 1)[-1] for line in text.replace("\r\n", "\n").split("\n")]
+    return "\n".join(lines)[-limit:]
+
+
+def last_error_line(text: str) -> str:
+    """The line a failed command left for its user: the training CLI's `error: ...`, else the last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line.removeprefix("error: ")
+    return lines[-1] if lines else ""
+
+
+@dataclass
+class FolderReader:
+    """Follows one run folder: new metrics rows since the last read, run.json, ledger.json, the log's tail."""
+
+    folder: Path
+    log: Path | None = None
+    offset: int = 0
+    rows: list[dict] = field(default_factory=list)
+
+    def read(self) -> dict:
+        paths = RunFolder(self.folder)
+        self.rows.extend(self._new_metrics(paths.metrics_jsonl))
+        return {
+            "metrics": self.rows,
+            "record": read_json(paths.run_json),
+            "ledger": read_json(paths.ledger_json),
+            "log_tail": log_tail(self.log) if self.log else "",
+        }
+
+    def _new_metrics(self, path: Path) -> list[dict]:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next read
+        self.offset += len(complete)
+        rows = []
+        for line in complete.decode("utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+        return rows

@@ -1,0 +1,213 @@
+"""Launching and cancelling runs from the app (API and page).
+
+A launch is checked before anything is queued by the training command's own check
+(`python -m training dpo|grpo --config F --check`) in a subprocess: the same one-line errors as on the
+command line, and the web process never imports the training stack. The run is then recorded as queued
+and handed to the "training" Celery queue once the row is committed (annotate/runs/execute.py runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from functools import partial
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connections, transaction
+from django.utils import timezone
+
+from annotate.errors import UserMistake
+from annotate.runs.checkpoints import checkpoint_resolve
+from annotate.runs.models import Checkpoint, Run
+from annotate.runs.services import snapshot_manifest
+
+logger = logging.getLogger(__name__)
+
+LAUNCH_KINDS = ("dpo", "grpo")
+CHECK_TIMEOUT_S = 180
+# Keys the launch sets from its own fields; a config naming them would contradict the form.
+SET_BY_LAUNCH = {"base_checkpoint": "base_checkpoint", "output_dir": "the run folder (chosen by the app)",
+                 "snapshot": "snapshot", "tasks": "tasks"}
+
+
+def training_env() -> dict[str, str]:
+    """The environment of a training subprocess: this checkout importable, output unbuffered for the log."""
+    path = os.pathsep.join(filter(None, [str(settings.BASE_DIR), os.environ.get("PYTHONPATH", "")]))
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def training_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "training", *args]
+
+
+def check_config(kind: str, config: dict) -> dict:
+    """Run the training CLI's own check on the config; return its resolved config or raise UserMistake."""
+    with tempfile.TemporaryDirectory(prefix="pairwise-check-") as scratch:
+        config_file = Path(scratch) / "config.yaml"
+        config_file.write_text(yaml.safe_dump(config, sort_keys=True), encoding="utf-8")
+        try:
+            done = subprocess.run(training_command(kind, "--config", str(config_file), "--check"),
+                                  capture_output=True, text=True, cwd=settings.BASE_DIR, env=training_env(),
+                                  timeout=CHECK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise UserMistake(f"checking the config took over {CHECK_TIMEOUT_S} s; is the snapshot or checkpoint "
+                              "on slow storage?", status=503) from None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if done.returncode == 2 and lines:
+        # The CLI's one line names the scratch file; the user wrote a form or a request body, not that file.
+        message = lines[-1].removeprefix("error: ").replace(f"{config_file}: ", "config: ")
+        raise UserMistake(message.replace(str(config_file), "the config"))
+    if done.returncode != 0:
+        logger.error("python -m training %s --check failed:\n%s", kind, done.stderr[-4000:])
+        raise UserMistake(f"the training command's check failed (exit code {done.returncode}): "
+                          f"{lines[-1] if lines else 'no output'}", status=500)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def parse_config(raw) -> dict:
+    """A config given as a mapping or as YAML text (the page's text box)."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, str):
+        try:
+            raw = yaml.safe_load(raw)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise UserMistake(f"config: {getattr(error, 'problem', None) or 'invalid YAML'}{where}") from None
+        raw = raw or {}
+    if not isinstance(raw, dict):
+        raise UserMistake("config must be a mapping of key: value lines (TRL's DPOConfig/GRPOConfig keys)")
+    for key in raw:
+        if key in SET_BY_LAUNCH:
+            raise UserMistake(f"config: {key} is set by the launch itself ({SET_BY_LAUNCH[key]}); remove it from "
+                              "the config")
+    return raw
+
+
+def _input_path(kind: str, snapshot: str | None, tasks: str | None) -> tuple[str, str]:
+    """The snapshot (DPO) or task file (GRPO) the kind needs, as an absolute path."""
+    wanted, other = ("snapshot", "tasks") if kind == "dpo" else ("tasks", "snapshot")
+    given = {"snapshot": snapshot, "tasks": tasks}
+    if given[other]:
+        raise UserMistake(f"a {kind} run takes {wanted}, not {other}")
+    if not given[wanted]:
+        what = "a snapshot folder (manage.py export_snapshot)" if kind == "dpo" else "a task file (JSONL)"
+        raise UserMistake(f"{wanted} is required for a {kind} run: give {what}")
+    return wanted, str(Path(str(given[wanted])).expanduser().resolve())
+
+
+def run_folder_for(run_id: int) -> Path:
+    return Path(settings.RUN_ROOT) / f"run-{run_id:06d}"
+
+
+def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None = None, tasks: str | None = None,
+               backend: str = "local", launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
+    """Check a launch and record it as queued; with `enqueue`, hand it to the training queue after commit."""
+    if kind not in LAUNCH_KINDS:
+        raise UserMistake(f"kind must be one of {', '.join(LAUNCH_KINDS)}, got {kind!r}")
+    if backend not in Run.Backend.values:
+        raise UserMistake(f"backend must be one of {', '.join(Run.Backend.values)}, got {backend!r}")
+    base = checkpoint_resolve(base_checkpoint)
+    if not Path(base.uri).is_dir():
+        raise UserMistake(f"base_checkpoint {base.name!r} lies at {base.uri}, which is not a folder here; a run "
+                          "starts from a local checkpoint folder")
+    user_config = parse_config(config)
+    input_key, input_path = _input_path(kind, snapshot, tasks)
+    # The check sees the real inputs and a run folder that cannot exist yet; the real one is named after the row.
+    placeholder = Path(settings.RUN_ROOT) / f".check-{os.getpid()}-{threading.get_ident()}" / "run"
+    full_config = {**user_config, "base_checkpoint": base.uri, input_key: input_path,
+                   "output_dir": str(placeholder)}
+    resolved = check_config(kind, full_config)
+    with transaction.atomic():
+        run = Run.objects.create(
+            kind=kind, backend=backend, base_checkpoint=base, launched_by=launched_by, folder="",
+            snapshot_path=input_path if input_key == "snapshot" else "",
+            snapshot_manifest=snapshot_manifest(input_path) if input_key == "snapshot" else None,
+            tasks_path=input_path if input_key == "tasks" else "",
+        )
+        run.folder = str(run_folder_for(run.pk))
+        run.config = {**full_config, "output_dir": run.folder}
+        run.resolved_config = {**resolved, "output_dir": run.folder}
+        run.save(update_fields=["folder", "config", "resolved_config"])
+        if enqueue:
+            transaction.on_commit(partial(send, run.pk))
+    return run
+
+
+def queue_checkpoints_run(*, kind: str, checkpoints: list[Checkpoint], options: dict,
+                          launched_by: AbstractBaseUser | None, enqueue: bool, **fields) -> Run:
+    """Record a run over registered checkpoints (an evaluation, a comparison) and queue it after commit; the
+    first checkpoint is its base. Its config is the checkpoints and `options`, already checked."""
+    with transaction.atomic():
+        run = Run.objects.create(kind=kind, base_checkpoint=checkpoints[0], launched_by=launched_by, folder="",
+                                 **fields)
+        run.folder = str(run_folder_for(run.pk))
+        run.config = {"checkpoints": [{"id": c.pk, "name": c.name, "path": c.uri} for c in checkpoints], **options}
+        run.resolved_config = run.config
+        run.save(update_fields=["folder", "config", "resolved_config"])
+        if enqueue:
+            transaction.on_commit(partial(send, run.pk))
+    return run
+
+
+def execute_in_thread(run_id: int) -> None:
+    from annotate.runs.execute import run_execute
+
+    try:
+        run_execute(run_id=run_id, worker="in-process")
+    except Exception:
+        logger.exception("run %s failed in its thread", run_id)
+    finally:
+        connections.close_all()  # this thread's own connections; they would outlive it otherwise
+
+
+def send(run_id: int) -> None:
+    """Hand the run to the training queue. With no broker (the embedded default) it runs in a thread of this
+    process instead, so a launch from the page returns at once; a broker that cannot be reached fails it."""
+    from annotate.celery import app
+    from annotate.runs.tasks import QUEUE, execute_run
+
+    if app.conf.task_always_eager:
+        threading.Thread(target=execute_in_thread, args=(run_id,), name=f"run-{run_id}", daemon=True).start()
+        return
+    try:
+        execute_run.apply_async((run_id,), queue=QUEUE)
+    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
+        logger.exception("run %s could not be queued", run_id)
+        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
+            status=Run.Status.FAILED, finished_at=timezone.now(),
+            error=f"the run could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL")
+
+
+def run_cancel(run: Run) -> Run:
+    """Cancel a run: a queued one at once; a local one by its worker, which stops its process group; a Slurm
+    job with scancel."""
+    from annotate.runs.slurm import slurm_cancel
+
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.finished:
+            raise UserMistake(f"run {run.pk} has already {run.status}; only a queued or running run can be cancelled",
+                              status=409)
+        if run.status == Run.Status.QUEUED:
+            run.status, run.error, run.finished_at = Run.Status.CANCELLED, "cancelled before it started", timezone.now()
+            run.save(update_fields=["status", "error", "finished_at"])
+            return run
+        run.cancel_requested = True
+        run.save(update_fields=["cancel_requested"])
+    if run.backend == Run.Backend.SLURM:
+        slurm_cancel(run)
+    return run
+
+
+def checkpoint_choices() -> list[Checkpoint]:
+    return list(Checkpoint.objects.order_by("name"))

@@ -1,0 +1,160 @@
+"""Training runs and the checkpoints they start from and make (docs/runs.md).
+
+A Run is one `python -m training ...` command: what it was given (kind, config, snapshot or task file,
+base checkpoint), where it ran (local subprocess or a Slurm job) and what it left (metrics, ledger, log
+tail, exit code, the checkpoint it made). The run folder on disk stays the record of truth; these rows
+mirror it for pages and the API. A Checkpoint is identified by its content hash (training/run_folder.py);
+its parent and the run that made it give the lineage.
+"""
+
+from django.conf import settings
+from django.db import models
+
+
+class Checkpoint(models.Model):
+    name = models.CharField(max_length=200, unique=True, help_text="Short name shown on pages and used in the API.")
+    uri = models.CharField(max_length=1000, help_text="A local folder or a URI (s3://..., hf://...).")
+    content_hash = models.CharField(max_length=80, blank=True, db_index=True,
+                                    help_text="sha256 over the weight files; empty for a URI not read here.")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    run = models.OneToOneField("Run", null=True, blank=True, on_delete=models.PROTECT,
+                               related_name="output_checkpoint", help_text="The run that made it.")
+    registered_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                      related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Run(models.Model):
+    class Kind(models.TextChoices):
+        DPO = "dpo"
+        GRPO = "grpo"
+        EVAL = "eval"
+        SAMPLE = "sample"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    class Backend(models.TextChoices):
+        LOCAL = "local"
+        SLURM = "slurm"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED)
+
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    backend = models.CharField(max_length=8, choices=Backend.choices, default=Backend.LOCAL)
+    config = models.JSONField(default=dict, help_text="The config file's keys as the command gets them.")
+    resolved_config = models.JSONField(null=True, blank=True,
+                                       help_text="Every key with defaults filled, as the training CLI resolved it.")
+    snapshot_path = models.CharField(max_length=1000, blank=True)
+    snapshot_manifest = models.JSONField(null=True, blank=True,
+                                         help_text="The snapshot's manifest: id, counts, criteria version, filters.")
+    tasks_path = models.CharField(max_length=1000, blank=True)
+    base_checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.PROTECT,
+                                        related_name="runs_from")
+    folder = models.CharField(max_length=1000, help_text="The run folder (the config's output_dir).")
+    record = models.JSONField(null=True, blank=True, help_text="run.json as last read.")
+    metrics = models.JSONField(default=list, blank=True, help_text="metrics.jsonl rows read so far.")
+    ledger = models.JSONField(null=True, blank=True, help_text="ledger.json, once written.")
+    log_tail = models.TextField(blank=True, help_text="The end of the command's output.")
+    exit_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="Why the run failed or was cancelled, in one line.")
+    cancel_requested = models.BooleanField(default=False)
+    worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker that runs it (local).")
+    host = models.CharField(max_length=200, blank=True)
+    pid = models.IntegerField(null=True, blank=True, help_text="The training process, leader of its own group.")
+    slurm_job_id = models.CharField(max_length=40, blank=True)
+    launched_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                    related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["status", "backend"], name="run_status_backend")]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.kind}, {self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def made_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint this run made, or None (the reverse one-to-one raises when there is none)."""
+        try:
+            return self.output_checkpoint
+        except Checkpoint.DoesNotExist:
+            return None
+
+
+class AuditBatch(models.Model):
+    """Answers a GRPO run rewarded in full, sampled for reviewers to judge whether their reasoning holds."""
+
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="audit_batches")
+    checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="audit_batches", help_text="The checkpoint the run made.")
+    overlap = models.PositiveSmallIntegerField(default=3, help_text="Reviewers per answer.")
+    seed = models.IntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"audit batch {self.pk} of run {self.run_id}"
+
+
+class AuditItem(models.Model):
+    """One rewarded answer. Its rollout id, run and checkpoint stay on the server; reviewers see the prompt
+    and the answer only."""
+
+    batch = models.ForeignKey(AuditBatch, on_delete=models.PROTECT, related_name="items")
+    rollout_id = models.CharField(max_length=200)
+    task_id = models.CharField(max_length=200)
+    prompt = models.TextField()
+    answer = models.TextField()
+    reward = models.FloatField()
+    scorer = models.CharField(max_length=200, blank=True)
+    policy_step = models.IntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["batch", "rollout_id"], name="audit_item_once_per_batch")]
+
+    def __str__(self) -> str:
+        return f"audit item {self.pk}"
+
+
+class AuditJudgment(models.Model):
+    class Verdict(models.TextChoices):
+        HOLDS = "yes", "yes, the reasoning holds"
+        BROKEN = "no", "no, the reasoning is broken"
+        UNSURE = "unsure", "unsure"
+
+    item = models.ForeignKey(AuditItem, on_delete=models.PROTECT, related_name="judgments")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    verdict = models.CharField(max_length=6, choices=Verdict.choices)
+    rationale = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["item", "reviewer"], name="audit_judgment_once_per_reviewer")]
+
+    def __str__(self) -> str:
+        return f"{self.verdict} on audit item {self.item_id}"

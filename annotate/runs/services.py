@@ -1,0 +1,120 @@
+"""Writes of a run's record: what its folder says, how it ended, the checkpoint it made, and registering a
+run folder made outside the app (`manage.py register_run`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from annotate.errors import UserMistake
+from annotate.runs.checkpoints import checkpoint_for_folder
+from annotate.runs.folder import STATUS_OF_RECORD, FolderReader, read_json
+from annotate.runs.models import Checkpoint, Run
+from training.run_folder import RUN_FORMAT
+from training.snapshot import SnapshotError, read_manifest
+
+RUN_KINDS = ("dpo", "grpo", "eval", "sample")
+
+
+def run_apply_folder(run: Run, state: dict) -> None:
+    """Copy what FolderReader read into the row (metrics, run.json, ledger, log tail) and save those fields."""
+    run.metrics = state["metrics"]
+    run.record = state["record"] or run.record
+    run.ledger = state["ledger"] or run.ledger
+    if state["log_tail"]:
+        run.log_tail = state["log_tail"]
+    if run.record and run.record.get("config") and not run.resolved_config:
+        run.resolved_config = run.record["config"]
+    Run.objects.filter(pk=run.pk).update(metrics=run.metrics, record=run.record, ledger=run.ledger,
+                                         log_tail=run.log_tail, resolved_config=run.resolved_config)
+
+
+def run_finish(run: Run, *, status: str, exit_code: int | None = None, error: str = "") -> Run:
+    """Record how a run ended; a successful run's checkpoint is registered with the base as its parent."""
+    with transaction.atomic():
+        run.status, run.exit_code, run.error = status, exit_code, error
+        run.finished_at = timezone.now()
+        run.save(update_fields=["status", "exit_code", "error", "finished_at"])
+        if status == Run.Status.SUCCEEDED:
+            register_output_checkpoint(run)
+    return run
+
+
+def register_output_checkpoint(run: Run) -> Checkpoint | None:
+    """The checkpoint run.json names as the run's output, linked to the run and to the base checkpoint."""
+    output = (run.record or {}).get("output_checkpoint") or {}
+    if not output.get("path"):
+        return None
+    checkpoint = checkpoint_for_folder(output["path"], content_hash=output.get("content_hash"),
+                                       parent=run.base_checkpoint, run=run, registered_by=run.launched_by)
+    changed = []
+    if checkpoint.run_id is None:
+        checkpoint.run = run
+        changed.append("run")
+    if checkpoint.parent_id is None and run.base_checkpoint_id and checkpoint.pk != run.base_checkpoint_id:
+        checkpoint.parent = run.base_checkpoint
+        changed.append("parent")
+    if changed:
+        checkpoint.save(update_fields=changed)
+    return checkpoint
+
+
+def snapshot_manifest(path: str) -> dict | None:
+    """A snapshot's manifest without its files' hashes (the training command verifies them)."""
+    try:
+        return read_manifest(path)
+    except SnapshotError:
+        return None
+
+
+def _when(text: str | None) -> dt.datetime | None:
+    if not text:
+        return None
+    try:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+
+
+def run_register_folder(path: str | Path, *, registered_by: AbstractBaseUser | None = None) -> Run:
+    """A run folder made by `python -m training dpo|grpo` outside the app, as a Run with its checkpoints."""
+    folder = Path(path).resolve()
+    record = read_json(folder / "run.json")
+    if record is None:
+        raise UserMistake(f"{path} has no readable run.json; give the output_dir of a python -m training dpo or "
+                          "grpo run")
+    if record.get("format") != RUN_FORMAT or record.get("kind") not in ("dpo", "grpo"):
+        raise UserMistake(f"{folder / 'run.json'} is not a {RUN_FORMAT} record of a dpo or grpo run "
+                          f"(format {record.get('format')!r}, kind {record.get('kind')!r})")
+    status = STATUS_OF_RECORD.get(record.get("status"))
+    if status is None:
+        raise UserMistake(f"{folder} is still {record.get('status')!r} according to its run.json; register it once "
+                          "it has ended")
+    if (same := Run.objects.filter(folder=str(folder)).first()) is not None:
+        raise UserMistake(f"{folder} is registered already as run {same.pk}")
+    base = record.get("base_checkpoint") or {}
+    snapshot = record.get("snapshot") or {}
+    tasks = record.get("tasks") or {}
+    with transaction.atomic():
+        base_checkpoint = (checkpoint_for_folder(base["path"], content_hash=base.get("content_hash"),
+                                                 registered_by=registered_by) if base.get("path") else None)
+        run = Run.objects.create(
+            kind=record["kind"], status=Run.Status.RUNNING, config=record.get("config") or {},
+            resolved_config=record.get("config"), snapshot_path=snapshot.get("path") or "",
+            snapshot_manifest=(snapshot_manifest(snapshot["path"]) if snapshot.get("path") else None) or (
+                snapshot or None),
+            tasks_path=tasks.get("path") or "", base_checkpoint=base_checkpoint, folder=str(folder),
+            launched_by=registered_by, started_at=_when(record.get("started_at")),
+        )
+        run_apply_folder(run, FolderReader(folder).read())
+        run.refresh_from_db()
+        run_finish(run, status=status, error=record.get("error") or "")
+        ended = _when(record.get("ended_at"))
+        if ended:
+            Run.objects.filter(pk=run.pk).update(finished_at=ended)
+    run.refresh_from_db()
+    return run

@@ -1,0 +1,155 @@
+"""Pages of training runs (engineers and admins): the runs list with the launch form, a run, a checkpoint."""
+
+import json
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from annotate.errors import UserMistake
+from annotate.permissions import CanReview, IsAdminOrEngineer
+from annotate.review.models import Project
+from annotate.review.rendering import markdown_to_safe_html
+from annotate.review.selectors import user_roles
+from annotate.runs.api import run_or_404
+from annotate.runs.audit import audit_create, audit_judge, audit_next, audit_results, open_items_count
+from annotate.runs.compare import compare_launch
+from annotate.runs.evaluation import eval_launch, eval_side_by_side, evals_of
+from annotate.runs.launch import checkpoint_choices, run_cancel, run_launch
+from annotate.runs.models import AuditJudgment, Checkpoint, Run
+from annotate.runs.present import ancestry, children_by_kind, run_payload
+
+DEFAULT_CONFIG = "learning_rate: 5.0e-6\nmax_steps: 200\nper_device_train_batch_size: 8\nlogging_steps: 1\n"
+FORM_FIELDS = ("kind", "base_checkpoint", "snapshot", "tasks", "backend", "config")
+
+
+def _staff_only(request, to: str) -> None:
+    if not user_roles(request.user) & IsAdminOrEngineer.roles:
+        raise PermissionDenied(f"only admins and engineers can {to}")
+
+
+def runs_page(request):
+    _staff_only(request, "launch and follow training runs")
+    values = {"kind": "dpo", "backend": "local", "config": DEFAULT_CONFIG, "base_checkpoint": "", "snapshot": "",
+              "tasks": ""}
+    error = None
+    if request.method == "POST":
+        values.update({name: request.POST.get(name, "").strip() for name in FORM_FIELDS})
+        try:
+            run = run_launch(kind=values["kind"], base_checkpoint=values["base_checkpoint"], config=values["config"],
+                             snapshot=values["snapshot"] or None, tasks=values["tasks"] or None,
+                             backend=values["backend"], launched_by=request.user)
+            messages.success(request, f"Run {run.pk} queued.")
+            return redirect("run-page", run_id=run.pk)
+        except UserMistake as mistake:
+            error = str(mistake)
+    runs = Run.objects.select_related("base_checkpoint", "launched_by", "output_checkpoint")[:100]
+    return render(request, "runs/list.html", {
+        "runs": runs, "checkpoints": checkpoint_choices(), "values": values, "error": error,
+        "projects": Project.objects.order_by("slug"),
+        "kinds": ("dpo", "grpo"), "backends": Run.Backend.values,
+        "busy": any(not run.finished for run in runs),
+    })
+
+
+def _launch_from_form(request, what: str, launch, done: str):
+    """A form on the runs page that queues a run: to its page, or back with the one-line mistake."""
+    _staff_only(request, what.lower())
+    try:
+        run = launch()
+    except (UserMistake, ValueError) as mistake:
+        messages.error(request, f"{what}: {mistake}")
+        return redirect("runs-page")
+    messages.success(request, f"Run {run.pk} {done}.")
+    return redirect("run-page", run_id=run.pk)
+
+
+@require_POST
+def compare_page(request):
+    form = request.POST
+    return _launch_from_form(request, "Compare checkpoints", lambda: compare_launch(
+        checkpoints=form.getlist("checkpoints"), prompts=form.get("prompts", ""), project=form.get("project", ""),
+        temperature=float(form.get("temperature") or 0.7), max_new_tokens=int(form.get("max_new_tokens") or 256),
+        launched_by=request.user), "samples the answers")
+
+
+@require_POST
+def evaluate_page(request):
+    form = request.POST
+    return _launch_from_form(request, "Evaluate checkpoints", lambda: eval_launch(
+        checkpoints=form.getlist("checkpoints"), tasks=form.get("tasks", ""), samples=int(form.get("samples") or 1),
+        temperature=float(form.get("temperature") or 0), max_new_tokens=int(form.get("max_new_tokens") or 128),
+        launched_by=request.user), "evaluates the checkpoints")
+
+
+def run_page(request, run_id: int):
+    _staff_only(request, "follow training runs")
+    run = run_or_404(run_id)
+    payload = run_payload(run, detail=True)
+    return render(request, "runs/run.html", {
+        "run": run, "payload": payload, "charts": payload["charts"],
+        "config_text": json.dumps(run.config, indent=2, sort_keys=True),
+        "resolved_text": json.dumps(run.resolved_config, indent=2, sort_keys=True) if run.resolved_config else "",
+        "ledger_text": json.dumps(run.ledger, indent=2, sort_keys=True) if run.ledger else "",
+        "base_parents": ancestry(run.base_checkpoint) if run.base_checkpoint else [],
+    })
+
+
+@require_POST
+def run_cancel_page(request, run_id: int):
+    _staff_only(request, "cancel training runs")
+    try:
+        run_cancel(run_or_404(run_id))
+        messages.success(request, f"Run {run_id}: cancel sent.")
+    except UserMistake as mistake:
+        messages.error(request, str(mistake))
+    return redirect("run-page", run_id=run_id)
+
+
+def checkpoint_page(request, checkpoint_id: int):
+    _staff_only(request, "see checkpoints")
+    checkpoint = Checkpoint.objects.select_related("parent", "run").filter(pk=checkpoint_id).first()
+    if checkpoint is None:
+        raise Http404(f"no checkpoint {checkpoint_id}")
+    made_by = checkpoint.run
+    return render(request, "runs/checkpoint.html", {
+        "checkpoint": checkpoint, "parents": ancestry(checkpoint), "made_by": made_by,
+        "made_by_payload": run_payload(made_by, detail=True) if made_by else None,
+        "columns": children_by_kind(checkpoint),
+        "audit": audit_results(checkpoint=checkpoint),
+        "evaluations": [(run, eval_side_by_side(run)) for run in evals_of(checkpoint)[:5]],
+    })
+
+
+@require_POST
+def run_audit_create_page(request, run_id: int):
+    _staff_only(request, "start answer audits")
+    try:
+        batch = audit_create(run=run_or_404(run_id), size=int(request.POST.get("size") or 0),
+                             overlap=int(request.POST.get("overlap") or 3), created_by=request.user)
+        messages.success(request, f"Audit batch {batch.pk}: {batch.items.count()} rewarded answers for reviewers.")
+    except (UserMistake, ValueError) as mistake:
+        messages.error(request, f"Answer audit: {mistake}")
+    return redirect("run-page", run_id=run_id)
+
+
+def audit_page(request):
+    """One rewarded answer at a time, alone, for a reviewer to say whether its reasoning holds."""
+    if not user_roles(request.user) & CanReview.roles:
+        raise PermissionDenied("only reviewers can audit answers")
+    error, values = None, {"verdict": "", "rationale": ""}
+    if request.method == "POST":
+        values = {"verdict": request.POST.get("verdict", ""), "rationale": request.POST.get("rationale", "")}
+        try:
+            audit_judge(item_id=int(request.POST.get("item") or 0), reviewer=request.user, **values)
+            messages.success(request, "Verdict saved.")
+            return redirect("audit-page")
+        except UserMistake as mistake:
+            error = str(mistake)
+    item = audit_next(reviewer=request.user)
+    return render(request, "runs/audit.html", {
+        "item": item, "answer_html": markdown_to_safe_html(item.answer) if item else "", "error": error,
+        "values": values, "left": open_items_count(request.user), "verdicts": AuditJudgment.Verdict.choices,
+    })

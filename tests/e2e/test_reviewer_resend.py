@@ -1,0 +1,192 @@
+"""The reviewer page never loses a judgment: in real Chromium, against a server that is stopped and started
+again mid-session, and against a reply lost after the server stored the judgment.
+
+The server here is the project's own `manage.py runserver` in a subprocess on the test database (not
+pytest-django's live server, which cannot be stopped and started again within a test).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
+from django.db import connection
+
+from annotate.review import services
+from annotate.review.importing import items_parse
+from annotate.review.models import Judgment
+
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
+).expect
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "a-long-e2e-password"
+ROOT = Path(__file__).resolve().parents[2]
+PAIRS = 4
+
+
+@pytest.fixture
+def resend_project(db):
+    project, _, _ = services.project_create_or_update(
+        slug="resend", name="Resend check", instructions="Pick the better answer.",
+        criteria_items=[{"key": "correct", "text": "Every step is right."}], retest_rate=0.0,
+    )
+    rows = [{"prompt_id": f"p{i}", "prompt": f"What is {i} + {i}?",
+             "responses": [{"text": f"It is {2 * i}.", "model": "m1"}, {"text": f"It is {2 * i + 1}.", "model": "m2"}]}
+            for i in range(PAIRS)]
+    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    return project
+
+
+@pytest.fixture
+def reviewer(db):
+    user, _, _ = services.user_add(username="rosa", role="reviewer", password=PASSWORD)
+    # The suite hashes with MD5 for speed; the server below runs on the default hashers, which refuse it.
+    user.password = PBKDF2PasswordHasher().encode(PASSWORD, PBKDF2PasswordHasher().salt())
+    user.save(update_fields=["password"])
+    return user
+
+
+class Server:
+    """`manage.py runserver` on the test database, on one port for its whole life (the page's
+    localStorage belongs to that origin)."""
+
+    def __init__(self):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        db = connection.settings_dict
+        self.env = {**os.environ, "DB_CONN_MAX_AGE": "0", "DATABASE_URL":
+                    f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST']}:{db['PORT']}/{db['NAME']}"}
+        self.process = None
+
+    def start(self):
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{self.port}"],
+            cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"runserver exited: {self.process.stderr.read().decode()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        pytest.fail("runserver did not listen within 60 s")
+
+    def stop(self):
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self.process = None
+
+
+@pytest.fixture
+def server(resend_project, reviewer):
+    running = Server()
+    running.start()
+    yield running
+    running.stop()
+    connection.close()
+
+
+def log_in(page, server: Server) -> None:
+    page.goto(f"{server.url}/review/resend/")
+    page.get_by_label("Username").fill("rosa")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(f"{server.url}/review/resend/")
+
+
+def judge_left(page, rationale: str) -> None:
+    for key in ("a", "2", "h", "r"):
+        page.keyboard.press(key)
+    page.keyboard.type(rationale)
+    page.keyboard.press("Control+Enter")
+
+
+def stored(reviewer) -> list[tuple[int, str]]:
+    return sorted(Judgment.objects.filter(reviewer=reviewer).values_list("assignment_id", "rationale"))
+
+
+def test_judgment_made_while_the_server_is_down_is_sent_once_it_is_back(server, reviewer, browser):
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    progress, kept, message = page.locator("#progress"), page.locator("#kept"), page.locator("#message")
+    log_in(page, server)
+    expect(progress).to_have_text(f"Judged 0 · {PAIRS} left")
+    judge_left(page, "First pair, judged while the server is up.")
+    expect(progress).to_have_text(f"Judged 1 · {PAIRS - 1} left")
+
+    server.stop()
+    judge_left(page, "Second pair, judged while the server is down.")
+    expect(kept).to_have_text("1 judgment waiting to be sent")
+    expect(message).to_contain_text("kept in this browser")
+    expect(page.locator("#judgment-form")).to_be_hidden()  # no next pair until this one is sent
+    assert len(stored(reviewer)) == 1
+
+    server.start()  # the page's own timer sends it, then asks for the next pair
+    expect(kept).to_be_hidden(timeout=45_000)
+    expect(message).to_have_text("Sent 1 kept judgment.")
+    expect(progress).to_have_text(f"Judged 2 · {PAIRS - 2} left")
+    rationales = [rationale for _, rationale in stored(reviewer)]
+    assert rationales == ["First pair, judged while the server is up.",
+                          "Second pair, judged while the server is down."]
+    assert len({assignment for assignment, _ in stored(reviewer)}) == 2
+
+
+def test_reply_lost_after_the_server_stored_it_is_sent_again_on_load_and_counted_once(server, reviewer, browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    log_in(page, server)
+    expect(page.locator("#progress")).to_have_text(f"Judged 0 · {PAIRS} left")
+
+    def store_then_drop(route):
+        route.fetch()  # the server stores the judgment ...
+        route.abort("connectionreset")  # ... and the reply never arrives
+
+    page.route("**/api/v1/assignments/*/judgment", store_then_drop)
+    judge_left(page, "Stored, but the page never heard back.")
+    expect(page.locator("#kept")).to_have_text("1 judgment waiting to be sent")
+    assert len(stored(reviewer)) == 1
+    page.close()
+
+    # Another reviewer's kept judgment in the same browser is neither sent nor counted here.
+    other_key = f"pairwise.kept.{reviewer.pk + 1000}.resend.{uuid.uuid4()}"
+    context.add_init_script(f"localStorage.setItem({json.dumps(other_key)}, "
+                            f"{json.dumps(json.dumps({'assignment': 1, 'judgment': {}, 'kept_at': 0}))})")
+    again = context.new_page()
+    # On load: sent with the same client key, and the server answers with the judgment it stored.
+    again.goto(f"{server.url}/review/resend/")
+    expect(again.locator("#message")).to_have_text("Sent 1 kept judgment.")
+    expect(again.locator("#kept")).to_be_hidden()
+    expect(again.locator("#progress")).to_have_text(f"Judged 1 · {PAIRS - 1} left")
+    assert [rationale for _, rationale in stored(reviewer)] == ["Stored, but the page never heard back."]
+    assert again.evaluate("(key) => localStorage.getItem(key) !== null", other_key)
+
+
+def test_kept_judgment_the_server_refuses_is_shown_and_dropped(server, reviewer, browser):
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    log_in(page, server)
+    expect(page.locator("#progress")).to_have_text(f"Judged 0 · {PAIRS} left")
+    client_key = str(uuid.uuid4())
+    kept = {"assignment": 999_999, "kept_at": 0, "judgment": {
+        "choice": "left", "strength": 2, "criteria": {"correct": "left"}, "rationale": "Not mine to judge.",
+        "client_key": client_key}}
+    page.evaluate("([key, value]) => localStorage.setItem(key, value)",
+                  [f"pairwise.kept.{reviewer.pk}.resend.{client_key}", json.dumps(kept)])
+    page.reload()
+    expect(page.locator("#message")).to_contain_text("A kept judgment was not accepted: assignment 999999")
+    expect(page.locator("#kept")).to_be_hidden()  # a 404 is a refusal: not sent again and again
+    expect(page.locator("#judgment-form")).to_be_visible()
+    assert stored(reviewer) == []

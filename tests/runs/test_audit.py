@@ -1,0 +1,112 @@
+"""Answer audit: answers a GRPO run rewarded in full go to reviewers alone and blind; the run page shows the
+share with broken reasoning with its interval, per checkpoint, and whether reviewers agree."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from annotate.runs.audit import audit_create, audit_next, audit_results
+from annotate.runs.models import AuditItem, Checkpoint, Run
+from training.grpo.rollouts import write_batch
+
+pytestmark = pytest.mark.django_db
+
+
+def rollout(index: int, *, status: str, reward: float) -> dict:
+    return {
+        "rollout_id": f"0-{index}-0", "batch": 0, "group_id": f"0-{index}", "member": 0, "task_id": f"speed-{index}",
+        "prompt": json.dumps([{"role": "user", "content": f"A car goes {60 + index} km in 1 h. Its speed?"}]),
+        "completion": f"{60 + index} / 1 = {60 + index}\nAnswer: {60 + index} km/h", "completion_token_ids": [1],
+        "logprobs": [-0.5], "logprobs_source": "policy forward in the update", "finish_reason": "stopped",
+        "length": 1, "status": status, "reward": reward, "components": "{}", "component_scores": {},
+        "reason": "", "scorer": "math@2", "advantage": 0.0, "in_batch": True, "policy_step": index % 3,
+        "policy_weights_sha256": None, "process_index": 0,
+    }
+
+
+@pytest.fixture
+def grpo_run(base_checkpoint, tmp_path):
+    """A finished GRPO run: 12 answers with the full reward, 3 partly right, 3 wrong; its checkpoint registered."""
+    folder = tmp_path / "grpo-run"
+    rows = ([rollout(i, status="correct", reward=1.0) for i in range(12)]
+            + [rollout(i, status="wrong", reward=0.5) for i in range(12, 15)]
+            + [rollout(i, status="wrong", reward=0.0) for i in range(15, 18)])
+    write_batch(folder / "rollouts", 0, 0, rows[::-1])
+    run = Run.objects.create(kind="grpo", status="succeeded", base_checkpoint=base_checkpoint, folder=str(folder))
+    Checkpoint.objects.create(name="tiny-grpo", uri=str(folder / "checkpoint"), parent=base_checkpoint, run=run)
+    return run
+
+
+def test_only_fully_rewarded_answers_are_sampled_the_same_whatever_the_file_order(grpo_run, tmp_path):
+    batch = audit_create(run=grpo_run, size=5, overlap=2, seed=3)
+    chosen = sorted(batch.items.values_list("rollout_id", flat=True))
+    assert len(chosen) == 5 and batch.checkpoint.name == "tiny-grpo"
+    assert all(item.reward == 1.0 for item in batch.items.all())
+    assert batch.items.first().prompt.startswith("A car goes")  # the user's words, not the JSON
+
+    reordered = tmp_path / "reordered"  # the same rollouts, listed in another order
+    write_batch(reordered / "rollouts", 0, 0, [rollout(i, status="correct", reward=1.0) for i in range(12)])
+    again = Run.objects.create(kind="grpo", status="succeeded", folder=str(reordered))
+    assert sorted(audit_create(run=again, size=5, overlap=2, seed=3).items.values_list("rollout_id", flat=True)) \
+        == chosen
+
+
+def test_reviewers_judge_alone_and_blind_with_a_rationale_and_overlap_holds(grpo_run, make_user, client_for):
+    audit_create(run=grpo_run, size=2, overlap=2)
+    ann, bob, cat = (client_for(make_user(name)) for name in ("ann", "bob", "cat"))
+    served = ann.get("/api/v1/audits/next")
+    body = served.json()
+    assert served.status_code == 200 and set(body) == {"id", "prompt", "answer"}
+    assert not {"tiny-grpo", "tiny-sft", "0-"} & {word[:9] for word in json.dumps(body).split()}
+    refused = ann.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": ""}, format="json")
+    assert (refused.status_code, refused.json()) == (400, {"detail": "rationale is required: say in at least 10 "
+                                                                     "characters why the reasoning holds or where "
+                                                                     "it breaks"})
+    reason = "It divides by the wrong time, then fixes the number."
+    assert ann.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": reason},
+                    format="json").status_code == 201
+    assert bob.get("/api/v1/audits/next").json()["id"] == body["id"]  # the fullest answer first
+    assert bob.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": reason},
+                    format="json").status_code == 201
+    assert cat.get("/api/v1/audits/next").json()["id"] != body["id"]  # it has its two verdicts
+    full = cat.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "yes", "rationale": reason}, format="json")
+    assert full.status_code == 409
+    engineer = client_for(make_user("eve", "engineer"))
+    assert engineer.get("/api/v1/audits/next").status_code == 403
+
+
+def test_the_run_page_shows_the_broken_share_with_its_interval_and_agreement(grpo_run, make_user, client):
+    batch = audit_create(run=grpo_run, size=10, overlap=2)
+    reviewers = [make_user("ann"), make_user("bob")]
+    reason = "Checked every step against the question."
+    for index, item in enumerate(AuditItem.objects.filter(batch=batch).order_by("id")):
+        verdicts = ["no", "no"] if index < 3 else ["yes", "yes"] if index < 9 else ["yes", "no"]
+        for reviewer, verdict in zip(reviewers, verdicts, strict=True):
+            item.judgments.create(reviewer=reviewer, verdict=verdict, rationale=reason)
+
+    [row] = audit_results(run=grpo_run)
+    assert (row["checkpoint"], row["answers"], row["decided"], row["broken"]) == ("tiny-grpo", 10, 9, 3)
+    assert row["broken_share"] == pytest.approx(1 / 3)
+    low, high = row["broken_ci"]
+    assert 0.1 < low < 1 / 3 < high < 0.7  # Wilson, 3 of 9
+    assert 0.7 < row["alpha"] < 1  # nine answers agreed on, one split
+    assert audit_next(reviewer=reviewers[0]) is None
+
+    client.force_login(make_user("eve", "engineer"))
+    page = client.get(f"/runs/{grpo_run.pk}/").content.decode()
+    table = page.split('id="audit-results"')[1].split("</table>")[0]
+    assert "tiny-grpo" in table and "3 (33%)" in table and f"{low:.2f} to {high:.2f}" in table
+    checkpoint_page = client.get(f"/checkpoints/{grpo_run.made_checkpoint.pk}/").content.decode()
+    assert "3 (33%)" in checkpoint_page
+
+
+def test_an_audit_needs_a_grpo_run_with_rewarded_answers(base_checkpoint, make_user, client_for, tmp_path):
+    engineer = client_for(make_user("eve", "engineer"))
+    dpo = Run.objects.create(kind="dpo", status="succeeded", base_checkpoint=base_checkpoint, folder=str(tmp_path))
+    refused = engineer.post(f"/api/v1/runs/{dpo.pk}/audits", {"size": 5}, format="json")
+    assert (refused.status_code, refused.json()["detail"]) == (
+        400, f"run {dpo.pk} is a dpo run; an answer audit samples a GRPO run's rollouts")
+    empty = Run.objects.create(kind="grpo", status="succeeded", folder=str(Path(tmp_path) / "none"))
+    refused = engineer.post(f"/api/v1/runs/{empty.pk}/audits", {"size": 5}, format="json")
+    assert refused.status_code == 400 and "has no answer with the full reward" in refused.json()["detail"]

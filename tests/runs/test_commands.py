@@ -1,0 +1,95 @@
+"""manage.py register_checkpoint and register_run: existing checkpoints and run folders become rows with
+their lineage; bad input is one line and a non-zero exit."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from annotate.runs.models import Checkpoint, Run
+from training.run_folder import checkpoint_content_hash
+
+pytestmark = pytest.mark.django_db
+REPO = Path(__file__).resolve().parents[2]
+
+
+def register(*args: str) -> str:
+    from io import StringIO
+
+    out = StringIO()
+    call_command(*args, stdout=out)
+    return out.getvalue()
+
+
+def finished_run_folder(tmp_path: Path, base: Path, snapshot: Path, *, status: str = "completed") -> Path:
+    """A run folder as `python -m training dpo` leaves it (run.json, metrics, ledger, checkpoint/)."""
+    folder = tmp_path / "dpo-run"
+    (folder / "checkpoint").mkdir(parents=True)
+    (folder / "checkpoint" / "model.safetensors").write_bytes(b"weights after two steps")
+    trained_hash = checkpoint_content_hash(folder / "checkpoint")
+    (folder / "checkpoint" / "parent.json").write_text(json.dumps(
+        {"parent": {"path": str(base), "content_hash": checkpoint_content_hash(base)}, "content_hash": trained_hash}))
+    manifest = json.loads((snapshot / "manifest.json").read_text())
+    (folder / "run.json").write_text(json.dumps({
+        "format": "pairwise.run/1", "run": "dpo-run", "kind": "dpo", "status": status,
+        "config": {"max_steps": 2, "beta": 0.1, "output_dir": str(folder)},
+        "base_checkpoint": {"path": str(base), "content_hash": checkpoint_content_hash(base)},
+        "snapshot": {"path": str(snapshot), "snapshot_id": manifest["snapshot_id"]},
+        "started_at": "2026-01-01T10:00:00Z", "ended_at": "2026-01-01T10:05:00Z", "error": None,
+        "results": {"test": {"base": {"preference_accuracy": 0.5}, "trained": {"preference_accuracy": 0.75}}},
+        "output_checkpoint": {"path": str(folder / "checkpoint"), "content_hash": trained_hash},
+    }))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"event": "train", "step": s, "loss": 0.7 - s / 10}) + "\n"
+                                                  for s in (1, 2)))
+    (folder / "ledger.json").write_text(json.dumps({"consumed": {"optimizer_steps": 2, "wall_s": 4.2}}))
+    return folder
+
+
+def test_register_checkpoint_hashes_the_folder_and_refuses_the_same_weights_twice(tiny_checkpoint, tmp_path):
+    said = register("register_checkpoint", str(tiny_checkpoint), "--name", "sft")
+    sft = Checkpoint.objects.get(name="sft")
+    assert sft.content_hash == checkpoint_content_hash(tiny_checkpoint) and sft.content_hash in said
+    with pytest.raises(CommandError, match=r"holds the same weights as checkpoint 'sft'"):
+        register("register_checkpoint", str(tiny_checkpoint), "--name", "again")
+    remote = register("register_checkpoint", "s3://models/sft-7b", "--parent", "sft", "--hash", "sha256:abc")
+    assert "parent sft" in remote and Checkpoint.objects.get(uri="s3://models/sft-7b").parent == sft
+    with pytest.raises(CommandError, match=r"^.*/nowhere is not a folder; give a local checkpoint folder or a URI"):
+        register("register_checkpoint", str(tmp_path / "nowhere"))
+    with pytest.raises(CommandError, match=r"--parent 'nope' is not a registered checkpoint \(registered: "):
+        register("register_checkpoint", "s3://models/other", "--parent", "nope")
+
+
+def test_register_run_brings_in_a_finished_folder_with_its_base_and_output_checkpoints(tiny_checkpoint,
+                                                                                       tiny_snapshot, tmp_path):
+    folder = finished_run_folder(tmp_path, tiny_checkpoint, tiny_snapshot)
+    said = register("register_run", str(folder))
+    run = Run.objects.get()
+    assert run.kind == "dpo" and run.status == "succeeded" and [row["step"] for row in run.metrics] == [1, 2]
+    assert run.ledger["consumed"]["optimizer_steps"] == 2
+    assert run.snapshot_manifest["snapshot_id"].startswith("snap-") and run.started_at.hour == 10
+    made = run.made_checkpoint
+    assert made.parent == run.base_checkpoint and run.base_checkpoint.uri == str(tiny_checkpoint)
+    assert f"checkpoint {made.name} from {run.base_checkpoint.name}" in said
+    with pytest.raises(CommandError, match=r"is registered already as run"):
+        register("register_run", str(folder))
+
+
+def test_register_run_refuses_a_folder_that_is_not_a_finished_run(tiny_checkpoint, tiny_snapshot, tmp_path):
+    with pytest.raises(CommandError, match=r"has no readable run.json; give the output_dir of a python -m training"):
+        register("register_run", str(tmp_path))
+    running = finished_run_folder(tmp_path, tiny_checkpoint, tiny_snapshot, status="running")
+    with pytest.raises(CommandError, match=r"is still 'running' according to its run.json; register it once"):
+        register("register_run", str(running))
+    assert not Run.objects.exists()
+
+
+def test_a_bad_command_line_is_one_line_on_stderr_and_a_non_zero_exit(tmp_path):
+    done = subprocess.run([sys.executable, "manage.py", "register_run", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        f"CommandError: {tmp_path} has no readable run.json; give the output_dir of a python -m training dpo or "
+        "grpo run"]

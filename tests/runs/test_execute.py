@@ -1,0 +1,88 @@
+"""The local backend's follower: metrics and log streamed into the run, exit codes kept, cancel stopping the
+whole process group, the made checkpoint registered with its parent, and a restarted worker's leftovers."""
+
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from annotate.runs import execute
+from annotate.runs.launch import execute_in_thread, run_cancel, run_folder_for
+from annotate.runs.models import Checkpoint, Run
+from tests.exports.test_worker import wait_for
+from tests.runs.conftest import process_alive
+
+
+def queued_run(base_checkpoint, behave: str, seed: int = 0) -> Run:
+    run = Run.objects.create(kind="dpo", base_checkpoint=base_checkpoint, folder="")
+    run.folder = str(run_folder_for(run.pk))
+    run.config = {"base_checkpoint": base_checkpoint.uri, "output_dir": run.folder, "behave": behave, "seed": seed}
+    run.save()
+    return run
+
+
+@pytest.mark.django_db
+def test_a_successful_run_streams_its_metrics_and_registers_its_checkpoint_under_the_base(base_checkpoint,
+                                                                                         stand_in_trainer):
+    run = execute.run_execute(run_id=queued_run(base_checkpoint, "succeed").pk, worker="w1@test")
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.exit_code == 0 and run.error == ""
+    assert [row["step"] for row in run.metrics] == [1, 2, 3]
+    assert "step 3 of 3" in run.log_tail
+    made = Checkpoint.objects.get(run=run)
+    assert made.parent == base_checkpoint and made.content_hash.startswith("sha256:")
+    assert made.uri == str(Path(run.folder) / "checkpoint")
+    assert execute.run_execute(run_id=run.pk, worker="w1@test") is None  # a repeated delivery runs nothing
+
+
+@pytest.mark.django_db
+def test_a_failed_run_keeps_its_exit_code_log_tail_and_the_trainers_one_line(base_checkpoint, stand_in_trainer):
+    run = execute.run_execute(run_id=queued_run(base_checkpoint, "fail").pk, worker="w1@test")
+    run.refresh_from_db()
+    assert run.status == "failed" and run.exit_code == 2
+    assert run.error == "snapshot speed-1 has no train rows; export it with looser filters (exit code 2)"
+    assert "error: snapshot speed-1" in run.log_tail and "step 3 of 3" in run.log_tail
+    assert not Checkpoint.objects.filter(run=run).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_stops_the_trainer_and_everything_it_started(base_checkpoint, stand_in_trainer):
+    run = queued_run(base_checkpoint, "hang")
+    follower = threading.Thread(target=execute_in_thread, args=(run.pk,))  # as a launch with no broker does
+    follower.start()
+    try:
+        wait_for(lambda: len(Run.objects.get(pk=run.pk).metrics) == 3, "the trainer's metrics")
+        running = Run.objects.get(pk=run.pk)
+        child = int(Path(running.folder + ".child").read_text())
+        assert running.status == "running" and process_alive(running.pid) and process_alive(child)
+        run_cancel(running)
+        follower.join(timeout=30)
+    finally:
+        follower.join(timeout=30)
+    cancelled = Run.objects.get(pk=run.pk)
+    assert cancelled.status == "cancelled" and "process group was stopped" in cancelled.error
+    assert not process_alive(cancelled.pid) and not process_alive(child)
+
+
+@pytest.mark.django_db
+def test_a_queued_run_is_cancelled_at_once_and_never_starts(base_checkpoint, stand_in_trainer):
+    run = run_cancel(queued_run(base_checkpoint, "succeed"))
+    assert run.status == "cancelled" and run.error == "cancelled before it started"
+    assert execute.run_execute(run_id=run.pk, worker="w1@test") is None
+    assert not Path(run.folder).exists()
+
+
+@pytest.mark.django_db
+def test_a_restarted_worker_fails_its_runs_whose_process_is_gone_and_leaves_others_alone(base_checkpoint):
+    gone = queued_run(base_checkpoint, "hang")
+    other_worker = queued_run(base_checkpoint, "hang", seed=1)
+    dead_pid = 2 ** 22 + 17  # above any pid this machine hands out (pid_max is at most 2^22)
+    Run.objects.filter(pk=gone.pk).update(status="running", worker="w1@test", host=socket.gethostname(),
+                                          pid=dead_pid)
+    Run.objects.filter(pk=other_worker.pk).update(status="running", worker="w2@test", pid=dead_pid)
+
+    assert execute.runs_reconcile(worker="w1@test") == []
+    failed = Run.objects.get(pk=gone.pk)
+    assert failed.status == "failed" and "restarted while it ran" in failed.error and str(dead_pid) in failed.error
+    assert Run.objects.get(pk=other_worker.pk).status == "running"

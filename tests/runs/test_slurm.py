@@ -1,0 +1,84 @@
+"""The Slurm backend against stand-in sbatch, scancel and squeue on PATH that record what they were given:
+the rendered job script is valid bash naming this run's config and log, the job id is kept, cancel calls
+scancel, and the run ends when its run.json says so."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from annotate.runs import execute
+from annotate.runs.launch import run_cancel, run_folder_for
+from annotate.runs.models import Run
+from annotate.runs.slurm import slurm_refresh
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def slurm(tmp_path, monkeypatch):
+    """sbatch prints a job id (or fails when SBATCH_FAIL is set); every call is appended to calls.log."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    scripts = {
+        "sbatch": f'echo "sbatch $*" >> {calls}\ncp "${{@: -1}}" {tmp_path}/submitted.sbatch\n'
+                  'if [ -n "${SBATCH_FAIL:-}" ]; then echo "sbatch: error: invalid partition specified: gpu" >&2; '
+                  'exit 1; fi\necho "4242;cluster-a"',
+        "scancel": f'echo "scancel $*" >> {calls}',
+        "squeue": f'echo "squeue $*" >> {calls}\necho RUNNING',
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+def slurm_run(base_checkpoint, kind: str = "dpo") -> Run:
+    run = Run.objects.create(kind=kind, backend="slurm", base_checkpoint=base_checkpoint, folder="")
+    run.folder = str(run_folder_for(run.pk))
+    run.config = {"base_checkpoint": base_checkpoint.uri, "output_dir": run.folder, "max_steps": 2}
+    run.save()
+    return run
+
+
+@pytest.mark.parametrize("kind", ["dpo", "grpo"])
+def test_the_rendered_job_is_valid_bash_for_this_run_and_the_job_id_is_kept(base_checkpoint, slurm, tmp_path, kind):
+    run = execute.run_execute(run_id=slurm_run(base_checkpoint, kind).pk, worker="w1@test")
+    assert run.status == "running" and run.slurm_job_id == "4242"
+    script = (tmp_path / "submitted.sbatch").read_text()
+    assert subprocess.run(["bash", "-n", str(tmp_path / "submitted.sbatch")]).returncode == 0
+    assert f"#SBATCH --job-name=pairwise-run-{run.pk}\n" in script
+    assert f"#SBATCH --output={run.folder}.log\n" in script
+    assert f"CONFIG=${{1:-{run.folder}.yaml}}\n" in script and f"-m training {kind} --config" in script
+    assert "--parsable" in slurm.read_text()
+    assert yaml.safe_load(Path(run.folder + ".yaml").read_text()) == run.config
+
+
+def test_cancel_calls_scancel_with_the_job_id(base_checkpoint, slurm):
+    run = execute.run_execute(run_id=slurm_run(base_checkpoint).pk, worker="w1@test")
+    cancelled = run_cancel(run)
+    assert cancelled.status == "cancelled" and "scancel 4242" in cancelled.error
+    assert "scancel 4242" in slurm.read_text().splitlines()
+
+
+def test_sbatch_refusing_the_job_fails_the_run_with_its_words(base_checkpoint, slurm, monkeypatch):
+    monkeypatch.setenv("SBATCH_FAIL", "1")
+    run = execute.run_execute(run_id=slurm_run(base_checkpoint).pk, worker="w1@test")
+    assert run.status == "failed" and run.exit_code == 1
+    assert run.error == "sbatch refused the job: sbatch: error: invalid partition specified: gpu"
+
+
+def test_a_slurm_run_ends_when_its_run_json_says_so(base_checkpoint, slurm):
+    run = execute.run_execute(run_id=slurm_run(base_checkpoint).pk, worker="w1@test")
+    folder = Path(run.folder)
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text(json.dumps({"event": "train", "step": 1, "loss": 0.69}) + "\n")
+    (folder / "run.json").write_text(json.dumps({"status": "running"}))
+    assert slurm_refresh(run).status == "running" and len(run.metrics) == 1
+    (folder / "run.json").write_text(json.dumps({"status": "failed", "error": "CUDA out of memory"}))
+    ended = slurm_refresh(Run.objects.get(pk=run.pk))
+    assert ended.status == "failed" and ended.error == "CUDA out of memory"
