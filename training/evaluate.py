@@ -183,7 +183,9 @@ def generate_attempts(checkpoint: str, tasks: list[dict], *, samples: int, tempe
 
 
 def _labels(checkpoints: list[str]) -> dict[str, str]:
-    names = [Path(c).name or str(c) for c in checkpoints]
+    # A run's output is always RUN/checkpoint: the run folder's name says which checkpoint it is.
+    names = [(Path(c).parent.name if Path(c).name == "checkpoint" else Path(c).name) or str(c)
+             for c in checkpoints]
     return {c: (name if names.count(name) == 1 else str(c)) for c, name in zip(checkpoints, names, strict=True)}
 
 

@@ -64,8 +64,7 @@ def _report_to(config) -> list[str]:
 
 def trainer_arguments(config, run):
     """The config as the trainer's arguments: checkpoints into the run folder, TensorBoard attached by
-    run_callbacks instead (transformers would write it under output_dir), and TRL's dtype default
-    (float32) unless model_init_kwargs says otherwise."""
+    run_callbacks instead (transformers would write it under output_dir)."""
     args = copy.copy(config)
     args.output_dir = str(run.trainer_checkpoints)
     args.report_to = [item for item in _report_to(config) if item != "tensorboard"]
@@ -177,8 +176,6 @@ def start_run_record(run, config, *, kind: str, base_path: Path, base_hash: str 
 def trainer_setup(run, config, *, recipe: str, fresh: bool, is_main: bool):
     """Around building the trainer: a ValueError from TRL's own option checks is a config mistake (one line),
     and on any failure a fresh run folder is removed, since nothing was trained yet."""
-    from training.errors import PairwiseInputError
-
     try:
         try:
             yield

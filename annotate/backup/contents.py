@@ -39,8 +39,6 @@ LEFT_OUT = {
     "exports.export": "an export record points at a snapshot folder on this machine's disk, not in the backup",
 }
 
-ROLES = ("reviewer", "engineer", "admin", "adjudicator")
-
 
 class BackupError(Exception):
     """A backup that cannot be made or restored: one line saying what, where and how to fix it."""

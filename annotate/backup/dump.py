@@ -13,7 +13,6 @@ from django.db.migrations.recorder import MigrationRecorder
 
 from annotate.backup.contents import (
     FORMAT,
-    ROLES,
     VERSION,
     BackupError,
     LineHasher,
@@ -21,6 +20,7 @@ from annotate.backup.contents import (
     project_models,
 )
 from annotate.review.models import Project
+from annotate.review.services import ROLES
 
 CHUNK = 2000  # rows read and serialised at a time: memory stays flat however large the project
 

@@ -25,13 +25,13 @@ from django.db.migrations.recorder import MigrationRecorder
 from annotate.backup.contents import (
     FORMAT,
     PROJECT_ROWS,
-    ROLES,
     VERSION,
     BackupError,
     LineHasher,
     project_models,
 )
 from annotate.review.models import Project
+from annotate.review.services import ROLES
 
 KNOWN_MODELS = {label for label, _ in PROJECT_ROWS}
 

@@ -109,7 +109,8 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
 
     Counted votes: the current (not retracted) judgment of each original assignment (retests left
     out, so nobody votes twice), made under the chosen criteria versions, on the chosen days, by a
-    reviewer not excluded, and (with exclude_flagged_rationales) with no rationale-check flag. `criteria_version` is the newest version among the pair's counted votes.
+    reviewer not excluded, and (with exclude_flagged_rationales) with no rationale-check flag.
+    `criteria_version` is the newest version among the pair's counted votes.
     On PostgreSQL the rows come through a server-side cursor (outside a transaction it is WITH HOLD,
     so the export can commit its progress while it reads).
     """

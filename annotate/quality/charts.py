@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from annotate.quality.report import BUCKETS
 from annotate.quality.reviewers import FLAG_POSITION_BIAS
+from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 
 INK = "#1d2330"
 MUTED = "#5b6475"
@@ -339,8 +340,8 @@ def rationale_flags_chart(rows: list[dict], *, empty_reason: str = "no judgment 
     if not rows:  # good news, not missing data
         return format_html('<p class="small muted">{}.</p>', empty_reason[:1].upper() + empty_reason[1:])
     rows.sort(key=lambda r: (-r["flagged"] / r["judgments"], r["username"]))
-    names = ("too_short", "reused", "near_duplicate", "pasted")
-    details = [", ".join(f"{r[name]} {name.replace('_', ' ')}" for name in names if r.get(name)) for r in rows]
+    details = [", ".join(f"{r[name]} {name.replace('_', ' ')}" for name in RATIONALE_FLAGS if r.get(name))
+               for r in rows]
     label_w = _label_width((r["username"] for r in rows), 24)
     value_texts = [f"{percent(r['flagged'] / r['judgments'])} · {detail}" for r, detail in zip(rows, details, strict=True)]
     value_w = 16 + CHAR_WIDTH * max(len(text) for text in value_texts)

@@ -253,7 +253,7 @@ def quality_dashboard(request, slug: str):
     now = timezone.now()
     state = stored_report_read(project=project, now=now)
     sections = {
-        "qualification": _qualification_section(project, can_release="admin" in user_roles(request.user)),
+        "qualification": _qualification_section(project, can_release=bool(user_roles(request.user) & IsAdmin.roles)),
         "rationale": _rationale_section(project, state.report),
     }
     if state.report is None:

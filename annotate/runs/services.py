@@ -17,8 +17,6 @@ from annotate.runs.models import Checkpoint, Run
 from training.run_folder import RUN_FORMAT
 from training.snapshot import SnapshotError, read_manifest
 
-RUN_KINDS = ("dpo", "grpo", "eval", "sample")
-
 
 def run_apply_folder(run: Run, state: dict) -> None:
     """Copy what FolderReader read into the row (metrics, run.json, ledger, log tail) and save those fields."""

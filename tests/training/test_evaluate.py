@@ -167,3 +167,10 @@ def test_a_bad_task_file_is_one_line_naming_every_bad_line(tiny_checkpoint, tmp_
     assert main(["eval", "--checkpoint", str(tiny_checkpoint), "--tasks", str(tasks)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "line 1: kind must be one of" in err[0] and "line 3: the solution fails" in err[0]
+
+
+def test_a_runs_checkpoint_is_labelled_by_its_run_folder():
+    from training.evaluate import _labels
+
+    labels = _labels(["/ckpt/sft", "/runs/dpo-speed/checkpoint", "/runs/grpo-speed/checkpoint"])
+    assert list(labels.values()) == ["sft", "dpo-speed", "grpo-speed"]

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from training.errors import PairwiseInputError
-from training.verifiers.results import CORRECT
+from training.verifiers.results import CORRECT, WRONG
 
 
 def pass_rates(*, checkpoint: str | Path, tasks: list[dict], samples: int, temperature: float, top_p: float = 1.0,
@@ -54,7 +54,7 @@ def pass_rates(*, checkpoint: str | Path, tasks: list[dict], samples: int, tempe
             "correct": correct,
             "samples": samples,
             "pass_rate": round(correct / samples, 4),
-            "errors": sum(result.status not in (CORRECT, "wrong") for result in verdicts),
+            "errors": sum(result.status not in (CORRECT, WRONG) for result in verdicts),
         }
     return rates
 
@@ -117,7 +117,7 @@ def grpo_filter_main(args) -> int:
         tasks = load_tasks(args.tasks)
     except TaskFileError as error:
         raise PairwiseInputError(error.one_line()) from None
-    _check_sandbox(tasks, args.tasks)
+    check_sandbox_for_code(tasks, args.tasks)
     rates = pass_rates(checkpoint=checkpoint, tasks=tasks, samples=args.samples, temperature=args.temperature,
                        max_new_tokens=args.max_new_tokens, seed=args.seed)
     kept = keep_in_band(tasks, rates, min_pass_rate=args.min_pass_rate, max_pass_rate=args.max_pass_rate,
@@ -133,7 +133,7 @@ def grpo_filter_main(args) -> int:
     return 0
 
 
-def _check_sandbox(tasks: list[dict], where) -> None:
+def check_sandbox_for_code(tasks: list[dict], where) -> None:
     """Code tasks need the sandbox; say so before any sampling if it cannot run here."""
     if not any(task["kind"] == "code" for task in tasks):
         return

@@ -31,11 +31,11 @@ from training.trl_setup import (
 )
 
 
-def _load_tasks(config: GRPORunConfig) -> list[dict]:
+def _load_tasks(path: str | Path) -> list[dict]:
     from training.tasks import TaskFileError, load_tasks
 
     try:
-        return load_tasks(config.tasks)
+        return load_tasks(path)
     except TaskFileError as error:
         raise PairwiseInputError(error.one_line()) from None
 
@@ -77,7 +77,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
     from datasets import Dataset
     from transformers import AutoTokenizer
 
-    from training.grpo.difficulty import _check_sandbox, band_summary, keep_in_band, pass_rates
+    from training.grpo.difficulty import band_summary, check_sandbox_for_code, keep_in_band, pass_rates
     from training.grpo.ledger import Ledger
     from training.grpo.rewards import VerifierComponentsReward
     from training.grpo.rollouts import ROLLOUT_FORMAT, next_batch_number
@@ -91,10 +91,10 @@ def run_grpo(config: GRPORunConfig) -> dict:
     run = RunFolder(config.output_dir)
     resume_from = check_output_dir(config, run)
     base_path = check_causal_lm_checkpoint(config.base_checkpoint)
-    all_tasks = _load_tasks(config)
-    _check_sandbox(all_tasks, config.tasks)
+    all_tasks = _load_tasks(config.tasks)
+    check_sandbox_for_code(all_tasks, config.tasks)
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
-    _dataset_rows(all_tasks[:1], tokenizer, base_path)
+    _dataset_rows(all_tasks, tokenizer, base_path)  # refuses chat prompts without a chat template, before the pre-pass
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     is_main = is_main_process()
@@ -124,7 +124,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
                                      f"{difficulty['too_easy']} at or above {config.difficulty_max_pass_rate}); "
                                      "widen the band or use tasks nearer the checkpoint's level")
     elif not fresh and (run.path / "tasks.jsonl").is_file():
-        tasks = _load_tasks_file(run.path / "tasks.jsonl")  # a resumed run trains on the tasks it started with
+        tasks = _load_tasks(run.path / "tasks.jsonl")  # a resumed run trains on the tasks it started with
     rows = _dataset_rows(tasks, tokenizer, base_path)
 
     # 2. The run folder: run.json is kept current so a watcher sees the status.
@@ -204,12 +204,6 @@ def run_grpo(config: GRPORunConfig) -> dict:
         return record_completed(run, trainer, train_output, wall_s=wall_s, out_hash=out_hash,
                                 scorers={"training": sorted(_scorers_seen(run.path))},
                                 results={"ledger": summary})
-
-
-def _load_tasks_file(path: Path) -> list[dict]:
-    from training.tasks import load_tasks
-
-    return load_tasks(path)
 
 
 def _scorers_seen(run_path: Path) -> set[str]:

@@ -141,7 +141,7 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         if self.append_metrics is not None and self.accelerator.is_main_process:
             self.append_metrics({"event": "generation", "step": self.state.global_step + 1,
                                  "zero_variance_share": counts.zero_variance_share,
-                                 **{k: v for k, v in vars(counts).items()}})
+                                 **vars(counts)})
         return output
 
     def _scored_round(self, inputs: list[dict]) -> _Round:
