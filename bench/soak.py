@@ -291,6 +291,21 @@ def export_queue(*, admin_username: str) -> dict:
         connection.close()  # this thread's connection: the server it points at is restarted by the soak
 
 
+def api_answer(api, method: str, path: str, deadline: float, ok=(200,)):
+    """One admin call, waiting out 503s as a client should: a server thread whose connection predates the
+    database restart answers 503 (with Retry-After) once before it reconnects. Any other failure stops the soak."""
+    while True:
+        answer = api.request(method, path)
+        if answer.status_code != 503:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"soak: {method} {path} still answered 503 at the deadline")
+        time.sleep(min(float(answer.headers.get("Retry-After") or 1), 2.0))
+    if answer.status_code not in ok:
+        raise SystemExit(f"soak: {method} {path} answered {answer.status_code}: {answer.text[:300]}")
+    return answer
+
+
 def kill_worker_mid_export(*, base: str, admin_token: str, worker_box: list, env: dict, log: Path,
                            database_url: str) -> dict:
     """Start an export, hold it where it reads the answers' table, SIGKILL its worker, start the
@@ -324,15 +339,16 @@ def kill_worker_mid_export(*, base: str, admin_token: str, worker_box: list, env
                 watcher.execute("SELECT pg_terminate_backend(%s)", [pid])
             blocker.rollback()
         worker_box[0] = Worker(env, log)
+        path = f"/api/v1/exports/{export['id']}"
         deadline = time.monotonic() + 60
-        while (state := api.get(f"/api/v1/exports/{export['id']}").json())["status"] != "failed":
+        while (state := api_answer(api, "GET", path, deadline).json())["status"] != "failed":
             if time.monotonic() > deadline:
                 raise SystemExit(f"soak: the killed export was not marked failed: {state}")
             time.sleep(0.2)
         failed_error = state["error"]
-        retried = api.post(f"/api/v1/exports/{export['id']}/retry")
         deadline = time.monotonic() + 300
-        while (state := api.get(f"/api/v1/exports/{export['id']}").json())["status"] not in ("done", "failed"):
+        retried = api_answer(api, "POST", f"{path}/retry", deadline, ok=(202,))
+        while (state := api_answer(api, "GET", path, deadline).json())["status"] not in ("done", "failed"):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.5)
