@@ -30,7 +30,7 @@ def database_status() -> str:
 
 
 def broker_status() -> str:
-    if not settings.CELERY_BROKER_URL:
+    if settings.CELERY_BROKER_URL == settings.EMBEDDED_BROKER_URL:
         return "not configured"  # embedded: tasks run in-process
     from annotate.celery import app
 

@@ -216,9 +216,12 @@ SPECTACULAR_SETTINGS = {
                           else "rest_framework.permissions.AllowAny"],
 }
 
-# Celery: with no broker configured, tasks run in-process (the embedded default).
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
-CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+# Celery: with no broker configured, tasks run in-process (the embedded default). Celery still takes a
+# producer (never connected) for each in-process call: the in-memory transport, with a host named, rather
+# than an amqp connection with none (kombu's "No hostname was supplied" warning).
+EMBEDDED_BROKER_URL = "memory://localhost/"
+CELERY_TASK_ALWAYS_EAGER = not env.str("CELERY_BROKER_URL", default="")
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="") or EMBEDDED_BROKER_URL
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_ACKS_LATE = True

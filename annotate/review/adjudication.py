@@ -43,7 +43,7 @@ from annotate.review.models import (
 )
 from annotate.review.rationale import FLAGS
 from annotate.review.rendering import markdown_to_safe_html
-from annotate.review.services import ReviewError, choice_and_strength_check
+from annotate.review.services import ReviewError, choice_and_strength_check, votes_of_pairs
 
 HOLD_MINUTES = 30  # an adjudication not ruled on within this returns to the queue
 BATCH_PAIRS = 2000  # pairs whose votes are read and decided at a time while the queue is walked
@@ -370,13 +370,9 @@ def rulings_list(*, project: Project, limit: int = 100) -> list[dict]:
     """The project's latest rulings, newest first, for admins: un-swapped (a/b), with the pair's votes."""
     rulings = list(Adjudication.objects.filter(project=project).select_related("adjudicator", "pair__prompt")
                    .order_by("-id")[:limit])
-    votes: dict[int, dict] = {}
-    for pair_id, winner in Assignment.objects.filter(
-            pair_id__in={r.pair_id for r in rulings}, is_retest=False, current_judgment__isnull=False,
-    ).values_list("pair_id", "current_judgment__winner"):
-        votes.setdefault(pair_id, dict.fromkeys(WINNERS, 0))[winner] += 1
+    votes = votes_of_pairs(sorted({r.pair_id for r in rulings}))
     return [{"id": r.pk, "pair": r.pair_id, "prompt_id": r.pair.prompt.external_id, "revision": r.revision,
              "winner": r.winner, "strength": r.strength, "criteria": r.criteria, "rationale": r.rationale,
              "adjudicator": r.adjudicator.get_username(), "created_at": r.created_at.isoformat(),
-             "votes": votes.get(r.pair_id, dict.fromkeys(WINNERS, 0))} for r in rulings]
+             "votes": dict(zip(WINNERS, votes[r.pair_id], strict=True))} for r in rulings]
 

@@ -21,7 +21,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from annotate.errors import UserMistake
-from annotate.limits import MAX_CRITERIA, MAX_RATIONALE_CHARS, text_within
+from annotate.limits import MAX_CRITERIA, MAX_RATIONALE_CHARS, text_within, whole_number
 from annotate.review import import_sql, queue_sql
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
 from annotate.review.import_sql import ImportSummary
@@ -84,21 +84,25 @@ def _quality_settings_checked(
     qualification_attempts: int | None, gold_rate: float | None, standing_min_judgments: int | None,
 ) -> dict:
     """The onboarding, rationale and standing settings given, each checked; ReviewError names the first bad one."""
-    def whole(name: str, value, low: int, high: int, meaning: str) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
-            raise ReviewError(f"{name} {value!r} must be a whole number from {low} to {high} ({meaning})")
+    def whole(name: str, value, low: int, high: int, meaning: str) -> int | None:
+        return None if value is None else whole_number(name, value, low=low, high=high, error=ReviewError,
+                                                       hint=meaning)
 
     def share(name: str, value, meaning: str) -> None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
                                   or not 0.0 <= value <= 1.0):  # also refuses NaN
             raise ReviewError(f"{name} {value!r} must be a number from 0 to 1 ({meaning})")
 
-    whole("rationale flag length", rationale_flag_chars, 0, 2000, "0 turns the too_short flag off")
-    whole("qualification items", qualification_items, 0, 1000, "gold items in the round; 0 means no round")
+    rationale_flag_chars = whole("rationale flag length", rationale_flag_chars, 0, 2000,
+                                 "0 turns the too_short flag off")
+    qualification_items = whole("qualification items", qualification_items, 0, 1000,
+                                "gold items in the round; 0 means no round")
     share("qualification pass mark", qualification_pass_mark, "the share of the round's items to get right")
-    whole("qualification attempts", qualification_attempts, 1, 100, "tries before an admin must decide")
+    qualification_attempts = whole("qualification attempts", qualification_attempts, 1, 100,
+                                   "tries before an admin must decide")
     share("gold rate", gold_rate, "the share of live items that are gold checks")
-    whole("standing minimum", standing_min_judgments, 1, 100_000, "judgments before reviewers see their standing")
+    standing_min_judgments = whole("standing minimum", standing_min_judgments, 1, 100_000,
+                                   "judgments before reviewers see their standing")
     given = {
         "rationale_flag_chars": rationale_flag_chars, "qualification_items": qualification_items,
         "qualification_pass_mark": qualification_pass_mark, "qualification_attempts": qualification_attempts,
@@ -460,7 +464,7 @@ def _assignment_next_locked(*, project: Project, reviewer: AbstractBaseUser, now
 RECOMPUTE_BATCH = 2000  # pairs decided again per statement after a settings change
 
 
-def _votes_by_pair(pair_ids: list[int]) -> dict[int, list[int]]:
+def votes_of_pairs(pair_ids: list[int]) -> dict[int, list[int]]:
     """Each pair's votes as the export counts them (current judgments of first-time assignments): a, b, tie, both_bad."""
     votes = {pair_id: [0] * len(WINNERS) for pair_id in pair_ids}
     rows = (
@@ -495,7 +499,7 @@ def pairs_needed_recompute(*, project: Project) -> int:
         if not batch:
             return changed
         last_id = batch[-1][0]
-        votes = _votes_by_pair([pair_id for pair_id, _ in batch])
+        votes = votes_of_pairs([pair_id for pair_id, _ in batch])
         needed = reviewers_needed([votes[pair_id] for pair_id, _ in batch], min_overlap=project.min_overlap,
                                   max_overlap=project.overlap, stop_rule=project.overlap_stop_rule)
         updates = [Pair(id=pair_id, reviewers_needed=int(new)) for (pair_id, old), new in zip(batch, needed, strict=True)

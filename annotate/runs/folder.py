@@ -2,7 +2,8 @@
 
 The command rewrites run.json atomically and appends whole lines to metrics.jsonl, so a reader polling
 while it runs sees either the old or the new run.json and skips a last line that is not finished yet.
-Only the standard library: web and worker processes never import the training stack.
+Only the standard library and training.run_folder (for the folder's file names), which itself needs only
+the standard library and orjson: web and worker processes never import the training stack.
 """
 
 import json

@@ -31,7 +31,9 @@ from annotate.runs.services import snapshot_manifest
 
 logger = logging.getLogger(__name__)
 
-LAUNCH_KINDS = ("dpo", "grpo")
+# The trainers a config launches. Evaluations and comparisons (eval, sample) are not: they run over registered
+# checkpoints and are queued by annotate/runs/evaluation.py and compare.py with options of their own.
+LAUNCH_KINDS = tuple(kind for kind in Run.Kind.values if kind not in (Run.Kind.EVAL, Run.Kind.SAMPLE))
 CHECK_TIMEOUT_S = 180
 # Keys the launch sets from its own fields; a config naming them would contradict the form.
 SET_BY_LAUNCH = {"base_checkpoint": "base_checkpoint", "output_dir": "the run folder (chosen by the app)",

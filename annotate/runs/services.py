@@ -19,16 +19,20 @@ from training.snapshot import SnapshotError, read_manifest
 
 
 def run_apply_folder(run: Run, state: dict) -> None:
-    """Copy what FolderReader read into the row (metrics, run.json, ledger, log tail) and save those fields."""
-    run.metrics = state["metrics"]
-    run.record = state["record"] or run.record
-    run.ledger = state["ledger"] or run.ledger
-    if state["log_tail"]:
-        run.log_tail = state["log_tail"]
-    if run.record and run.record.get("config") and not run.resolved_config:
-        run.resolved_config = run.record["config"]
-    Run.objects.filter(pk=run.pk).update(metrics=run.metrics, record=run.record, ledger=run.ledger,
-                                         log_tail=run.log_tail, resolved_config=run.resolved_config)
+    """Copy what FolderReader read into the row (metrics, run.json, ledger, log tail), saving only the fields
+    that changed: a follower polling a run folder that stands still writes nothing."""
+    record = state["record"] or run.record
+    new = {"metrics": state["metrics"], "record": record, "ledger": state["ledger"] or run.ledger,
+           "log_tail": state["log_tail"] or run.log_tail}
+    if record and record.get("config") and not run.resolved_config:
+        new["resolved_config"] = record["config"]
+    changed = {name: value for name, value in new.items() if value != getattr(run, name)}
+    if "metrics" in changed:
+        changed["metrics"] = list(changed["metrics"])  # a copy: FolderReader keeps appending to its own list
+    for name, value in changed.items():
+        setattr(run, name, value)
+    if changed:
+        Run.objects.filter(pk=run.pk).update(**changed)
 
 
 def run_finish(run: Run, *, status: str, exit_code: int | None = None, error: str = "") -> Run:

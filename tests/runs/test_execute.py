@@ -1,11 +1,14 @@
 """The local backend's follower: metrics and log streamed into the run, exit codes kept, cancel stopping the
 whole process group, the made checkpoint registered with its parent, and a restarted worker's leftovers."""
 
+import json
 import socket
 import threading
 from pathlib import Path
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from annotate.runs import execute
 from annotate.runs.launch import execute_in_thread, run_cancel, run_folder_for
@@ -34,6 +37,36 @@ def test_a_successful_run_streams_its_metrics_and_registers_its_checkpoint_under
     assert made.parent == base_checkpoint and made.content_hash.startswith("sha256:")
     assert made.uri == str(Path(run.folder) / "checkpoint")
     assert execute.run_execute(run_id=run.pk, worker="w1@test") is None  # a repeated delivery runs nothing
+
+
+@pytest.mark.django_db
+def test_a_follow_pass_that_finds_no_new_metrics_lines_does_not_write_them_again(base_checkpoint, monkeypatch):
+    run = queued_run(base_checkpoint, "hang")
+    Run.objects.filter(pk=run.pk).update(status="running", pid=2 ** 22 + 17)  # a pid no process has
+    run.refresh_from_db()
+    folder = Path(run.folder)
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"status": "completed", "config": run.config}))
+    metrics = folder / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "loss": 0.6}\n{"step": 2, "loss": 0.5}\n')
+    polls = []
+
+    def process_alive() -> bool:  # four passes; a third metrics line appears before the fourth
+        polls.append(len(polls))
+        if len(polls) == 4:
+            with open(metrics, "a") as handle:
+                handle.write('{"step": 3, "loss": 0.4}\n')
+        return len(polls) < 4
+
+    monkeypatch.setattr(execute, "POLL_S", 0)
+    with CaptureQueriesContext(connection) as queries:
+        execute.follow(run, exit_code=lambda: None, process_alive=process_alive)
+    metrics_updates = [q["sql"] for q in queries.captured_queries
+                       if q["sql"].startswith(f'UPDATE "{Run._meta.db_table}"') and '"metrics"' in q["sql"]]
+    assert len(polls) == 4 and len(metrics_updates) == 2  # the first pass and the one that found step 3
+    run.refresh_from_db()
+    assert run.status == "succeeded" and [row["step"] for row in run.metrics] == [1, 2, 3]
+    assert run.resolved_config == run.config
 
 
 @pytest.mark.django_db
