@@ -51,6 +51,12 @@ RECIPE = {
     "verifier_workers": 1,
 }
 TRAIN_TASKS = 400
+# The parent (`python -m training tiny-sft` with these flags): trained longer than the demo checkpoint so it
+# copies the numbers of training-wording problems reliably, and taught a classic wrong method on half the
+# speed problems (legs averaged, distance times time: training.tiny.misconceived_solution), as SFT data
+# written by people carries their mistakes. What GRPO can teach is then measurable: the verifier's reward
+# alone has to make the child stop using the wrong method.
+PARENT_FLAGS = ["--steps", "800", "--misconception-share", "0.5"]
 
 
 def run_child(command: list[str], threads: int) -> tuple[int, float, float, str]:
@@ -100,11 +106,11 @@ def parent_checkpoint(workdir: Path, seed: int, args) -> tuple[Path, float | Non
         sft = args.parents / f"sft-{seed}"
         if not (sft / "tiny_sft.json").is_file():
             raise SystemExit(f"--parents {args.parents}: no tiny-sft checkpoint sft-{seed} in it; build it with "
-                             f"python -m training tiny-sft --out {sft} --seed {seed}")
+                             f"python -m training tiny-sft --out {sft} --seed {seed} {' '.join(PARENT_FLAGS)}")
         return sft, None
     sft = workdir / f"sft-{seed}"
     code, _, cpu, err = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(sft),
-                                   "--seed", str(seed), "--eval-tasks", "4"], args.threads)
+                                   "--seed", str(seed), "--eval-tasks", "4", *PARENT_FLAGS], args.threads)
     if code != 0:
         raise SystemExit(f"tiny-sft --seed {seed} failed (exit {code}): {err}")
     return sft, cpu

@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0, help="seed for data, weights and sampling (default 0)")
     tiny.add_argument("--steps", type=int, default=None, help="SFT steps (default: the recipe's; fewer for tests)")
     tiny.add_argument("--eval-tasks", type=int, default=None, help="held-out problems to score (default 48)")
+    tiny.add_argument("--misconception-share", type=float, default=None,
+                      help="share of speed problems taught with a classic wrong method, for GRPO to unlearn "
+                           "(default 0; bench/grpo_learning.py uses 0.5)")
     tiny.set_defaults(handler=_tiny_sft)
 
     tasks = commands.add_parser("tasks", help="make or import task files")

@@ -55,6 +55,8 @@ class TinySFTConfig:
     noisy_share: float = field(default=0.6, metadata={
         "help": "Share of word-problem prompts trained with some words replaced (see noisy_wording)."})
     noise_rate: float = field(default=0.3, metadata={"help": "Chance that a word of such a prompt is replaced."})
+    misconception_share: float = field(default=0.0, metadata={
+        "help": "Share of speed problems whose worked solution uses a common wrong method (see misconceived_solution)."})
     torch_threads: int | None = field(default=None, metadata={
         "help": "CPU threads for torch; None: torch's default (OMP_NUM_THREADS, else the cores)."})
 
@@ -132,6 +134,28 @@ def noisy_wording(prompt: str, rng: random.Random, rate: float) -> str:
     return " ".join(out)
 
 
+def misconceived_solution(task: dict) -> str | None:
+    """The worked solution of a speed problem by a classic wrong method, or None for other problems: the two
+    legs' distances averaged instead of divided by the time, or distance times time for one leg. A parent
+    taught these on some problems writes them on some samples, as SFT data written by people carries their
+    mistakes; the verifier's reward is what can teach the child to stop."""
+    meta = task.get("meta") or {}
+    if meta.get("family") != "speed":
+        return None
+    unit = task.get("unit")
+    if meta.get("structure") == "two_legs":
+        first, second, _ = meta["values"]
+        wrong = (first + second) // 2
+        work = f"({first} + {second}) / 2 = {first + second} / 2 = {wrong}"
+    elif meta.get("structure") == "one_leg":
+        total, hours = meta["values"]
+        wrong = total * hours
+        work = f"{total} * {hours} = {wrong}"
+    else:
+        return None
+    return f"{work}\nAnswer: {wrong} {unit}" if unit else f"{work}\nAnswer: {wrong}"
+
+
 def sft_tasks(n: int, seed: int, variant: str = "train") -> list[dict]:
     """`n` problems split across the families by TRAIN_MIX."""
     rows: list[dict] = []
@@ -144,13 +168,16 @@ def _encode_sft_examples(tokenizer, tasks: list[dict], config: "TinySFTConfig | 
     """(token ids of prompt + solution + EOS, number of prompt tokens) per task; with a config, a share
     of the word problems gets noisy wording."""
     rng = random.Random(f"wording:{config.seed}") if config is not None else None
+    mistakes = random.Random(f"misconception:{config.seed}") if config is not None else None
     examples = []
     for task in tasks:
-        prompt = task["prompt"]
+        prompt, solution = task["prompt"], task["solution"]
         if rng is not None and task["kind"] == "math" and isinstance(prompt, str) and rng.random() < config.noisy_share:
             prompt = noisy_wording(prompt, rng, config.noise_rate)
+        if mistakes is not None and config.misconception_share > 0 and mistakes.random() < config.misconception_share:
+            solution = misconceived_solution(task) or solution
         prompt_ids = tokenizer(_chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(task["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        answer_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         examples.append((prompt_ids + answer_ids, len(prompt_ids)))
     return examples
 
@@ -410,6 +437,10 @@ def tiny_sft_main(args) -> int:
         config.warmup_steps = min(config.warmup_steps, max(1, args.steps // 5))
     if args.eval_tasks is not None:
         config.eval_tasks = args.eval_tasks
+    if args.misconception_share is not None:
+        if not 0.0 <= args.misconception_share <= 1.0:  # also refuses NaN
+            raise PairwiseInputError(f"--misconception-share must be a share from 0 to 1, got {args.misconception_share}")
+        config.misconception_share = args.misconception_share
     info = build_tiny_sft(Path(args.out), config)
     print(format_report(info))
     print(f"saved tiny SFT checkpoint to {args.out}")

@@ -79,3 +79,46 @@ def test_noisy_wording_keeps_every_number_and_its_unit():
         for kept in ("40", "km,", "80", "km.", "2", "hours."):
             assert kept in words
         assert text.endswith("?")
+
+
+def test_misconceived_solutions_are_wrong_in_the_taught_way():
+    from training.task_families import make_tasks
+    from training.tiny import misconceived_solution
+
+    speed = make_tasks("speed", n=60, seed=3)
+    for task in speed:
+        wrong = misconceived_solution(task)
+        first, *_ = task["meta"]["values"]
+        assert wrong.endswith(f" {task['unit']}") and wrong.startswith(f"({first} +" if task["meta"]["structure"]
+                                                                        == "two_legs" else f"{first} * ")
+        if task["meta"]["structure"] == "one_leg" or task["meta"]["values"][2] != 2:
+            # Averaging two legs is right only over exactly 2 hours; otherwise the taught answer is wrong.
+            assert extract_final_number(wrong) != task["answer"]
+    assert all(misconceived_solution(task) is None for task in make_tasks("rate", n=10, seed=3))
+
+
+def test_misconception_share_decides_how_many_speed_solutions_are_taught_wrong():
+    from training.task_families import make_tasks
+    from training.tiny import _encode_sft_examples
+
+    tokenizer = build_char_tokenizer()
+    tasks = make_tasks("speed", n=40, seed=1) + make_tasks("arithmetic", n=10, seed=1)
+
+    def answers(share: float) -> list[str]:
+        examples = _encode_sft_examples(tokenizer, tasks, TinySFTConfig(misconception_share=share, noisy_share=0.0))
+        return [tokenizer.decode(ids[start:], skip_special_tokens=True) for ids, start in examples]
+
+    assert answers(0.0) == [task["solution"] for task in tasks]
+    all_wrong = answers(1.0)
+    assert all_wrong[40:] == [task["solution"] for task in tasks[40:]]  # other families keep their solutions
+    assert sum(a != t["solution"] for a, t in zip(all_wrong[:40], tasks, strict=False)) >= 30
+
+
+def test_misconception_share_outside_zero_to_one_is_one_line(tmp_path):
+    from .conftest import run_training_cli
+
+    result = run_training_cli("tiny-sft", "--out", str(tmp_path / "tiny"), "--steps", "2",
+                              "--misconception-share", "1.5", timeout=120)
+    assert result.returncode != 0
+    assert result.stderr.strip() == "error: --misconception-share must be a share from 0 to 1, got 1.5"
+    assert not (tmp_path / "tiny").exists()
