@@ -99,6 +99,30 @@ def evaluate(checkpoints: list[Path], tasks: list[dict], *, samples: int, temper
                                 temperature=temperature, max_new_tokens=RECIPE["max_completion_length"], seed=seed)
 
 
+def wrong_method_share(checkpoint: Path, tasks: list[dict], *, samples: int, seed: int, threads: int) -> float:
+    """Share of sampled answers (temperature 1) whose first line uses the taught wrong method: legs averaged
+    ("/ 2" where the trip did not take 2 time units) or distance times time."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.tiny import generate_completions
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    answers = generate_completions(model, tokenizer, [t["prompt"] for t in tasks], samples=samples, temperature=1.0,
+                                   max_new_tokens=RECIPE["max_completion_length"])
+    wrong = total = 0
+    for task, sampled in zip(tasks, answers, strict=True):
+        two_legs = task["meta"]["structure"] == "two_legs"
+        for answer in sampled:
+            first = answer.split("\n")[0]
+            total += 1
+            wrong += ("/ 2 =" in first and task["meta"]["values"][2] != 2) if two_legs else "*" in first
+    return round(wrong / total, 3)
+
+
 def parent_checkpoint(workdir: Path, seed: int, args) -> tuple[Path, float | None]:
     """The tiny SFT checkpoint of `seed` and the CPU seconds it took: built here by `python -m training
     tiny-sft`, or taken from --parents DIR (DIR/sft-SEED, built by the same command; CPU unknown)."""
@@ -142,9 +166,13 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
                        threads=args.threads)
     greedy = evaluate([sft, child], heldout, samples=1, temperature=0.0, seed=seed, threads=args.threads)
     # Fresh problems of the training variant (wordings GRPO trained on): what GRPO learned in distribution.
-    seen = evaluate([sft, child], write_tasks(workdir / f"train-eval-{seed}.jsonl", args.family, args.heldout,
-                                              2000 + seed, "train"),
-                    samples=args.samples, temperature=RECIPE["temperature"], seed=seed, threads=args.threads)
+    seen_tasks = write_tasks(workdir / f"train-eval-{seed}.jsonl", args.family, args.heldout, 2000 + seed, "train")
+    seen = evaluate([sft, child], seen_tasks, samples=args.samples, temperature=RECIPE["temperature"], seed=seed,
+                    threads=args.threads)
+    # What GRPO had to unlearn: the parent's taught wrong method, on held-out and training-wording problems.
+    wrong_method = {name: [wrong_method_share(c, tasks_, samples=args.samples, seed=seed, threads=args.threads)
+                           for c in (sft, child)]
+                    for name, tasks_ in (("heldout", heldout), ("train_variant", seen_tasks))}
 
     def success(result: dict, index: int) -> dict:
         return result["checkpoints"][index]["all"]
@@ -161,6 +189,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
         "gain_points": round(100 * (success(sampled, 1)["success_rate"] - success(sampled, 0)["success_rate"]), 1),
         "greedy_gain_points": round(100 * (success(greedy, 1)["success_rate"] - success(greedy, 0)["success_rate"]), 1),
         "train_variant": [success(seen, 0)["success_rate"], success(seen, 1)["success_rate"]],
+        "wrong_method_share": wrong_method,
         "grpo_cpu_minutes": round(grpo_cpu / 60, 2),
         "grpo_wall_s": round(grpo_wall, 1),
         "sft_cpu_minutes": None if sft_cpu is None else round(sft_cpu / 60, 2),
@@ -208,7 +237,8 @@ def main() -> int:
     print(f"held-out {args.family}: {args.heldout} problems, {args.samples} answers each at temperature "
           f"{RECIPE['temperature']} (greedy beside it); scorer {', '.join(rows[0]['scorers'])}")
     print(f"{'seed':<6}{'parent':>8}{'child':>8}{'gain':>8}{'95% interval parent':>22}{'95% interval child':>21}"
-          f"{'greedy p->c':>14}{'train-variant p->c':>20}{'GRPO CPU-min':>14}{'wall s':>8}")
+          f"{'greedy p->c':>14}{'train-variant p->c':>20}{'wrong method p->c (held-out / train)':>38}"
+          f"{'GRPO CPU-min':>14}{'wall s':>8}")
     for row in rows:
         p, c = row["parent"], row["child"]
         seen = row["train_variant"]
@@ -216,6 +246,8 @@ def main() -> int:
               f"{str(p['interval']):>22}{str(c['interval']):>21}"
               f"{row['parent_greedy']['success_rate']:>7.3f}->{row['child_greedy']['success_rate']:.3f}"
               f"{seen[0]:>13.3f}->{seen[1]:.3f}"
+              f"{'':>8}{row['wrong_method_share']['heldout'][0]:.2f}->{row['wrong_method_share']['heldout'][1]:.2f} / "
+              f"{row['wrong_method_share']['train_variant'][0]:.2f}->{row['wrong_method_share']['train_variant'][1]:.2f}"
               f"{row['grpo_cpu_minutes']:>14.1f}{row['grpo_wall_s']:>8.0f}")
     met = all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows) and all(
         r["grpo_cpu_minutes"] <= CPU_MINUTES_LIMIT for r in rows)
