@@ -13,9 +13,11 @@ CPU seconds of the process (ours also verifies its inputs, hashes checkpoints an
 test split before and after), and peak RSS (from wait4). Target: steps/s overhead at most 5% on the
 median of the interleaved rounds.
 
-    python bench/dpo_overhead.py [--trainers dpo grpo] [--rounds 5] [--dpo-steps 30] [--grpo-steps 10]
+    python bench/dpo_overhead.py [--trainers dpo grpo] [--rounds 5] [--dpo-steps 30] [--grpo-steps 10] [--profile]
 
-Prints a table per trainer and writes bench/results/dpo_overhead.json.
+Prints a table per trainer and writes bench/results/dpo_overhead.json. With --profile, one more run of ours
+per trainer goes under cProfile, and a second table says where the work Pairwise adds inside the training
+loop goes (each of our seams' own time, without the TRL work it wraps), per step and as a share of the loop.
 """
 
 import argparse
@@ -152,6 +154,98 @@ def run_raw(trainer: str, workdir: Path, checkpoint: Path, data: Path, steps: in
             "cpu_s": cpu, "peak_rss": rss}
 
 
+# The work Pairwise adds inside the training loop, as (label, our functions, the functions they call whose
+# time is not ours: the TRL method an override wraps, or another row's function). A function is (file path
+# suffix, name); a row with several functions adds them up (TensorBoard's callback methods share a file with
+# other integrations, but only the attached ones are called). TRL wraps some of the methods we override in its
+# profiling decorator: our override's direct callee is then the decorator's `wrapper`, which stands for the
+# TRL method. The bench runs without dynamic sampling (COMMON), so each step runs one scored round.
+_OURS = "training/grpo/trainer.py"
+_TRL_GRPO = "trl/trainer/grpo_trainer.py"
+_TRL_PROFILED = ("trl/extras/profiling.py", "wrapper")
+_WRITE = (_OURS, "_write_if_complete")
+_HASH = (_OURS, "_policy_weights_sha256")
+CALLBACK_SEAMS = [
+    ("metrics.jsonl callback", [("training/trl_setup.py", "on_log")], []),
+    ("TensorBoard callback", [("transformers/integrations/integration_utils.py", name)
+                              for name in ("on_train_begin", "on_log", "on_train_end")], []),
+]
+GRPO_SEAMS = [
+    ("loop clock and token budget callback", [("training/grpo/run.py", name)
+                                              for name in ("on_train_begin", "on_step_end", "on_train_end")], []),
+    ("generation timer", [(_OURS, "_generate")], [(_TRL_GRPO, "_generate")]),
+    ("reward components and verifier metrics", [("training/grpo/rewards.py", "__call__")],
+     [("training/verifiers/reward_function.py", "__call__")]),
+    ("group counts, zero-variance metrics", [(_OURS, "_generate_and_score_completions")],
+     [(_OURS, "_scored_round"), (_TRL_GRPO, "_generate_and_score_completions")]),
+    ("rollout rows (ids, rewards, advantages)", [(_OURS, "_scored_round")],
+     [(_TRL_GRPO, "_generate_and_score_completions"), _HASH, _WRITE]),
+    ("policy weights hash", [_HASH], []),
+    ("log-prob capture in the update", [(_OURS, "compute_loss"), (_OURS, "_get_per_token_logps_and_entropies"),
+                                        (_OURS, "_store_logps")],
+     [_TRL_PROFILED, (_OURS, "_store_logps"), _WRITE]),
+    ("rollout Parquet writes", [_WRITE], []),
+]
+TRAINING_LOOP = ("transformers/trainer.py", "_inner_training_loop")
+
+
+def profile_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, steps: int, threads: int) -> dict:
+    """One run of ours under cProfile: seconds of each added seam inside the training loop."""
+    import pstats
+
+    import yaml
+
+    run_dir, config, profile = workdir / f"profile-{trainer}", workdir / f"profile-{trainer}.yaml", workdir / f"{trainer}.prof"
+    inputs = {"snapshot": str(data)} if trainer == "dpo" else {"tasks": str(data), "verifier_workers": 1}
+    config.write_text(yaml.safe_dump({**COMMON[trainer], **inputs, "base_checkpoint": str(checkpoint),
+                                      "output_dir": str(run_dir), "max_steps": steps, "torch_threads": threads}))
+    code, *_ = run_child([sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "training", trainer,
+                          "--config", str(config)])
+    # cProfile swallows the command's SystemExit, so its exit code says nothing: the run record does.
+    record = run_dir / "run.json"
+    status = json.loads(record.read_text()).get("status") if record.is_file() else None
+    if code != 0 or status != "completed":
+        raise SystemExit(f"python -m training {trainer} under cProfile did not complete (exit {code}, run status "
+                         f"{status}); run it by hand with {config}")
+    # {(file, line, name): (primitive calls, calls, own s, cumulative s, {caller: (calls, primitive, own s, cumulative s)})}
+    stats = pstats.Stats(str(profile)).stats
+
+    def keys(function: tuple[str, str]) -> list:
+        suffix, name = function
+        return [k for k in stats if k[2] == name and k[0].endswith(suffix)]
+
+    def cumulative(functions) -> float:
+        return sum(stats[k][3] for f in functions for k in keys(f))
+
+    def called_from(caller_keys: list, callee: tuple[str, str]) -> float:
+        """Seconds in `callee` when called directly from `caller_keys`."""
+        return sum(stats[k][4][c][3] for k in keys(callee) for c in caller_keys if c in stats[k][4])
+
+    loop = cumulative([TRAINING_LOOP])
+    if loop <= 0:
+        raise SystemExit(f"the cProfile of python -m training {trainer} has no training loop in it ({profile})")
+    seams = CALLBACK_SEAMS + (GRPO_SEAMS if trainer == "grpo" else [])
+    rows = []
+    for label, functions, not_ours in seams:
+        ours = [k for f in functions for k in keys(f)]
+        seconds = cumulative(functions) - sum(called_from(ours, callee) for callee in not_ours)
+        rows.append({"seam": label, "seconds": round(seconds, 4), "ms_per_step": round(1000 * seconds / steps, 2),
+                     "loop_percent": round(100 * seconds / loop, 2)})
+    return {"steps": steps, "loop_s": round(loop, 3), "seams": rows,
+            "added_loop_percent": round(sum(r["loop_percent"] for r in rows), 2)}
+
+
+def print_profile(trainer: str, profile: dict) -> None:
+    print()
+    print(f"{trainer}: work Pairwise adds inside the training loop (cProfile, one run of {profile['steps']} steps, "
+          f"loop {profile['loop_s']:.1f} s)")
+    print(f"{'seam':<42}{'ms/step':>10}{'% of loop':>11}")
+    for row in profile["seams"]:
+        print(f"{row['seam']:<42}{row['ms_per_step']:>10.2f}{row['loop_percent']:>11.2f}")
+    print(f"{'all of it':<42}{sum(r['ms_per_step'] for r in profile['seams']):>10.2f}{profile['added_loop_percent']:>11.2f}")
+    print("(cProfile slows Python-level code more than torch kernels, so these shares are upper bounds)")
+
+
 def summarise(rows: list[dict]) -> dict:
     return {
         "runs": len(rows),
@@ -207,6 +301,8 @@ def main() -> int:
     parser.add_argument("--grpo-steps", type=int, default=10, help="GRPO steps per run (default 10)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads per run")
     parser.add_argument("--checkpoint", type=Path, default=None, help="base checkpoint (default: a fresh tiny one)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one run of ours per trainer: where the added per-step work goes")
     args = parser.parse_args()
 
     sys.path.insert(0, str(REPO))
@@ -240,9 +336,14 @@ def main() -> int:
                     rows.append(row)
                     print(f"{trainer} round {index}: {row['variant']:<26} {row['steps_per_s']:.3f} steps/s", flush=True)
             results[trainer] = {"steps": steps, **compare(trainer, rows)}
+            if args.profile:
+                results[trainer]["profile"] = profile_ours(trainer, workdir, checkpoint, data[trainer], steps,
+                                                           args.threads)
 
     for trainer in args.trainers:
         print_table(trainer, results[trainer], args.rounds, results[trainer]["steps"], args.threads)
+        if "profile" in results[trainer]:
+            print_profile(trainer, results[trainer]["profile"])
 
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps({

@@ -51,12 +51,14 @@ RECIPE = {
     "verifier_workers": 1,
 }
 TRAIN_TASKS = 400
-# The parent (`python -m training tiny-sft` with these flags): trained longer than the demo checkpoint so it
-# copies the numbers of training-wording problems reliably, and taught a classic wrong method on half the
+# The parent (`python -m training tiny-sft` with these flags): trained long enough to copy a problem's numbers
+# into its answer (up to about 2,000 steps the tiny model recalls the number combinations it was trained on
+# instead, and fails on held-out problems, whose combinations are new), and taught a classic wrong method on half the
 # speed problems (legs averaged, distance times time: training.tiny.misconceived_solution), as SFT data
 # written by people carries their mistakes. What GRPO can teach is then measurable: the verifier's reward
 # alone has to make the child stop using the wrong method.
-PARENT_FLAGS = ["--steps", "800", "--misconception-share", "0.5"]
+PARENT_RECIPE = {"steps": 5000, "misconception_share": 0.5}
+PARENT_FLAGS = [f"--{key.replace('_', '-')}={value}" for key, value in PARENT_RECIPE.items()]
 
 
 def run_child(command: list[str], threads: int) -> tuple[int, float, float, str]:
@@ -131,6 +133,12 @@ def parent_checkpoint(workdir: Path, seed: int, args) -> tuple[Path, float | Non
         if not (sft / "tiny_sft.json").is_file():
             raise SystemExit(f"--parents {args.parents}: no tiny-sft checkpoint sft-{seed} in it; build it with "
                              f"python -m training tiny-sft --out {sft} --seed {seed} {' '.join(PARENT_FLAGS)}")
+        built = json.loads((sft / "tiny_sft.json").read_text())["config"]
+        differs = {key: built.get(key) for key, value in PARENT_RECIPE.items() if built.get(key) != value}
+        if built.get("seed") != seed or differs:
+            raise SystemExit(f"--parents {args.parents}: sft-{seed} was built with seed {built.get('seed')} and "
+                             f"{differs or 'the recipe'}, not this benchmark's parent recipe {PARENT_RECIPE}; rebuild it "
+                             f"with python -m training tiny-sft --out {sft} --seed {seed} {' '.join(PARENT_FLAGS)}")
         return sft, None
     sft = workdir / f"sft-{seed}"
     code, _, cpu, err = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(sft),

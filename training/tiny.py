@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from training.errors import PairwiseInputError
-from training.task_families import make_tasks
+from training.task_families import iter_tasks, make_tasks
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
 # Every message renders as <|role|>content<|end|>; the assistant turn ends with <|end|>, which is EOS.
@@ -46,7 +46,6 @@ class TinySFTConfig:
     batch_size: int = field(default=32, metadata={"help": "Sequences per step."})
     learning_rate: float = field(default=5e-3, metadata={"help": "Peak AdamW learning rate (cosine decay)."})
     warmup_steps: int = field(default=30, metadata={"help": "Linear warm-up steps."})
-    train_tasks: int = field(default=6000, metadata={"help": "Training problems drawn across the families."})
     eval_tasks: int = field(default=48, metadata={"help": "Held-out problems for greedy accuracy and pass@k."})
     hidden_size: int = field(default=192, metadata={"help": "Model width."})
     num_layers: int = field(default=2, metadata={"help": "Decoder layers."})
@@ -156,30 +155,49 @@ def misconceived_solution(task: dict) -> str | None:
     return f"{work}\nAnswer: {wrong} {unit}" if unit else f"{work}\nAnswer: {wrong}"
 
 
-def sft_tasks(n: int, seed: int, variant: str = "train") -> list[dict]:
-    """`n` problems split across the families by TRAIN_MIX."""
-    rows: list[dict] = []
-    for family, share in TRAIN_MIX:
-        rows += make_tasks(family, n=max(1, round(n * share)), seed=seed, variant=variant)
-    return rows
+class SFTProblemStream:
+    """Fresh training problems for every SFT step, drawn across the families by TRAIN_MIX and encoded.
+
+    Each family is an endless, seeded stream of its training variant, and each draw gets its own noisy
+    wording: over the thousands of steps that teach the model to copy a problem's numbers into its answer,
+    a fixed pool of prompts would be seen many times over, word for word, and memorised instead. (A
+    family's number space is small, so the same quantities do come back; the prompt around them rarely
+    does.) Deterministic under the config's seed.
+    """
+
+    def __init__(self, tokenizer, config: "TinySFTConfig"):
+        self.tokenizer = tokenizer
+        self.config = config
+        self._families = [family for family, _ in TRAIN_MIX]
+        self._weights = [share for _, share in TRAIN_MIX]
+        self._streams = {family: iter_tasks(family, seed=config.seed, variant="train") for family in self._families}
+        self._pick = random.Random(f"families:{config.seed}")
+        self._wording = random.Random(f"wording:{config.seed}")
+        self._mistakes = random.Random(f"misconception:{config.seed}")
+
+    def next_task(self) -> dict:
+        family = self._pick.choices(self._families, self._weights)[0]
+        return next(self._streams[family])
+
+    def encode(self, task: dict) -> tuple[list[int], int]:
+        """(token ids of prompt + solution + EOS, number of prompt tokens); a share of the word problems gets
+        noisy wording, a share of the speed problems the taught wrong method."""
+        return _encode_sft_example(self.tokenizer, task, self.config, self._wording, self._mistakes)
+
+    def batch(self, size: int) -> list[tuple[list[int], int]]:
+        return [self.encode(self.next_task()) for _ in range(size)]
 
 
-def _encode_sft_examples(tokenizer, tasks: list[dict], config: "TinySFTConfig | None" = None) -> list[tuple[list[int], int]]:
-    """(token ids of prompt + solution + EOS, number of prompt tokens) per task; with a config, a share
-    of the word problems gets noisy wording."""
-    rng = random.Random(f"wording:{config.seed}") if config is not None else None
-    mistakes = random.Random(f"misconception:{config.seed}") if config is not None else None
-    examples = []
-    for task in tasks:
-        prompt, solution = task["prompt"], task["solution"]
-        if rng is not None and task["kind"] == "math" and isinstance(prompt, str) and rng.random() < config.noisy_share:
-            prompt = noisy_wording(prompt, rng, config.noise_rate)
-        if mistakes is not None and config.misconception_share > 0 and mistakes.random() < config.misconception_share:
-            solution = misconceived_solution(task) or solution
-        prompt_ids = tokenizer(_chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
-        answer_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        examples.append((prompt_ids + answer_ids, len(prompt_ids)))
-    return examples
+def _encode_sft_example(tokenizer, task: dict, config: "TinySFTConfig", wording: random.Random,
+                        mistakes: random.Random) -> tuple[list[int], int]:
+    prompt, solution = task["prompt"], task["solution"]
+    if task["kind"] == "math" and isinstance(prompt, str) and wording.random() < config.noisy_share:
+        prompt = noisy_wording(prompt, wording, config.noise_rate)
+    if config.misconception_share > 0 and mistakes.random() < config.misconception_share:
+        solution = misconceived_solution(task) or solution
+    prompt_ids = tokenizer(_chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+    answer_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return prompt_ids + answer_ids, len(prompt_ids)
 
 
 def _collate(batch: list[tuple[list[int], int]], pad_id: int):
@@ -197,12 +215,12 @@ def _collate(batch: list[tuple[list[int], int]], pad_id: int):
     return input_ids, attention, labels
 
 
-def train_sft(model, tokenizer, tasks: list[dict], config: TinySFTConfig, log=print) -> list[float]:
-    """One readable SFT loop: AdamW, warm-up then cosine decay, loss on answer tokens. Returns step losses."""
+def train_sft(model, tokenizer, config: TinySFTConfig, log=print) -> list[float]:
+    """One readable SFT loop over fresh problems: AdamW, warm-up then cosine decay, loss on answer tokens.
+    Returns step losses."""
     import torch
 
-    examples = _encode_sft_examples(tokenizer, tasks, config)
-    rng = random.Random(config.seed)
+    problems = SFTProblemStream(tokenizer, config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.01, betas=(0.9, 0.98))
 
     def lr_at(step: int) -> float:
@@ -213,14 +231,9 @@ def train_sft(model, tokenizer, tasks: list[dict], config: TinySFTConfig, log=pr
 
     model.train()
     losses = []
-    order: list[int] = []
     log_every = max(1, config.steps // 10)
     for step in range(config.steps):
-        if len(order) < config.batch_size:
-            order = list(range(len(examples)))
-            rng.shuffle(order)
-        batch = [examples[order.pop()] for _ in range(config.batch_size)]
-        input_ids, attention, labels = _collate(batch, tokenizer.pad_token_id)
+        input_ids, attention, labels = _collate(problems.batch(config.batch_size), tokenizer.pad_token_id)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
         loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
@@ -379,12 +392,11 @@ def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, config)
-    train_tasks = sft_tasks(config.train_tasks, config.seed)
     eval_tasks = make_tasks(TRAIN_FAMILIES, n=config.eval_tasks, seed=config.seed, variant="heldout")
     parameters = sum(p.numel() for p in model.parameters())
-    log(f"tiny-sft: {parameters:,} parameters, {len(train_tasks)} training problems, {config.steps} steps")
+    log(f"tiny-sft: {parameters:,} parameters, {config.steps} steps of {config.batch_size} fresh problems")
 
-    losses = train_sft(model, tokenizer, train_tasks, config, log=log)
+    losses = train_sft(model, tokenizer, config, log=log)
     train_s = time.perf_counter() - started
     results = evaluate_heldout(model, tokenizer, eval_tasks, config)
     wall_s = time.perf_counter() - started

@@ -16,7 +16,7 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     from training.tiny import TinySFTConfig, build_tiny_sft
 
     out = tmp_path_factory.mktemp("tiny") / "sft"
-    build_tiny_sft(out, TinySFTConfig(steps=TEST_SFT_STEPS, warmup_steps=4, eval_tasks=3, train_tasks=400),
+    build_tiny_sft(out, TinySFTConfig(steps=TEST_SFT_STEPS, warmup_steps=4, eval_tasks=3),
                    log=lambda line: None)
     return out
 

@@ -32,7 +32,7 @@ def grpo_checkpoint(tmp_path_factory):
     from training.tiny import TinySFTConfig, build_tiny_sft
 
     out = tmp_path_factory.mktemp("tiny") / "sft-60"
-    build_tiny_sft(out, TinySFTConfig(steps=60, warmup_steps=10, eval_tasks=2, train_tasks=600), log=lambda line: None)
+    build_tiny_sft(out, TinySFTConfig(steps=60, warmup_steps=10, eval_tasks=2), log=lambda line: None)
     return out
 
 

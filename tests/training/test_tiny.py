@@ -30,7 +30,7 @@ def test_tokenizer_is_character_level():
 
 
 def test_same_seed_gives_the_same_weights(tmp_path):
-    config = dict(steps=2, warmup_steps=1, eval_tasks=1, train_tasks=64, max_new_tokens=8)
+    config = dict(steps=2, warmup_steps=1, eval_tasks=1, max_new_tokens=8)
     for name in ("a", "b"):
         build_tiny_sft(tmp_path / name, TinySFTConfig(seed=5, **config), log=lambda line: None)
     assert checkpoint_content_hash(tmp_path / "a") == checkpoint_content_hash(tmp_path / "b")
@@ -99,13 +99,14 @@ def test_misconceived_solutions_are_wrong_in_the_taught_way():
 
 def test_misconception_share_decides_how_many_speed_solutions_are_taught_wrong():
     from training.task_families import make_tasks
-    from training.tiny import _encode_sft_examples
+    from training.tiny import SFTProblemStream
 
     tokenizer = build_char_tokenizer()
     tasks = make_tasks("speed", n=40, seed=1) + make_tasks("arithmetic", n=10, seed=1)
 
     def answers(share: float) -> list[str]:
-        examples = _encode_sft_examples(tokenizer, tasks, TinySFTConfig(misconception_share=share, noisy_share=0.0))
+        stream = SFTProblemStream(tokenizer, TinySFTConfig(misconception_share=share, noisy_share=0.0))
+        examples = [stream.encode(task) for task in tasks]
         return [tokenizer.decode(ids[start:], skip_special_tokens=True) for ids, start in examples]
 
     assert answers(0.0) == [task["solution"] for task in tasks]
@@ -122,3 +123,48 @@ def test_misconception_share_outside_zero_to_one_is_one_line(tmp_path):
     assert result.returncode != 0
     assert result.stderr.strip() == "error: --misconception-share must be a share from 0 to 1, got 1.5"
     assert not (tmp_path / "tiny").exists()
+
+
+def test_sft_draws_fresh_problems_every_step_in_the_recipe_mix():
+    from collections import Counter
+
+    from training.tiny import TRAIN_MIX, SFTProblemStream
+
+    tokenizer = build_char_tokenizer()
+
+    def drawn(seed: int) -> list[tuple[str, list[int]]]:
+        stream = SFTProblemStream(tokenizer, TinySFTConfig(seed=seed))
+        return [(task["meta"]["family"], stream.encode(task)[0]) for task in (stream.next_task() for _ in range(2000))]
+
+    first = drawn(3)
+    assert drawn(3) == first and drawn(4) != first
+    word_problems = [tuple(ids) for family, ids in first if family in ("speed", "rate")]
+    # What the model sees is seldom the same twice, as it would be on every pass over a fixed pool.
+    assert len(set(word_problems)) > 0.95 * len(word_problems)
+    shares = Counter(family for family, _ in first)
+    for family, share in TRAIN_MIX:
+        assert abs(shares[family] / len(first) - share) < 0.04, (family, shares)
+
+
+def test_noisy_share_decides_which_prompts_are_reworded():
+    from training.task_families import make_tasks
+    from training.tiny import SFTProblemStream
+
+    tokenizer = build_char_tokenizer()
+    tasks = make_tasks("speed", n=30, seed=2) + make_tasks("code", n=5, seed=2)
+
+    def prompts(share: float) -> list[str]:
+        stream = SFTProblemStream(tokenizer, TinySFTConfig(noisy_share=share, noise_rate=0.5))
+        return [tokenizer.decode(ids[:start], skip_special_tokens=True) for ids, start in map(stream.encode, tasks)]
+
+    plain, noisy = prompts(0.0), prompts(1.0)
+    assert all(task["prompt"] in text for task, text in zip(tasks, plain, strict=True))
+    speed = [(task, text) for task, text in zip(tasks, noisy, strict=True) if task["kind"] == "math"]
+    assert sum(task["prompt"] not in text for task, text in speed) >= 0.9 * len(speed)
+    assert all(task["prompt"] in text for task, text in zip(tasks, noisy, strict=True) if task["kind"] == "code")
+    # the numbers survive the rewording: they are what the model must copy
+    digits = [[w for w in task["prompt"].split() if any(c.isdigit() for c in w)] for task, _ in speed]
+    assert all(all(w in text for w in ws) for ws, (_, text) in zip(digits, speed, strict=True))
+    # the same problem drawn twice is reworded twice, differently
+    stream = SFTProblemStream(tokenizer, TinySFTConfig(noisy_share=1.0, noise_rate=0.5))
+    assert stream.encode(tasks[0]) != stream.encode(tasks[0])
