@@ -62,7 +62,9 @@ def main() -> int:
                 run = workdir / f"grpo-{seed}-g{size}"
                 config = workdir / f"grpo-{seed}-g{size}.yaml"
                 config.write_text(yaml.safe_dump({
-                    **RECIPE, "num_generations": size, "max_steps": 100_000, "max_generated_tokens": args.budget,
+                    # Without dynamic sampling: the zero-variance share each group size leaves is the figure here.
+                    **RECIPE, "dynamic_sampling": False,
+                    "num_generations": size, "max_steps": 100_000, "max_generated_tokens": args.budget,
                     "base_checkpoint": str(sft), "tasks": str(tasks), "output_dir": str(run), "seed": seed,
                     "torch_threads": args.threads}))
                 code, wall, cpu, err = run_child([sys.executable, "-m", "training", "grpo", "--config", str(config)],
