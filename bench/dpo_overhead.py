@@ -124,14 +124,20 @@ def run_child(command: list[str]) -> tuple[int, float, int, str, float]:
     return process.returncode, wall, usage.ru_maxrss * 1024, stdout, usage.ru_utime + usage.ru_stime
 
 
-def run_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, steps: int, threads: int, index: int) -> dict:
+def write_ours_config(trainer: str, workdir: Path, name: str, checkpoint: Path, data: Path, steps: int,
+                      threads: int) -> tuple[Path, Path]:
+    """(run folder, config file) of one run of `python -m training TRAINER` with the shared values."""
     import yaml
 
-    run_dir = workdir / f"ours-{trainer}-{index}"
-    config = workdir / f"ours-{trainer}-{index}.yaml"
+    run_dir, config = workdir / name, workdir / f"{name}.yaml"
     inputs = {"snapshot": str(data)} if trainer == "dpo" else {"tasks": str(data), "verifier_workers": 1}
     config.write_text(yaml.safe_dump({**COMMON[trainer], **inputs, "base_checkpoint": str(checkpoint),
                                       "output_dir": str(run_dir), "max_steps": steps, "torch_threads": threads}))
+    return run_dir, config
+
+
+def run_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, steps: int, threads: int, index: int) -> dict:
+    run_dir, config = write_ours_config(trainer, workdir, f"ours-{trainer}-{index}", checkpoint, data, steps, threads)
     code, wall, rss, _, cpu = run_child([sys.executable, "-m", "training", trainer, "--config", str(config)])
     if code != 0:
         raise SystemExit(f"python -m training {trainer} failed (exit {code}); run it by hand with {config}")
@@ -193,12 +199,8 @@ def profile_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, step
     """One run of ours under cProfile: seconds of each added seam inside the training loop."""
     import pstats
 
-    import yaml
-
-    run_dir, config, profile = workdir / f"profile-{trainer}", workdir / f"profile-{trainer}.yaml", workdir / f"{trainer}.prof"
-    inputs = {"snapshot": str(data)} if trainer == "dpo" else {"tasks": str(data), "verifier_workers": 1}
-    config.write_text(yaml.safe_dump({**COMMON[trainer], **inputs, "base_checkpoint": str(checkpoint),
-                                      "output_dir": str(run_dir), "max_steps": steps, "torch_threads": threads}))
+    run_dir, config = write_ours_config(trainer, workdir, f"profile-{trainer}", checkpoint, data, steps, threads)
+    profile = workdir / f"{trainer}.prof"
     code, *_ = run_child([sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "training", trainer,
                           "--config", str(config)])
     # cProfile swallows the command's SystemExit, so its exit code says nothing: the run record does.
@@ -228,7 +230,7 @@ def profile_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, step
     rows = []
     for label, functions, not_ours in seams:
         ours = [k for f in functions for k in keys(f)]
-        seconds = cumulative(functions) - sum(called_from(ours, callee) for callee in not_ours)
+        seconds = sum(stats[k][3] for k in ours) - sum(called_from(ours, callee) for callee in not_ours)
         rows.append({"seam": label, "seconds": round(seconds, 4), "ms_per_step": round(1000 * seconds / steps, 2),
                      "loop_percent": round(100 * seconds / loop, 2)})
     return {"steps": steps, "loop_s": round(loop, 3), "seams": rows,

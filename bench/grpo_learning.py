@@ -86,7 +86,7 @@ def write_results(path: Path, results: dict) -> None:
 
 def recipe(args) -> dict:
     """RECIPE with the command line's changes."""
-    return {**RECIPE, "max_steps": args.steps, "dynamic_sampling": RECIPE["dynamic_sampling"] or args.dynamic_sampling}
+    return {**RECIPE, "max_steps": args.steps, "dynamic_sampling": args.dynamic_sampling}
 
 
 def write_tasks(path: Path, family: str, n: int, seed: int, variant: str) -> list[dict]:

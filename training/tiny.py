@@ -182,22 +182,18 @@ class SFTProblemStream:
     def encode(self, task: dict) -> tuple[list[int], int]:
         """(token ids of prompt + solution + EOS, number of prompt tokens); a share of the word problems gets
         noisy wording, a share of the speed problems the taught wrong method."""
-        return _encode_sft_example(self.tokenizer, task, self.config, self._wording, self._mistakes)
+        config, tokenizer = self.config, self.tokenizer
+        prompt, solution = task["prompt"], task["solution"]
+        if task["kind"] == "math" and isinstance(prompt, str) and self._wording.random() < config.noisy_share:
+            prompt = noisy_wording(prompt, self._wording, config.noise_rate)
+        if config.misconception_share > 0 and self._mistakes.random() < config.misconception_share:
+            solution = misconceived_solution(task) or solution
+        prompt_ids = tokenizer(_chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+        answer_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        return prompt_ids + answer_ids, len(prompt_ids)
 
     def batch(self, size: int) -> list[tuple[list[int], int]]:
         return [self.encode(self.next_task()) for _ in range(size)]
-
-
-def _encode_sft_example(tokenizer, task: dict, config: "TinySFTConfig", wording: random.Random,
-                        mistakes: random.Random) -> tuple[list[int], int]:
-    prompt, solution = task["prompt"], task["solution"]
-    if task["kind"] == "math" and isinstance(prompt, str) and wording.random() < config.noisy_share:
-        prompt = noisy_wording(prompt, wording, config.noise_rate)
-    if config.misconception_share > 0 and mistakes.random() < config.misconception_share:
-        solution = misconceived_solution(task) or solution
-    prompt_ids = tokenizer(_chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
-    answer_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return prompt_ids + answer_ids, len(prompt_ids)
 
 
 def _collate(batch: list[tuple[list[int], int]], pad_id: int):
