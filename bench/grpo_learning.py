@@ -57,11 +57,12 @@ RECIPE = {
 TRAIN_TASKS = 400
 # The parent (`python -m training tiny-sft` with these flags): trained long enough to copy a problem's numbers
 # into its answer (up to about 2,000 steps the tiny model recalls the number combinations it was trained on
-# instead, and fails on held-out problems, whose combinations are new), and taught a classic wrong method on half the
-# speed problems (legs averaged, distance times time: training.tiny.misconceived_solution), as SFT data
+# instead, and fails on held-out problems, whose combinations are new), and taught a classic wrong method on four
+# in five speed problems (legs averaged, distance times time: training.tiny.misconceived_solution), as SFT data
 # written by people carries their mistakes. What GRPO can teach is then measurable: the verifier's reward
-# alone has to make the child stop using the wrong method.
-PARENT_RECIPE = {"steps": 5000, "misconception_share": 0.5}
+# alone has to make the child stop using the wrong method. (Taught on half, the parent wrote it in only about 30%
+# of its held-out answers, too little to learn for the target.)
+PARENT_RECIPE = {"steps": 5000, "misconception_share": 0.8}
 PARENT_FLAGS = [f"--{key.replace('_', '-')}={value}" for key, value in PARENT_RECIPE.items()]
 
 
