@@ -49,9 +49,9 @@ RECIPE = {
     "use_cpu": True,
     "report_to": ["none"],
     "verifier_workers": 1,
-    # Plain GRPO: every group is trained on. By step 200 most groups of training problems are all right
-    # (60-78%); --dynamic-sampling drops them and draws fresh groups (DAPO), which doubles the CPU time and did
-    # not raise held-out success on the tiny model (docs/training.md).
+    # Plain GRPO: every group is trained on. By the last steps most groups of training problems are all right
+    # (78-93%); --dynamic-sampling drops them and draws fresh groups (DAPO), which doubled the CPU time and did
+    # not raise held-out success on the earlier parents (docs/training.md).
     "dynamic_sampling": False,
 }
 TRAIN_TASKS = 400

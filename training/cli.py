@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--eval-tasks", type=int, default=None, help="held-out problems to score (default 48)")
     tiny.add_argument("--misconception-share", type=float, default=None,
                       help="share of speed problems taught with a classic wrong method, for GRPO to unlearn "
-                           "(default 0; bench/grpo_learning.py uses 0.5)")
+                           "(default 0; bench/grpo_learning.py's PARENT_RECIPE says what it uses)")
     tiny.set_defaults(handler=_tiny_sft)
 
     tasks = commands.add_parser("tasks", help="make or import task files")
