@@ -4,18 +4,20 @@ math-verify reads *what* an answer is (math_parsing.py). This module decides wha
 kept small for that reason:
 
 - which text is the final answer, and whether it is clearly marked (the format component): every
-  \\boxed{...}; else every "the answer is ..." / "Answer: ..."; else a last line that is nothing but an
-  answer; else the last number;
+  \\boxed{...}, unless "Final answer: ..." follows the last box; else every "the answer is ..." /
+  "Answer: ..."; else a last line that is nothing but an answer; else the last number;
 - whether that final answer states one value, several ("50 or 75") or rules values out ("not 50, it
   is 75"): a span is split at top-level separators (",", ";", "or", "and", "but", "not", "it is");
 - the unit written with the number, also after the box ("$\\boxed{50}$ km/h"), read by pint (units.py);
-- number spellings math-verify misreads (5e1, 2 \\times 10^3 in prose, 1.000.000, 1\\,000, 3{,}5) and
-  decimal commas (3,5), rewritten before anything is parsed.
+- number spellings math-verify misreads (5e1, 2 \\times 10^3 in prose, 1.000.000, 1\\,000, 11,\\!111,
+  3{,}5) and decimal commas (3,5), rewritten before anything is parsed; a comma inside brackets ("(3,2)",
+  "[-2,7)") or in a run of numbers ("-10,-8,4") separates values and is left to math-verify.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -67,13 +69,27 @@ _SCIENTIFIC = re.compile(
     r"(?<![\w.])(\d+(?:\.\d+)?)(?:[eE]([-+]?\d+)|\s*(?:\\times|×|\*|\\cdot|·)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?)"
     r"(?![\w]|\.\d)"
 )
-_LATEX_THOUSANDS = re.compile(r"(?<![\d.])\d{1,3}(?:(?:\\[,;: ]|~|\{,\}|[\u2009\u202f\u00a0])\d{3})+(?!\d)")
+# 11,\!111 and 11,\! 111: the thousands separator of MATH solutions.
+_LATEX_THOUSANDS = re.compile(
+    r"(?<![\d.])\d{1,3}(?:(?:,\\!\s?|\\[,;: ]|~|\{,\}|[\u2009\u202f\u00a0])\d{3})+(?!\d)"
+)
 _LATEX_DECIMAL_COMMA = re.compile(r"(\d)\{,\}(\d)")
 _SPACED_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?: \d{3})+(?!\d)")
 _DOT_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:\.\d{3}){2,}(?!\d|[.,]\d)")
 _DOT_THOUSANDS_COMMA_DECIMAL = re.compile(r"(?<![\d.,])([1-9]\d{0,2}(?:\.\d{3})+),(\d+)(?![\d.,])")
 _COMMA_THOUSANDS = re.compile(r"(?<![\d.,])[1-9]\d{0,2}(?:,\d{3})+(?![\d,])")
-_DECIMAL_COMMA = re.compile(r"(?<![\d.,])(\d+),(\d{1,2}|\d{4,})(?![\d,])|(?<![\d.,])(0),(\d+)(?![\d,])")
+# Not a number in a run of them ("-10,-8,4", "1, 5,2"): there the commas separate values.
+_NOT_IN_A_RUN = r"(?<![\d.,])(?<!\d,[-+])(?<!\d, )(?<!\d, [-+])"
+_DECIMAL_COMMA = re.compile(
+    rf"{_NOT_IN_A_RUN}(\d+),(\d{{1,2}}|\d{{4,}})(?![\d,])|{_NOT_IN_A_RUN}(0),(\d+)(?![\d,])"
+)
+# Inside these a comma separates values: tuples, intervals ("[2,5)"), sets ("\{1,2\}").
+_BRACKET = re.compile(r"\\[{}]|[()\[\]]")
+_OPENING = ("(", "[", "\\{")
+# Prose words that pint also reads as units ("at": technical atmosphere, "in": inch). A unit of
+# several words never takes one in: "212 °F at sea level" is in °F, "3 km in an hour" in km.
+_PROSE_WORDS = {"at", "in", "on", "of", "to", "for", "from", "by", "with", "and", "or", "is", "are", "a", "an",
+                "the", "when", "if", "as"}
 _CHOICE_IN_PARENS = re.compile(r"\(\s*([A-E])\s*\)")
 
 
@@ -110,13 +126,31 @@ def _plain_decimal(match: re.Match) -> str:
     return format(value.normalize(), "f")
 
 
+def _outside_brackets(pattern: re.Pattern, replace, text: str) -> str:
+    """pattern.sub(replace, text) for the matches that are not inside brackets ("(3,2)", "[1/4,3]")."""
+    if not pattern.search(text):
+        return text
+    starts, depths, depth = [], [], 0
+    for bracket in _BRACKET.finditer(text):
+        depth = depth + 1 if bracket.group(0) in _OPENING else max(0, depth - 1)
+        starts.append(bracket.start())
+        depths.append(depth)
+
+    def outside(match: re.Match) -> bool:
+        before = bisect_left(starts, match.start())  # brackets before the match
+        return before == 0 or depths[before - 1] == 0
+
+    return pattern.sub(lambda m: replace(m) if outside(m) else m.group(0), text)
+
+
 def normalise_numbers(text: str, *, list_commas: bool = False, choices: bool = False) -> str:
     """Rewrites number spellings that math-verify misreads into plain ones.
 
-    5e1 and 5 \\times 10^{1} become 50; 1\\,000, 1{,}000, 1 000, 1.000.000 and 1,000 lose their
-    separators; 1.234,5, 3{,}5 and 3,5 become 1234.5, 3.5 and 3.5. When the gold answer is a list
-    (list_commas), a comma between digits separates values and is left alone. With choices, "(B)"
-    becomes "B", which math-verify's choice extraction reads.
+    5e1 and 5 \\times 10^{1} become 50; 1\\,000, 1{,}000, 11,\\!111, 1 000, 1.000.000 and 1,000 lose
+    their separators; 1.234,5, 3{,}5 and 3,5 become 1234.5, 3.5 and 3.5. A comma between digits is
+    left alone where it separates values: inside brackets ("(3,2)", "[-2,7)"), in a run of numbers
+    ("-10,-8,4"), and anywhere when the gold answer is a list (list_commas). With choices, "(B)" becomes
+    "B", which math-verify's choice extraction reads.
     """
     text = text.replace("\\$", " ")
     text = _SCIENTIFIC.sub(_plain_decimal, text)
@@ -125,9 +159,11 @@ def normalise_numbers(text: str, *, list_commas: bool = False, choices: bool = F
     text = _SPACED_THOUSANDS.sub(lambda m: m.group(0).replace(" ", ""), text)
     text = _DOT_THOUSANDS.sub(lambda m: m.group(0).replace(".", ""), text)
     if not list_commas:
-        text = _DOT_THOUSANDS_COMMA_DECIMAL.sub(lambda m: f"{m.group(1).replace('.', '')}.{m.group(2)}", text)
-        text = _COMMA_THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), text)
-        text = _DECIMAL_COMMA.sub(lambda m: ".".join(g for g in m.groups() if g is not None), text)
+        text = _outside_brackets(
+            _DOT_THOUSANDS_COMMA_DECIMAL, lambda m: f"{m.group(1).replace('.', '')}.{m.group(2)}", text
+        )
+        text = _outside_brackets(_COMMA_THOUSANDS, lambda m: m.group(0).replace(",", ""), text)
+        text = _outside_brackets(_DECIMAL_COMMA, lambda m: ".".join(g for g in m.groups() if g is not None), text)
     if choices:
         text = _CHOICE_IN_PARENS.sub(r"\1", text)
     return text
@@ -162,7 +198,24 @@ def unit_after(text: str) -> str | None:
     candidate = re.split(r"[,;:!?]|\.(?=\s|$)", line, maxsplit=1)[0].strip()
     if not candidate or len(candidate) > 30:
         return None
-    return candidate if parse_unit(clean_latex(candidate)) is not None else None
+    if parse_unit(clean_latex(candidate)) is not None:
+        return candidate
+    # The unit and then more of the sentence ("$\\boxed{50}$ km/h on average").
+    words = clean_latex(candidate).split()
+    phrase = _unit_phrase(words)
+    return phrase if phrase and words[0].lower() not in _PROSE_WORDS else None
+
+
+def _unit_phrase(words: list[str]) -> str | None:
+    """The longest run of leading words (a few at most: "kilometers per hour") that pint reads as a
+    unit; a run of several words that takes in a prose word ("°F at") is not one."""
+    for end in range(min(len(words), _UNIT_WORDS), 0, -1):
+        phrase = words[:end]
+        if end > 1 and any(word.lower() in _PROSE_WORDS for word in phrase):
+            continue
+        if parse_unit(" ".join(phrase)) is not None:
+            return " ".join(phrase)
+    return None
 
 
 def clean_latex(text: str) -> str:
@@ -180,18 +233,32 @@ def clean_latex(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def find_final_answers(completion: str) -> FinalAnswers:
-    boxed, first_box, last_box_end = _boxed_spans(completion)
-    if boxed:
-        return FinalAnswers(BOXED, boxed, first_box, last_box_end)
-    # "**" is blanked, not removed, so positions in plain are positions in completion.
-    plain = completion.replace("**", "  ")
+def _anchored_spans(text: str, *, after: int = 0, final_only: bool = False) -> tuple[list[str], int | None]:
+    """Every "the answer is ..." span that starts at `after` or later ("final answer ..." only, with
+    final_only), and where the first of them starts."""
+    # "**" is blanked, not removed, so positions in plain are positions in text.
+    plain = text.replace("**", "  ")
     anchored, first_anchor = [], None
-    for match in _ANCHOR.finditer(plain):
+    for match in _ANCHOR.finditer(plain, after):
+        if final_only and not match.group(0).lower().startswith("final"):
+            continue
         span = _SENTENCE_END.split(match.group("span"), maxsplit=1)[0].strip()
         if span:
             anchored.append(span)
             first_anchor = match.start() if first_anchor is None else first_anchor
+    return anchored, first_anchor
+
+
+def find_final_answers(completion: str) -> FinalAnswers:
+    boxed, first_box, last_box_end = _boxed_spans(completion)
+    if boxed:
+        # "Final answer: ..." after the last box is the final answer; the boxes were steps, or a
+        # result taken back ("$\\boxed{15}$. I made an error. Final answer: 25").
+        final, first_final = _anchored_spans(completion, after=last_box_end, final_only=True)
+        if final:
+            return FinalAnswers(ANCHORED, final, first_final)
+        return FinalAnswers(BOXED, boxed, first_box, last_box_end)
+    anchored, first_anchor = _anchored_spans(completion)
     if anchored:
         return FinalAnswers(ANCHORED, anchored, first_anchor)
     lines = [line.strip() for line in completion.strip().splitlines() if line.strip()]
@@ -239,7 +306,7 @@ def _top_level_mask(text: str) -> str:
 def _all_parts(span: str, *, list_answer: bool = False) -> list[tuple[str, bool]]:
     """[(part, negated)] for every part of a span, prose included; a negated part is ruled out."""
     if not list_answer:
-        span = _COMMA_THOUSANDS.sub(lambda m: m.group(0).replace(",", ""), span)
+        span = _outside_brackets(_COMMA_THOUSANDS, lambda m: m.group(0).replace(",", ""), span)
     mask = _top_level_mask(span)
     parts, start, negated = [], 0, False
     for match in (_LIST_SEPARATORS if list_answer else _SEPARATORS).finditer(mask):
@@ -291,10 +358,9 @@ def parse_quantity(part: str) -> Quantity:
         if not _MATHY.search(head):
             continue
         # A unit is a few words at most ("kilometers per hour"); longer tails are prose.
-        for end in range(min(len(tokens), split_at + _UNIT_WORDS), split_at, -1):
-            tail = " ".join(tokens[split_at:end])
-            if parse_unit(tail) is not None:
-                return Quantity(head, tail)
+        tail = _unit_phrase(tokens[split_at:])
+        if tail is not None:
+            return Quantity(head, tail)
     # No unit: drop trailing plain words after math ("5 apples"), keep LaTeX commands and symbols,
     # and keep a word answer whole ("Evelyn Bob").
     if _MATHY.search(part):

@@ -117,7 +117,8 @@ class GoldAnswer:
     kind: str  # MATH, TEXT (words: \\text{Evelyn}) or CHOICE (a letter A-E)
     values: tuple = ()
     choice: str | None = None
-    is_list: bool = False  # several values (a set, tuple, interval, matrix, "2, 3"): commas separate
+    # several values (a set, tuple, interval, matrix, "2, 3", "(p,q)=(3,2)", "a=4,-8"): commas separate
+    is_list: bool = False
 
     @property
     def value(self):
@@ -127,7 +128,7 @@ class GoldAnswer:
 @functools.lru_cache(maxsize=4096)
 def parse_gold(answer: str) -> GoldAnswer | None:
     """The gold answer, or None when math-verify finds nothing it can parse in it."""
-    from sympy import MatrixBase, Set, Symbol, Tuple
+    from sympy import Eq, MatrixBase, Set, Symbol, Tuple
 
     # Commas in a gold answer are left alone ("2, 3" lists two values), unless the whole answer is one
     # number in thousands ("12,345").
@@ -148,7 +149,9 @@ def parse_gold(answer: str) -> GoldAnswer | None:
     if value is None:
         return None
     word = isinstance(value, Symbol) and len(value.name) > 1 and (is_words(text) or "\\text" in text)
-    is_list = isinstance(value, (Set, Tuple, MatrixBase))
+    # A labelled answer, "(p,q)=(3,2)" or "a=4,-8,-10", lists what its right-hand side lists.
+    stated = value.rhs if isinstance(value, Eq) else value
+    is_list = isinstance(stated, (Set, Tuple, MatrixBase))
     return GoldAnswer(text, TEXT if word else MATH, tuple(reading), is_list=is_list)
 
 
@@ -199,10 +202,31 @@ def numbers_close(a: float, b: float, relative_tolerance: float, absolute_tolera
     return math.isclose(a, b, rel_tol=relative_tolerance, abs_tol=absolute_tolerance) or a == b
 
 
+def _is_solved_inequality(value) -> bool:
+    """ "x > 3", "-4 \\le x < 1": inequalities that bound one variable by numbers, so the set they
+    describe is the answer itself (not "x^2 > 4", which is still to be solved)."""
+    from sympy import And, Ge, Gt, Le, Lt, Symbol
+
+    relations = value.args if isinstance(value, And) else (value,)
+    variables = set()
+    for relation in relations:
+        if not isinstance(relation, (Ge, Gt, Le, Lt)):
+            return False
+        sides = (relation.lhs, relation.rhs)
+        symbols = [side for side in sides if isinstance(side, Symbol)]
+        numbers = [side for side in sides if side.is_number]
+        if len(symbols) != 1 or len(numbers) != 1:
+            return False
+        variables.add(symbols[0])
+    return len(variables) == 1
+
+
 def readings_match(gold: tuple | list, candidate: tuple | list, relative_tolerance: float) -> bool:
     """math-verify's `verify`, except for two plain numbers, which must agree within our relative
     tolerance: math-verify rounds to 6 places, so it calls 1/2^99 equal to 1/2^98. As in `verify`, an
-    integer percentage also answers the bare integer (9% and 9)."""
+    integer percentage also answers the bare integer (9% and 9). A set as gold ("[6, \\infty)") is
+    also answered by the same set written as a solved inequality ("x \\geq 6"), which `verify` allows
+    only when asked (allow_set_relation_comp)."""
     from math_verify import verify
 
     _quiet_math_verify()
@@ -218,4 +242,7 @@ def readings_match(gold: tuple | list, candidate: tuple | list, relative_toleran
         return (percent[0] is not None and percent[0] == whole[1]) or (
             percent[1] is not None and percent[1] == whole[0]
         )
-    return bool(verify(list(gold), list(candidate), timeout_seconds=None))
+    from sympy import Set
+
+    as_set = isinstance(gold_value, Set) and _is_solved_inequality(candidate_value)
+    return bool(verify(list(gold), list(candidate), timeout_seconds=None, allow_set_relation_comp=as_set))

@@ -56,7 +56,9 @@ from training.verifiers.worker_process import WorkerDied, WorkerProcess, WorkerT
 MATH_SCORER_NAME = "math"
 # Bump when extraction, comparison or defaults change; library versions are appended below.
 # 2: math-verify's own extraction reads the answer (and the gold); ours keeps format, traps and units.
-MATH_SCORER_VERSION = "2"
+# 3: commas in brackets and runs of numbers separate values; 11,\!111; a set answered by a solved
+#    inequality; a unit followed by prose ("212 °F at sea level"); "Final answer:" after the boxes.
+MATH_SCORER_VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ DEFAULT_MATH_CONFIG = MathScorerConfig()
 
 
 def math_scorer_name(config: MathScorerConfig = DEFAULT_MATH_CONFIG) -> str:
-    """"math@2+math-verify-0.9.0+pint-0.25.3", plus a config digest when the config is not default."""
+    """"math@3+math-verify-0.9.0+pint-0.25.3", plus a config digest when the config is not default."""
     name = f"{MATH_SCORER_NAME}@{MATH_SCORER_VERSION}+math-verify-{version('math-verify')}+pint-{version('pint')}"
     if config != DEFAULT_MATH_CONFIG:
         digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode()).hexdigest()[:8]

@@ -7,6 +7,12 @@ from training.verifiers.math_verifier import (
     score_math_answer,
 )
 
+# Boxed steps, then the final answer stated as such (the style of many models' solutions).
+BOXED_STEPS = (
+    "The interest is $\\boxed{120}$ in May and $\\boxed{126}$ in June, so she has $3,\\!246$.\n"
+    "Final Answer: The final answer is $3,246$. I hope it is correct."
+)
+RETRACTED_BOX = "So $\\boxed{15}$. Hmm, I made an error. Final answer: 25."
 MUST_BE_WRONG = [
     ("The answer is not 50, it is 75.", "50", None),
     ("So the answer is $\\boxed{50}$. Actually, it is $\\boxed{75}$.", "50", None),
@@ -15,6 +21,8 @@ MUST_BE_WRONG = [
     ("The answer is 1/2^98", "1/2^{99}", None),
     ("The answer is not 50.", "50", None),
     ("I cannot tell.", "50", None),
+    (RETRACTED_BOX, "15", None),
+    (BOXED_STEPS, "126", None),
 ]
 MUST_BE_RIGHT = [
     ("The answer is 5e1.", "50", None),
@@ -30,6 +38,8 @@ MUST_BE_RIGHT = [
     ("The answer is 1,000 apples.", "1000", None),
     ("Answer: \\boxed{(1, 2)}", "(1, 2)", None),
     ("$\\boxed{2 \\times 10^{3}}$", "2000", None),
+    (RETRACTED_BOX, "25", None),
+    (BOXED_STEPS, "3246", None),
 ]
 
 

@@ -84,6 +84,59 @@ REJECTED = [
 ]
 
 
+# Commas that separate values (tuples, intervals, lists), LaTeX thousands separators, sets written as
+# inequalities, a unit followed by more of the sentence: each accepted form has a wrong twin.
+SEPARATOR_ACCEPTED = [
+    ("labelled tuple as gold", "$\\boxed{(5,1)}$", "(a,b)=(5,1)", None),
+    ("labelled triple as gold", "The solution is $(2,0,9)$.", "(x,y,z)=(2,0,9)", None),
+    ("signed list", "$\\boxed{-12,-3,6}$", "m=6,\\,-3,\\,-12", None),
+    ("signed list, list gold", "The values are $\\boxed{6,-3,-12}$.", "-12, -3, 6", None),
+    ("interval for an inequality", "$\\boxed{[-4,1)}$", "-4 \\le x < 1", None),
+    ("open interval for an inequality", "$\\boxed{(0,1)}$", "0 < y < 1", None),
+    ("fraction in an interval", "So $t \\in \\boxed{[1/4,3]}$.", "\\frac{1}{4} \\le t \\le 3", None),
+    ("decimal in an interval", "So $t \\in \\boxed{[0.25,3]}$.", "\\frac{1}{4} \\le t \\le 3", None),
+    ("inequality for an interval", "The solution is $\\boxed{-4 \\le x < 1}$.", "[-4, 1)", None),
+    ("inequality for a ray", "$\\boxed{x \\geq 6}$", "[6, \\infty)", None),
+    ("decimal inequality for a ray", "$\\boxed{x \\le 1.5}$", "(-\\infty, \\frac{3}{2}]", None),
+    ("decimals for fractions in a matrix",
+     "$\\boxed{\\begin{pmatrix} 0.5 \\\\ -0.75 \\end{pmatrix}}$",
+     "\\begin{pmatrix} \\frac{1}{2} \\\\ -\\frac{3}{4} \\end{pmatrix}", None),
+    ("thousands with \\!", "The answer is $\\boxed{22,\\! 222}$.", "22222", None),
+    ("millions with \\!", "So the total is $\\boxed{4,\\!050,\\!000}$.", "4050000", None),
+    ("money with \\!", "The balance is $\\boxed{\\$1,\\!530.75}$.", "1530.75", None),
+    ("decimal comma, negative", "Die Antwort ist $\\boxed{-3,6}$.", "-3.6", None),
+    ("decimal comma after a comma in prose", "Die Antwort ist also, 3,5.", "3.5", None),
+    ("unit mid-sentence, other scale", "Pure water boils at 212 °F at sea level.", "100", "°C"),
+    ("unit mid-sentence", "She walks 3 km in an hour.", "3", "km"),
+    ("unit mid-sentence, at", "The bag weighs 15 kg at most.", "15", "kg"),
+    ("unit after the box, then prose", "The answer is $\\boxed{50}$ km/h on average.", "50", "km/h"),
+]
+
+SEPARATOR_REJECTED = [
+    ("labelled tuple as gold, swapped", "$\\boxed{(1,5)}$", "(a,b)=(5,1)", None),
+    ("signed list, one missing", "$\\boxed{-12,-3}$", "m=6,\\,-3,\\,-12", None),
+    ("signed list, a sign lost", "The values are $\\boxed{6,-3,12}$.", "-12, -3, 6", None),
+    ("pair for a decimal", "Die Antwort ist $\\boxed{(2,5)}$.", "2.5", None),
+    ("pair for a decimal, in prose", "The answer is $(3,2)$.", "3.2", None),
+    ("list for a decimal", "$\\boxed{-10,-8,4}$", "8.4", None),
+    ("interval closed for an inequality", "$\\boxed{[-4,1]}$", "-4 \\le x < 1", None),
+    ("interval other ends", "The solution is $\\boxed{-4 < x \\le 1}$.", "[-4, 1)", None),
+    ("ray open", "$\\boxed{x > 6}$", "[6, \\infty)", None),
+    ("inequality, not solved", "The answer is $\\boxed{x^2 > 4}$.", "(2, \\infty)", None),
+    ("equation, not solved", "The answer is $\\boxed{x^2 = 4}$.", "\\{-2, 2\\}", None),
+    ("rounded in an interval", "$\\boxed{[0.33,2]}$", "[\\frac{1}{3}, 2]", None),
+    ("thousands with \\!, one digit off", "The answer is $\\boxed{22,\\! 221}$.", "22222", None),
+    ("thousands with \\! for its first group", "The answer is $11,\\! 111$.", "11", None),
+    ("unit mid-sentence, same number other scale", "Pure water boils at 100 °F at sea level.", "100", "°C"),
+    ("unit mid-sentence, other length", "She walks 3 m in an hour.", "3", "km"),
+    ("unit after the box, then prose, other unit", "The answer is $\\boxed{50}$ m/s on average.", "50", "km/h"),
+    ("two tuples", "$\\boxed{(5,1)}$ or $\\boxed{(1,5)}$", "(5, 1)", None),
+    ("interval ruled out", "The answer is not $[-4,1)$, it is $(-4,1)$.", "[-4, 1)", None),
+]
+ACCEPTED += SEPARATOR_ACCEPTED
+REJECTED += SEPARATOR_REJECTED
+
+
 @pytest.mark.parametrize("style, completion, answer, unit", ACCEPTED, ids=[case[0] for case in ACCEPTED])
 def test_accepted_style_scores_correct(style, completion, answer, unit):
     result = score_math_answer(completion, answer, unit)
@@ -114,8 +167,8 @@ def test_details_say_what_math_verify_read():
 
 
 def test_the_scorer_name_carries_the_new_version():
-    # Scores of the old extraction (math@1) are kept apart from these.
-    assert math_scorer_name().startswith("math@2+math-verify-")
+    # Scores of earlier scorers (math@1, math@2) are kept apart from these.
+    assert math_scorer_name().startswith("math@3+math-verify-")
 
 
 def test_pool_workers_score_the_new_styles(math_verifier):
