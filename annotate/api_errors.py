@@ -8,7 +8,6 @@ helpers below, used by annotate.middleware.ApiErrorsMiddleware. Either way it is
 import logging
 from http import HTTPStatus
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -69,21 +68,6 @@ def is_api(request: HttpRequest) -> bool:
 
 def json_error(message: str, status: int, **extra) -> JsonResponse:
     return JsonResponse({"detail": message, **extra}, status=status)
-
-
-def body_too_large(request: HttpRequest) -> JsonResponse | None:
-    """413 when the declared body is over the limit for its kind, before anything reads it."""
-    try:
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        return None
-    is_upload = request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data")
-    limit = settings.PAIRWISE_MAX_UPLOAD_BYTES if is_upload else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    if limit is None or length <= limit:
-        return None
-    kind = "a multipart upload" if is_upload else "a request body (JSON or form)"
-    return json_error(f"request body too large: {length} bytes, and the limit for {kind} is {limit} bytes; "
-                      "send less (an import file goes as a multipart upload)", 413)
 
 
 # How long a client should wait before sending again when the database does not answer: a restart or a

@@ -1,9 +1,12 @@
 """How much a user may send, in one place, and the one reading of a whole number they send.
 
 Every limit is named in the 4xx that enforces it ("rationale is 1,048,576 characters; at most 10,000"),
-so the sender knows what to cut. The request body's own byte limits (413) are settings
-(PAIRWISE_MAX_BODY_BYTES, PAIRWISE_MAX_UPLOAD_BYTES): these bound what is inside an accepted body.
+so the sender knows what to cut. The request body's own byte limits (413, `body_too_large`) are
+settings (PAIRWISE_MAX_BODY_BYTES, PAIRWISE_MAX_UPLOAD_BYTES); the others bound what is inside an
+accepted body.
 """
+
+from django.conf import settings
 
 from annotate.errors import UserMistake
 
@@ -28,6 +31,27 @@ MAX_CRITERIA = 100
 # The largest value of an integer column (a criteria version, a count): a bigger number matches nothing
 # and is refused rather than sent to the database.
 MAX_INT32 = 2**31 - 1
+# Arrays and objects inside one another, in a JSON body or an import line: what the app reads nests a few
+# levels; 100 KB of "[" would run Python's JSON reader out of recursion (a 500).
+MAX_JSON_DEPTH = 64
+JSON_TOO_DEEP = f"nests arrays or objects more than {MAX_JSON_DEPTH} levels deep"
+
+
+def body_too_large(request) -> str | None:
+    """The one line refusing a request body over the limit for its kind, by its declared length (before
+    anything reads it: Django reads no more than that), or None when it fits. A multipart upload (an
+    import file, through the API or a page's form) may be larger than JSON or a plain form."""
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return None  # Django reads such a body as empty
+    is_upload = request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data")
+    limit = settings.PAIRWISE_MAX_UPLOAD_BYTES if is_upload else settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is None or length <= limit:
+        return None
+    kind, fix = (("a multipart upload", "split the file") if is_upload else
+                 ("a request body (JSON or form)", "send less (an import file goes as a multipart upload)"))
+    return f"request body too large: {length} bytes, and the limit for {kind} is {limit} bytes; {fix}"
 
 
 def too_long(name: str, text: str, limit: int) -> str | None:
@@ -64,3 +88,18 @@ def whole_number(name: str, value, *, low: int, high: int, error=UserMistake, hi
     if not low <= number <= high:
         raise error(f"{name}: {shown} must be {span}")
     return number
+
+
+def json_too_deep(value) -> bool:
+    """Whether parsed JSON nests arrays or objects more than MAX_JSON_DEPTH levels (a walk without
+    recursion, which stops at the first one too deep)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False

@@ -1,4 +1,5 @@
-"""Middleware: login for pages, health probes, JSON errors under /api/, the content security policy."""
+"""Middleware: login for pages, health probes, JSON errors under /api/, request body limits, no caching
+of what is private, the content security policy."""
 
 import logging
 import uuid
@@ -6,8 +7,11 @@ import uuid
 from django.conf import settings
 from django.contrib.auth.middleware import LoginRequiredMiddleware
 from django.db import DataError, InterfaceError, OperationalError
+from django.http import HttpResponse
+from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
 
-from annotate import api_errors, health
+from annotate import api_errors, health, limits
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +41,26 @@ class HealthzMiddleware:
         return self.get_response(request)
 
 
+class NoStoreMiddleware:
+    """Cache-Control: no-store (Django's never-cache headers) on every API answer and on every answer to a
+    logged-in user: no browser cache or proxy keeps a reviewer's pair, a dashboard or an export. Static
+    files stay cacheable: WhiteNoise answers them before authentication, so no user is known."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        user = getattr(request, "user", None)  # absent when a middleware answered before authentication
+        if api_errors.is_api(request) or (user is not None and user.is_authenticated):
+            add_never_cache_headers(response)
+        return response
+
+
 class ApiErrorsMiddleware:
-    """Under /api/ every error is one JSON line: a body too large (413) is refused before it is read,
-    an HTML error from outside DRF (an unknown path, a bad host) is answered as JSON, and an unhandled
-    exception is logged with a request id that the 500 gives back (also as X-Request-ID); a database that
-    does not answer is 503 with Retry-After."""
+    """Under /api/ every error is one JSON line: an HTML error from outside DRF (an unknown path, a bad
+    host) is answered as JSON, and an unhandled exception is logged with a request id that the 500 gives
+    back (also as X-Request-ID); a database that does not answer is 503 with Retry-After."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -50,7 +69,7 @@ class ApiErrorsMiddleware:
         if not api_errors.is_api(request):
             return self.get_response(request)
         request.pairwise_request_id = uuid.uuid4().hex
-        response = api_errors.body_too_large(request) or self.get_response(request)
+        response = self.get_response(request)
         response = api_errors.as_json_error(request, response, request.pairwise_request_id)
         response["X-Request-ID"] = request.pairwise_request_id
         return response
@@ -71,6 +90,25 @@ class ApiErrorsMiddleware:
             return api_errors.unstorable_value(request, request_id)
         logger.error("request %s: %s %s failed", request_id, request.method, request.path_info, exc_info=exception)
         return api_errors.server_error(request, request_id)
+
+
+class RequestBodyLimitMiddleware:
+    """413 for a body over its limit (annotate/limits.py: body_too_large), on every path, before
+    anything reads it (the CSRF check reads a page's form): JSON under /api/, a page with the way back to
+    the form elsewhere."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        message = limits.body_too_large(request)
+        if message is None:
+            return self.get_response(request)
+        if api_errors.is_api(request):
+            return api_errors.json_error(message, 413)
+        page = format_html('<!doctype html><meta charset="utf-8"><title>Too large</title><p>{}.</p>'
+                           '<p><a href="{}">Back to the form</a></p>', message, request.path)
+        return HttpResponse(page, status=413)
 
 
 class ContentSecurityPolicyMiddleware:

@@ -1,11 +1,15 @@
 """Import at scale: JSONL files of 10k and 1M prompts (two answers each) through `manage.py import_items`.
 
-    .venv/bin/python bench/import.py [--sizes 10000,1000000] [--api-size 10000] [--keep-database]
+    .venv/bin/python bench/import.py [--sizes 10000,1000000] [--api-size 10000] [--database NAME] [--keep-database]
 
-Creates and drops its own database, `pairwise_bench_import`. For each size it writes a file (prompts
-with two answers, tags, every tenth a gold item), then, into a fresh project:
+Creates and drops its own database (`--database`, by default `pairwise_bench_import`). For each size
+it writes a file (prompts with two answers, tags, every tenth a gold item), then:
 
-- first import: `manage.py import_items` in a child process (start-up included), with its peak RSS;
+- after 1 prompt: into a fresh project, first a file of one other prompt, then the file: the tables'
+  statistics, refreshed after the small import, describe a table of a few rows when the large one starts
+  (the first rows of a fresh database, so this case runs first);
+- first import: into a fresh project, `manage.py import_items` in a child process (start-up included),
+  with its peak RSS;
 - re-import: the same file again, which stores nothing;
 - API: `POST /api/v1/projects/{slug}/items` with the file as multipart upload, through Django's test
   client in a child process (the view, the upload handling and the import; no network), after one
@@ -33,7 +37,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DB_NAME = "pairwise_bench_import"
+DB_NAME = "pairwise_bench_import"  # --database replaces it
 PG = "postgres://postgres@127.0.0.1:5432"
 TARGETS = {"seconds_10k": 2.0, "seconds_1m": 180.0}
 
@@ -159,7 +163,8 @@ def import_command(slug: str, path: Path) -> dict:
 
 def api_upload(slug: str, path: Path) -> dict:
     """The upload in a child process (so its RSS is its own); the child prints the request's own seconds."""
-    measured = run_child([sys.executable, str(Path(__file__).resolve()), "--api-child", slug, str(path)])
+    measured = run_child([sys.executable, str(Path(__file__).resolve()), "--database", DB_NAME,
+                          "--api-child", slug, str(path)])
     return {**measured, "seconds": float(measured["printed"].splitlines()[-1])}
 
 
@@ -198,12 +203,15 @@ def row_of(prompts: int, file_bytes: int, run: str, via: str, measured: dict) ->
 
 
 def main() -> None:
+    global DB_NAME
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,1000000", help="prompts per file, comma-separated")
     parser.add_argument("--api-size", type=int, default=10000, help="prompts in the file uploaded through the API")
+    parser.add_argument("--database", default=DB_NAME, help="the database to create, use and drop")
     parser.add_argument("--keep-database", action="store_true")
     parser.add_argument("--api-child", nargs=2, metavar=("SLUG", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    DB_NAME = args.database
 
     os.environ["DATABASE_URL"] = f"{PG}/{DB_NAME}"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
@@ -229,6 +237,14 @@ def main() -> None:
         for size in sizes:
             path = work / f"items-{size}.jsonl"
             file_bytes = write_file(path, size)
+            # One prompt that is not in the file, then the file, into the same project.
+            tiny_path = work / "items-1.jsonl"
+            write_file(tiny_path, 1)
+            tiny_path.write_text(tiny_path.read_text().replace('"q0000000"', '"tiny-first"'))
+            slug = f"bench-{size}-after-1"
+            setup_project(slug)
+            import_command(slug, tiny_path)
+            measured.append(row_of(size, file_bytes, "after 1 prompt", "import_items", import_command(slug, path)))
             slug = f"bench-{size}"
             setup_project(slug)
             for run in ("first import", "re-import"):
@@ -251,10 +267,10 @@ def main() -> None:
             connections.close_all()
             drop_database()
 
-    print(f"{'prompts':>9} {'file MB':>8}  {'run':<13}{'via':<13}{'seconds':>9}{'prompts/s':>10}"
+    print(f"{'prompts':>9} {'file MB':>8}  {'run':<15}{'via':<13}{'seconds':>9}{'prompts/s':>10}"
           f"{'CPU s app':>10}{'CPU s db':>9}{'app MB':>8}{'db MB':>7}{'load':>6}")
     for row in measured:
-        print(f"{row['prompts']:>9} {row['file_mb']:>8}  {row['run']:<13}{row['via']:<13}{row['seconds']:>9.2f}"
+        print(f"{row['prompts']:>9} {row['file_mb']:>8}  {row['run']:<15}{row['via']:<13}{row['seconds']:>9.2f}"
               f"{row['prompts_per_second']:>10}{row['cpu_seconds_child']:>10.1f}{row['cpu_seconds_database']:>9.1f}"
               f"{row['peak_rss_mb']:>8.1f}{row['database_peak_private_mb']:>7.1f}{row['load_average']:>6.1f}")
     seconds_of = {(row["prompts"], row["run"], row["via"]): row["seconds"] for row in measured}

@@ -14,13 +14,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from annotate.limits import (
+    JSON_TOO_DEEP,
     MAX_GOLD_REASON_CHARS,
     MAX_IMPORT_LINES,
+    MAX_JSON_DEPTH,
     MAX_PROMPT_CHARS,
     MAX_RESPONSE_CHARS,
     MAX_RESPONSES_PER_PROMPT,
     MAX_TAG_CHARS,
     MAX_TAGS,
+    json_too_deep,
     too_long,
 )
 from training.snapshot import prompt_key
@@ -140,8 +143,15 @@ def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
     where = f"line {line_no}"
     try:
         row = json.loads(raw)
+        # Counting the brackets first (those in strings too) spares the walk on every ordinary line.
+        too_deep = raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and json_too_deep(row)
     except json.JSONDecodeError as exc:
         errors.append(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})")
+        return None
+    except RecursionError:  # Python's reader gives up long before the line's end
+        too_deep = True
+    if too_deep:
+        errors.append(f"{where}: {JSON_TOO_DEEP}")
         return None
     if not isinstance(row, dict):
         errors.append(f"{where}: must be a JSON object")

@@ -136,3 +136,17 @@ def test_pages_keep_their_html_errors(client, make_user):
     client.force_login(make_user("rita"))
     response = client.get("/no-such-page/")
     assert response.status_code == 404 and response["Content-Type"].startswith("text/html")
+
+
+def test_no_answer_for_a_logged_in_user_or_from_the_api_is_kept_by_a_cache(project, make_user, client_for, client):
+    """A shared proxy or the browser's cache must not keep a reviewer's pair or an engineer's export."""
+    reviewer = make_user("rita")
+    api = client_for(reviewer)
+    answers = [api.get(f"/api/v1/projects/{project.slug}/assignments/next"),  # 200
+               api.get("/api/v1/nothing-here"),  # 404, made into JSON
+               APIClient().get(f"/api/v1/projects/{project.slug}/assignments/next")]  # 401
+    client.force_login(reviewer)
+    answers += [client.get("/"), client.get(f"/review/{project.slug}/")]
+    assert [answer.status_code for answer in answers] == [200, 404, 401, 200, 200]
+    for answer in answers:
+        assert "no-store" in answer.get("Cache-Control", ""), answer.wsgi_request.path

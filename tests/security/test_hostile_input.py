@@ -156,6 +156,69 @@ def test_the_api_import_takes_a_file_saved_with_a_byte_order_mark(make_project, 
     assert Prompt.objects.filter(project=project).count() == 1
 
 
+# --- JSON nested deep, uploads to pages --------------------------------------------------------------
+
+NESTED = "[" * 50_000 + "]" * 50_000  # 100 KB: deeper than Python's recursion can follow
+
+
+@pytest.mark.parametrize("method, url", [
+    ("post", "/api/v1/assignments/{assignment}/judgment"),
+    ("post", "/api/v1/projects/{slug}/exports"),
+    ("post", "/api/v1/projects/{slug}/exports/preview"),
+    ("post", "/api/v1/projects/{slug}/qualification"),
+    ("patch", "/api/v1/projects/{slug}/settings"),
+    ("post", "/api/v1/runs"),
+    ("post", "/api/v1/runs/compare"),
+    ("post", "/api/v1/runs/evaluate"),
+])
+# ... and 400 levels inside a body's field: within what Python's reader can follow, still too deep
+@pytest.mark.parametrize("body", [NESTED, '{"choice": "left", "criteria": {"correct": ' + "[" * 400 + "]" * 400 + "}}"])
+def test_json_nested_deep_is_one_line_400(project, make_user, client_for, method, url, body):
+    admin = client_for(make_user("ada", role="admin"))
+    url = url.format(slug=project.slug, assignment=_next_id(admin, project))
+    refused = assert_one_json_line(getattr(admin, method)(url, body, content_type="application/json"), 400)
+    assert refused["detail"] == (f"the JSON body nests arrays or objects more than {limits.MAX_JSON_DEPTH} levels "
+                                 "deep; send a flatter one")
+    assert not Judgment.objects.exists()
+
+
+def test_json_nested_to_the_limit_is_read_as_usual(project, reviewer_client, valid_judgment):
+    url = f"/api/v1/assignments/{_next_id(reviewer_client, project)}/judgment"
+    deep = "[" * (limits.MAX_JSON_DEPTH - 1) + "]" * (limits.MAX_JSON_DEPTH - 1)  # inside the body's own object
+    body = json.dumps(valid_judgment()).replace('"rationale"', f'"extra": {deep}, "rationale"')
+    assert reviewer_client.post(url, body, content_type="application/json").status_code == 201
+
+
+def test_an_import_line_nested_deep_is_named_by_line(make_project):
+    with pytest.raises(ImportRejected) as rejected:
+        items_parse([json.dumps(_row()), NESTED])
+    assert rejected.value.errors == [f"line 2: nests arrays or objects more than {limits.MAX_JSON_DEPTH} levels deep"]
+
+
+@pytest.fixture
+def admin_page_client(client, make_user):
+    client.force_login(make_user("ada", role="admin"))
+    return client
+
+
+def test_an_upload_to_a_page_form_has_the_same_cap_as_the_api(make_project, admin_page_client, settings):
+    project = make_project("capped")
+    settings.PAIRWISE_MAX_UPLOAD_BYTES = 2000
+    lines = "".join(json.dumps(_row(prompt_id=f"p{i}")) + "\n" for i in range(20)).encode()
+    assert len(lines) > 2000
+    url = f"/admin/review/project/{project.pk}/import/"
+    refused = admin_page_client.post(url, {"file": io.BytesIO(lines)})
+    assert refused.status_code == 413
+    assert refused["Content-Type"].startswith("text/html")
+    assert (f"request body too large: {refused.wsgi_request.META['CONTENT_LENGTH']} bytes, and the limit for a "
+            "multipart upload is 2000 bytes") in refused.content.decode()
+    assert f'href="{url}"' in refused.content.decode()  # back to the form
+    assert not Prompt.objects.filter(project=project).exists()
+    settings.PAIRWISE_MAX_UPLOAD_BYTES = 20_000
+    assert admin_page_client.post(url, {"file": io.BytesIO(lines)}).status_code == 302
+    assert Prompt.objects.filter(project=project).count() == 20
+
+
 # --- add_user ---------------------------------------------------------------------------------------
 
 def _add_user(*args) -> str:
