@@ -2,11 +2,13 @@
 
 A recipe's config class subclasses TRL's `DPOConfig` or `GRPOConfig` and adds only Pairwise's keys
 (`base_checkpoint`, `snapshot` or `tasks`, ...), so every TRL and transformers option works under its
-own name without being copied here. The YAML file is turned into command-line arguments for TRL's
-`TrlParser` (an `HfArgumentParser`), which type-checks each value exactly as `--key value` on TRL's own
-command line would be. (TrlParser's `--config` reading sets YAML values as argparse defaults, which
-argparse does not check, so a `max_steps: 2.5` would slip through; that is why the values are passed as
-arguments instead.)
+own name without being copied here. Each key of the YAML file is read by TRL's `TrlParser` (an
+`HfArgumentParser`) on its own, as `--key value` on TRL's own command line would be, so every value is
+type-checked by TRL's parser. (TrlParser's `--config` reading sets YAML values as argparse defaults, which
+argparse does not check, so a `max_steps: 2.5` would slip through; that is why the values are parsed as
+arguments instead.) A value is data, never a flag: each key is parsed alone and only that key is taken
+from the result, and a list item that argparse would read as an option (`--output_dir=...`) is refused, so
+no value can set another key.
 
 Every mistake is one line naming the key. An unknown key is an error with the nearest known key
 suggested, because a silently ignored typo (`learnig_rate`) trains with the default and wastes a run.
@@ -143,6 +145,22 @@ def _as_argument_text(value: Any, key: str, source: str) -> str:
     raise ConfigError(f"{source}: {key} must be a single value or a list, got {value!r}")
 
 
+def _not_a_value(source: str, key: str, item: str) -> ConfigError:
+    return ConfigError(f"{source}: {key} item {item!r} is not a value of {key}; a list item cannot be an option "
+                       "(set each key on its own line)")
+
+
+def _parse(parser, argv: list[str], source: str, key: str = ""):
+    """One key's arguments through TRL's parser; the namespace it gives (every other key at its default)."""
+    try:
+        namespace, remaining = parser.parse_known_args(argv)
+    except _ArgparseError as error:
+        raise ConfigError(_explain(str(error), source)) from None
+    if remaining:
+        raise _not_a_value(source, key, remaining[0])
+    return namespace
+
+
 def config_from_mapping(data: dict, config_cls: type[ConfigT], *, source: str) -> ConfigT:
     """Fill `config_cls` (a TRL config subclass with PairwiseConfigMixin) from a mapping, or raise ConfigError."""
     if not isinstance(data, dict):
@@ -161,30 +179,27 @@ def config_from_mapping(data: dict, config_cls: type[ConfigT], *, source: str) -
             help_text = actions[key].help or ""
             raise ConfigError(f"{source}: required key '{key}' is missing ({help_text})")
 
-    argv: list[str] = []
-    as_is: dict[str, Any] = {}
+    names = {f.name for f in dataclasses.fields(config_cls) if f.init}
+    values = {name: value for name, value in vars(_parse(parser, [], source)).items() if name in names}
     for key, value in data.items():
         action = actions[key]
         if value is None:
-            as_is[key] = None
+            values[key] = None
         elif isinstance(value, list):
             if action.nargs == "+" and value:
-                argv += [f"--{key}", *(_as_argument_text(item, key, source) for item in value)]
+                items = [_as_argument_text(item, key, source) for item in value]
+                parsed = getattr(_parse(parser, [f"--{key}", *items], source, key), key)
+                if len(parsed) != len(items):  # an item argparse read as an option: `--output_dir=...`
+                    raise _not_a_value(source, key, next((i for i in items if i.startswith("-")), items[len(parsed)]))
+                values[key] = parsed
             elif all(isinstance(item, str) for item in value):
-                as_is[key] = list(value)  # e.g. report_to, typed `str | list[str]`: taken as written
+                values[key] = list(value)  # e.g. report_to, typed `str | list[str]`: taken as written
             else:
                 raise ConfigError(f"{source}: {key} takes a single value, got the list {value!r}")
         else:
-            argv.append(f"--{key}={_as_argument_text(value, key, source)}")
-    parser.set_defaults(**as_is)
-    try:
-        namespace, remaining = parser.parse_known_args(argv)
-    except _ArgparseError as error:
-        raise ConfigError(_explain(str(error), source)) from None
-    if remaining:  # pragma: no cover - every key was matched to an argument above
-        raise ConfigError(f"{source}: could not read {' '.join(remaining)}")
-    names = {f.name for f in dataclasses.fields(config_cls) if f.init}
-    values = {name: value for name, value in vars(namespace).items() if name in names}
+            # `--key=text` is one argument whatever the text holds, so the value cannot name another key.
+            values[key] = getattr(_parse(parser, [f"--{key}={_as_argument_text(value, key, source)}"], source, key),
+                                  key)
     config_cls.check_values(values, source)
     try:
         config = config_cls(**values)
@@ -197,20 +212,36 @@ def config_from_mapping(data: dict, config_cls: type[ConfigT], *, source: str) -
     return config
 
 
-def load_config(path: str | Path, config_cls: type[ConfigT]) -> ConfigT:
-    """Read a YAML file into `config_cls`, or raise ConfigError with one clear line."""
+def yaml_config(text: str, source: str):
+    """A config's YAML text as data (None when empty), or ConfigError with one clear line.
+
+    Aliases (`*name`, and `<<: *name` merges) are refused: each one repeats a whole value, so a few hundred
+    bytes of nested aliases expand to megabytes, and a config has no use for them."""
     import yaml
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist; pass the path of a YAML file with --config")
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise ConfigError(f"{source}: line {event.start_mark.line + 1} repeats a value with the YAML alias "
+                                  f"*{event.anchor}; write the value out instead")
+            return super().compose_node(parent, index)
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.load(text, Loader=NoAliasLoader)  # a SafeLoader: plain data only
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         problem = getattr(error, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}: {problem}{where}; fix the YAML syntax") from None
+        raise ConfigError(f"{source}: {problem}{where}; fix the YAML syntax") from None
+
+
+def load_config(path: str | Path, config_cls: type[ConfigT]) -> ConfigT:
+    """Read a YAML file into `config_cls`, or raise ConfigError with one clear line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist; pass the path of a YAML file with --config")
+    data = yaml_config(path.read_text(encoding="utf-8"), str(path))
     if data is None:
         data = {}
     return config_from_mapping(data, config_cls, source=str(path))

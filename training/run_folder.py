@@ -144,13 +144,86 @@ class RunFolder:
     def write_ledger(self, ledger: dict) -> None:
         write_json_atomic(self.ledger_json, ledger)
 
+    def read_metrics(self) -> list[dict]:
+        try:
+            return metrics_rows(self.metrics_jsonl.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            return []
+
+
+def metrics_rows(text: str) -> list[dict]:
+    """metrics.jsonl's rows in `text`; a line that is not a JSON object (one still being written) is skipped."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def _zero_variance_reason(groups: dict) -> str | None:
+    """Every group's rewards equal (GRPO's ledger): no answer had an advantage, so no gradient."""
+    total = groups.get("groups") or 0
+    if not total or groups.get("zero_variance") != total:
+        return None
+    wrong, right = groups.get("all_wrong") or 0, groups.get("all_correct") or 0
+    if wrong == total:
+        alike = f"every group's answers were all wrong ({total} of {total} groups)"
+    elif right == total:
+        alike = f"every group's answers were all right ({total} of {total} groups)"
+    else:
+        alike = (f"every group's answers scored alike ({total} groups: {wrong} all wrong, {right} all right, "
+                 f"{total - wrong - right} with equal partial rewards or fewer than two scored answers)")
+    return alike + ", so no answer had an advantage to learn from"
+
+
+def weights_unchanged_reason(record: dict, metrics: list[dict]) -> str:
+    """Why a finished run's output holds its base's very weights, from the figures it recorded: its steps, the
+    learning rate of every logged step, its gradients, and (GRPO) its groups."""
+    reasons = []
+    steps = record.get("steps")
+    if steps == 0:
+        reasons.append("it took no optimizer step")
+    train = [row for row in metrics if row.get("event", "train") == "train"]
+    rates = [row["learning_rate"] for row in train if isinstance(row.get("learning_rate"), int | float)]
+    if rates and not any(rates):
+        reasons.append("the learning rate was 0 at every logged step (a warmup longer than the run, or a schedule "
+                       "that ends at 0)")
+    groups = ((record.get("results") or {}).get("ledger") or {}).get("groups") or {}
+    if (alike := _zero_variance_reason(groups)) is not None:
+        reasons.append(alike)
+    norms = [row["grad_norm"] for row in train if isinstance(row.get("grad_norm"), int | float)]
+    if not reasons and norms and not any(norms):
+        reasons.append("every gradient was zero")
+    if not reasons:
+        rate = (record.get("config") or {}).get("learning_rate")
+        reasons.append(f"its {steps} optimizer steps at learning rate {rate} moved no weight")
+    return "; ".join(reasons)
+
+
+def weights_outcome(record: dict, metrics: list[dict]) -> dict:
+    """run.json's weights_changed (None when a hash is unknown) and, when the output checkpoint holds the base's
+    very weights (the same content hash), weights_unchanged_reason."""
+    base = (record.get("base_checkpoint") or {}).get("content_hash")
+    output = (record.get("output_checkpoint") or {}).get("content_hash")
+    if not base or not output:
+        return {"weights_changed": None, "weights_unchanged_reason": None}
+    if output != base:
+        return {"weights_changed": True, "weights_unchanged_reason": None}
+    return {"weights_changed": False, "weights_unchanged_reason": weights_unchanged_reason(record, metrics)}
+
 
 def write_parent_json(checkpoint: Path, *, parent_path: str, parent_hash: str, run: str, kind: str,
                       snapshot_id: str | None, content_hash: str) -> None:
-    """parent.json inside a trained checkpoint: where it came from, by content."""
+    """parent.json inside a trained checkpoint: where it came from, by content, and whether it differs from it
+    (a run that changed no weight leaves a copy of its parent, which is no model of its own)."""
     write_json_atomic(checkpoint / "parent.json", {
         "parent": {"path": str(Path(parent_path).resolve()), "content_hash": parent_hash},
         "content_hash": content_hash,
+        "weights_changed": content_hash != parent_hash,
         "run": run,
         "kind": kind,
         "snapshot_id": snapshot_id,

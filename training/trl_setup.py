@@ -24,7 +24,11 @@ def is_main_process() -> bool:
 
 def resume_setting(config) -> bool | str:
     """`resume_from_checkpoint` as written: false, true (the last checkpoint in the run folder) or a path."""
-    value = config.resume_from_checkpoint
+    return resume_value(config.resume_from_checkpoint)
+
+
+def resume_value(value) -> bool | str:
+    """A `resume_from_checkpoint` value (None, a bool or text) read as false, true or a path."""
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "false", "no")):
         return False
     if isinstance(value, bool):
@@ -218,10 +222,10 @@ def record_lineage(run, *, kind: str, base_path: Path, base_hash: str, snapshot_
 
 
 def record_completed(run, trainer, train_output, *, wall_s: float, out_hash: str, **fields) -> dict:
-    """run.json's final state after a finished run; returns the record."""
-    from training.run_folder import utc_now
+    """run.json's final state after a finished run, saying whether the weights changed; returns the record."""
+    from training.run_folder import utc_now, weights_outcome
 
-    run.update(
+    final = dict(
         status="completed",
         ended_at=utc_now(),
         wall_s=round(wall_s, 2),
@@ -230,4 +234,5 @@ def record_completed(run, trainer, train_output, *, wall_s: float, out_hash: str
         output_checkpoint={"path": str(run.checkpoint.resolve()), "content_hash": out_hash},
         **fields,
     )
+    run.update(**final, **weights_outcome({**run.record, **final}, run.read_metrics()))
     return run.record

@@ -9,6 +9,9 @@ class CheckpointAdmin(admin.ModelAdmin):
     search_fields = ("name", "uri", "content_hash")
     raw_id_fields = ("parent", "run", "registered_by")
 
+    def get_readonly_fields(self, request, obj=None):
+        return ("content_hash", "parent", "run") if obj is not None else ()  # its identity and origin: written once
+
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):

@@ -7,9 +7,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.errors import UserMistake
-from annotate.permissions import CanReview, IsAdminOrEngineer
+from annotate.permissions import CanReview, IsAdmin, IsAdminOrEngineer
 from annotate.review.rendering import markdown_to_safe_html
-from annotate.runs.audit import audit_create, audit_judge, audit_next
+from annotate.runs.audit import audit_create, audit_judge, audit_next, served_token
 from annotate.runs.compare import compare_launch
 from annotate.runs.evaluation import eval_launch
 from annotate.runs.launch import run_cancel, run_launch
@@ -94,7 +94,8 @@ class CompareSerializer(serializers.Serializer):
 
 
 class CompareView(APIView):
-    permission_classes = [IsAdminOrEngineer]
+    # A comparison imports prompts and answers into a project, which is an admin's to fill (as item import is).
+    permission_classes = [IsAdmin]
 
     @extend_schema(summary="Sample answers from checkpoints and import them as a review batch",
                    request=CompareSerializer,
@@ -119,16 +120,18 @@ class RunAuditsView(APIView):
                    request=AuditCreateSerializer, responses={201: OpenApiResponse(description="the batch")})
     def post(self, request, run_id: int):
         body = AuditCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
+        body.is_valid(raise_exception=True)  # their ranges: audit_create, with annotate/limits.py's whole_number
         batch = audit_create(run=run_or_404(run_id), created_by=request.user, **body.validated_data)
         return Response({"id": batch.pk, "run": batch.run_id, "answers": batch.items.count(),
                          "overlap": batch.overlap}, status=status.HTTP_201_CREATED)
 
 
-def audit_item_payload(item) -> dict:
-    """What a reviewer sees: the prompt and the answer, never the run, checkpoint, rollout or reward."""
+def audit_item_payload(item, reviewer) -> dict:
+    """What a reviewer sees: the prompt and the answer, never the run, checkpoint, rollout or reward; and the
+    token their verdict sends back (it was served to them)."""
     return {"id": item.pk, "prompt": item.prompt,
-            "answer": {"text": item.answer, "html": markdown_to_safe_html(item.answer)}}
+            "answer": {"text": item.answer, "html": markdown_to_safe_html(item.answer)},
+            "token": served_token(item, reviewer)}
 
 
 class AuditNextView(APIView):
@@ -140,12 +143,13 @@ class AuditNextView(APIView):
         item = audit_next(reviewer=request.user)
         if item is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        return Response(audit_item_payload(item))
+        return Response(audit_item_payload(item, request.user))
 
 
 class AuditJudgmentSerializer(serializers.Serializer):
     verdict = serializers.ChoiceField(["yes", "no", "unsure"], help_text="does the reasoning hold?")
     rationale = serializers.CharField(help_text="why it holds or where it breaks")
+    token = serializers.CharField(help_text="the token that came with the answer (GET /api/v1/audits/next)")
 
 
 class AuditJudgmentView(APIView):
@@ -156,7 +160,7 @@ class AuditJudgmentView(APIView):
     def post(self, request, item_id: int):
         data = request.data if isinstance(request.data, dict) else {}
         judgment = audit_judge(item_id=item_id, reviewer=request.user, verdict=str(data.get("verdict", "")),
-                               rationale=str(data.get("rationale", "")))
+                               rationale=str(data.get("rationale", "")), token=str(data.get("token", "")))
         return Response({"id": judgment.pk, "item": item_id, "verdict": judgment.verdict},
                         status=status.HTTP_201_CREATED)
 

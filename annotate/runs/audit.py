@@ -19,10 +19,12 @@ from pathlib import Path
 
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
+from django.core import signing
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, OuterRef
 
 from annotate.errors import UserMistake
+from annotate.limits import MAX_INT32, MAX_RATIONALE_CHARS, text_within, whole_number
 from annotate.quality.agreement import krippendorff_alpha
 from annotate.quality.reviewers import wilson_interval
 from annotate.runs.models import AuditBatch, AuditItem, AuditJudgment, Checkpoint, Run
@@ -61,10 +63,11 @@ def audit_create(*, run: Run, size: int, overlap: int = 3, seed: int = 0,
 
     The sample is the rollouts whose sha256(seed, rollout_id) sorts first: the same run and seed give the
     same answers whatever order the rollout files list them in."""
+    size = whole_number("size", size, low=1, high=5000, hint="answers to sample")
+    overlap = whole_number("overlap", overlap, low=1, high=20, hint="reviewers per answer")
+    seed = whole_number("seed", seed, low=0, high=MAX_INT32)
     if run.kind != Run.Kind.GRPO:
         raise UserMistake(f"run {run.pk} is a {run.kind} run; an answer audit samples a GRPO run's rollouts")
-    if not 1 <= size <= 5000 or not 1 <= overlap <= 20:
-        raise UserMistake("size must be 1-5000 answers and overlap 1-20 reviewers per answer")
     candidates = rewarded_rollouts(run)
     if not candidates:
         raise UserMistake(f"run {run.pk} has no answer with the full reward in {run.folder}/rollouts; nothing to "
@@ -97,18 +100,41 @@ def audit_next(*, reviewer: AbstractBaseUser) -> AuditItem | None:
     return _open_for(reviewer).order_by("-verdicts", "id").first()
 
 
-def audit_judge(*, item_id: int, reviewer: AbstractBaseUser, verdict: str, rationale: str) -> AuditJudgment:
-    """Record a reviewer's verdict; one per reviewer and answer, at most `overlap` per answer."""
+def _served_signer(reviewer: AbstractBaseUser) -> signing.Signer:
+    return signing.Signer(salt=f"pairwise.audit-served.{reviewer.pk}")
+
+
+def served_token(item: AuditItem, reviewer: AbstractBaseUser) -> str:
+    """What comes with an answer served to a reviewer and goes back with their verdict: the item's id signed
+    for this reviewer, so a verdict is taken only on an answer this reviewer was served."""
+    return _served_signer(reviewer).sign(str(item.pk))
+
+
+def _was_served(item_id: int, reviewer: AbstractBaseUser, token: str) -> bool:
+    try:
+        return _served_signer(reviewer).unsign(str(token or "")) == str(item_id)
+    except signing.BadSignature:
+        return False
+
+
+def audit_judge(*, item_id, reviewer: AbstractBaseUser, verdict: str, rationale: str, token: str) -> AuditJudgment:
+    """Record a reviewer's verdict on an answer they were served (`token`, from served_token); one per reviewer
+    and answer, at most `overlap` per answer."""
+    item_id = whole_number("item", item_id, low=1, high=2**63 - 1)
     if verdict not in VERDICTS:
         raise UserMistake(f"verdict must be one of {', '.join(VERDICTS)}, got {verdict!r}")
     rationale = (rationale or "").strip()
     if len(rationale) < MIN_RATIONALE_CHARS:
         raise UserMistake(f"rationale is required: say in at least {MIN_RATIONALE_CHARS} characters why the "
                           "reasoning holds or where it breaks")
+    text_within("rationale", rationale, MAX_RATIONALE_CHARS)
+    if "\0" in rationale:
+        raise UserMistake("rationale contains a NUL character; remove it")
     with transaction.atomic():
         item = AuditItem.objects.select_for_update().select_related("batch").filter(pk=item_id).first()
-        if item is None:
-            raise UserMistake(f"no audit item {item_id}", status=404)
+        if item is None or not _was_served(item_id, reviewer, token):
+            # The same answer for an item that does not exist and one never served to this reviewer.
+            raise UserMistake(f"no audit item {item_id} was served to you; ask for the next one", status=404)
         if item.judgments.filter(reviewer=reviewer).exists():
             raise UserMistake(f"you have judged audit item {item_id} already", status=409)
         if item.judgments.count() >= item.batch.overlap:

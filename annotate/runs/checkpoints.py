@@ -1,8 +1,9 @@
 """Registering checkpoints: a local folder (hashed by content) or a URI, with its parent.
 
 A local checkpoint is known by its content hash (training.run_folder.checkpoint_content_hash), so the same
-weights registered twice, under any path, are one checkpoint. A trained checkpoint's parent.json names
-its parent by hash; the parent is linked when it is registered.
+weights registered twice, under any path or URI, are one checkpoint. A trained checkpoint's parent.json names
+its parent by hash; the parent is linked when it is registered. A checkpoint's origin (its parent, the run that
+made it) is written when it is registered and never changed afterwards.
 """
 
 from pathlib import Path
@@ -33,6 +34,7 @@ def checkpoint_resolve(reference, *, key: str = "base_checkpoint") -> Checkpoint
 
 
 def unique_name(wanted: str) -> str:
+    wanted = wanted.replace("=", "-")  # a name is written NAME=PATH on the sample command line
     name, number = wanted[:190] or "checkpoint", 2
     while Checkpoint.objects.filter(name=name).exists():
         name, number = f"{wanted[:190]}-{number}", number + 1
@@ -57,8 +59,12 @@ def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint
     uri = str(uri).strip()
     if not uri:
         raise UserMistake("give the checkpoint's folder or URI")
+    if "\0" in uri:
+        raise UserMistake("the checkpoint's folder or URI contains a NUL character; give a plain path")
     if is_uri(uri):
         path = None
+        if (same := Checkpoint.objects.filter(uri=uri).first()) is not None:
+            raise UserMistake(f"{uri} is registered already as checkpoint {same.name!r}")
     else:
         path = Path(uri).resolve()
         if not path.is_dir():
@@ -69,10 +75,24 @@ def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint
             raise UserMistake(f"{uri} has content hash {found_hash}, not the {content_hash} given; leave --hash out "
                               "for a local folder")
         content_hash, uri = found_hash, str(path)
-        same = Checkpoint.objects.filter(content_hash=content_hash).first()
-        if same is not None:
-            raise UserMistake(f"{uri} holds the same weights as checkpoint {same.name!r} ({same.uri}); "
-                              "it is registered already")
+    same = Checkpoint.objects.select_related("parent").filter(content_hash=content_hash).first() if content_hash \
+        else None
+    if same is not None:
+        kept = ""
+        if parent is not None and parent != same.parent:
+            kept = (", and a checkpoint's origin is written once: its parent stays "
+                    f"{same.parent.name if same.parent else 'none'}")
+        raise UserMistake(f"{uri} holds the same weights as checkpoint {same.name!r} ({same.uri}); it is registered "
+                          f"already{kept}")
+    if path is not None:
+        recorded_parent = (read_json(path / "parent.json") or {}).get("parent") or {}
+        if recorded_parent.get("content_hash") == content_hash:
+            raise UserMistake(f"{uri} holds the very weights of its parent {recorded_parent.get('path')} (its "
+                              "parent.json says so: the run that wrote it changed no weight); register "
+                              f"{recorded_parent.get('path')} itself")
+    if name and ("=" in name or "\0" in name or not name.strip()):
+        raise UserMistake(f"checkpoint name {name!r} may not contain '=' (compare and evaluate pass checkpoints as "
+                          "NAME=PATH), a NUL or be blank; choose another --name")
     if name and Checkpoint.objects.filter(name=name).exists():
         raise UserMistake(f"a checkpoint named {name!r} exists already; choose another --name")
     if parent is None and path is not None:

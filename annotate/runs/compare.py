@@ -14,11 +14,12 @@ from pathlib import Path
 from django.contrib.auth.models import AbstractBaseUser
 
 from annotate.errors import UserMistake
+from annotate.limits import MAX_INT32, whole_number
 from annotate.review.importing import ImportRejected
 from annotate.review.models import Project
 from annotate.review.services import items_import_file
 from annotate.runs.checkpoints import local_checkpoints
-from annotate.runs.launch import queue_checkpoints_run
+from annotate.runs.launch import input_path, queue_checkpoints_run
 from annotate.runs.models import Run
 
 ITEMS_FILE = "items.jsonl"
@@ -32,11 +33,13 @@ def compare_launch(*, checkpoints: list, prompts: str, project: str, temperature
     target = Project.objects.filter(slug=project).first()
     if target is None:
         raise UserMistake(f"no project {project!r}; the answers are imported into an existing project")
-    prompts_path = Path(str(prompts)).expanduser().resolve()
+    prompts_path = input_path("prompts", prompts)
     if not prompts_path.is_file():
         raise UserMistake(f"prompts {prompts} is not a file; give a JSONL file of prompt_id and prompt lines")
-    if not 0 <= float(temperature) <= 5 or not 1 <= int(max_new_tokens) <= 4096:
-        raise UserMistake("temperature must be 0-5 and max_new_tokens 1-4096")
+    max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=1, high=4096)
+    seed = whole_number("seed", seed, low=0, high=MAX_INT32)
+    if not 0 <= float(temperature) <= 5:
+        raise UserMistake("temperature must be 0-5")
     return queue_checkpoints_run(kind=Run.Kind.SAMPLE, checkpoints=chosen, launched_by=launched_by, enqueue=enqueue,
                                  options={"prompts": str(prompts_path), "project": target.slug,
                                           "temperature": float(temperature), "max_new_tokens": int(max_new_tokens),

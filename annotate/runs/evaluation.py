@@ -10,9 +10,10 @@ from pathlib import Path
 from django.contrib.auth.models import AbstractBaseUser
 
 from annotate.errors import UserMistake
+from annotate.limits import MAX_INT32, whole_number
 from annotate.runs.checkpoints import local_checkpoints
 from annotate.runs.folder import read_json
-from annotate.runs.launch import queue_checkpoints_run
+from annotate.runs.launch import input_path, queue_checkpoints_run
 from annotate.runs.models import Checkpoint, Run
 
 EVAL_FILE = "eval.json"
@@ -23,11 +24,14 @@ def eval_launch(*, checkpoints: list, tasks: str, samples: int = 1, temperature:
                 enqueue: bool = True) -> Run:
     """Check an evaluation and queue it; the first checkpoint is the base the others are read against."""
     chosen = local_checkpoints(checkpoints, at_least=1, purpose="evaluate")
-    tasks_path = Path(str(tasks)).expanduser().resolve()
+    tasks_path = input_path("tasks", tasks)
     if not tasks_path.is_file():
         raise UserMistake(f"tasks {tasks} is not a file; make one with python -m training tasks make --variant heldout")
-    if not 1 <= int(samples) <= 64 or not 0 <= float(temperature) <= 5 or not 1 <= int(max_new_tokens) <= 4096:
-        raise UserMistake("samples must be 1-64, temperature 0-5 and max_new_tokens 1-4096")
+    samples = whole_number("samples", samples, low=1, high=64)
+    max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=1, high=4096)
+    seed = whole_number("seed", seed, low=0, high=MAX_INT32)
+    if not 0 <= float(temperature) <= 5:
+        raise UserMistake("temperature must be 0-5")
     if float(temperature) == 0 and int(samples) != 1:
         raise UserMistake("temperature 0 is greedy and gives one answer per task; set samples to 1 or raise it")
     return queue_checkpoints_run(kind=Run.Kind.EVAL, checkpoints=chosen, launched_by=launched_by, enqueue=enqueue,

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.run_folder import RunFolder
+from training.run_folder import RunFolder, metrics_rows
 
 LOG_TAIL_CHARS = 6000
 
@@ -84,12 +84,4 @@ class FolderReader:
             return []
         complete = data[: data.rfind(b"\n") + 1]  # a line still being written waits for the next read
         self.offset += len(complete)
-        rows = []
-        for line in complete.decode("utf-8", errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict):
-                rows.append(row)
-        return rows
+        return metrics_rows(complete.decode("utf-8", errors="replace"))

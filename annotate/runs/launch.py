@@ -25,9 +25,12 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from annotate.errors import UserMistake
+from annotate.limits import text_within
 from annotate.runs.checkpoints import checkpoint_resolve
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.services import snapshot_manifest
+from training.config import ConfigError, yaml_config
+from training.trl_setup import resume_value
 
 logger = logging.getLogger(__name__)
 
@@ -38,12 +41,44 @@ CHECK_TIMEOUT_S = 180
 # Keys the launch sets from its own fields; a config naming them would contradict the form.
 SET_BY_LAUNCH = {"base_checkpoint": "base_checkpoint", "output_dir": "the run folder (chosen by the app)",
                  "snapshot": "snapshot", "tasks": "tasks"}
+# Keys that would send a run, its metrics or its checkpoint off this server, or run code shipped with a
+# checkpoint: refused when set to anything but null or false. The training subprocess is offline as well
+# (training_env).
+OFF_SERVER_KEYS = ("push_to_hub", "hub_model_id", "hub_token", "hub_strategy", "hub_private_repo", "hub_always_push",
+                   "hub_revision", "log_completions_hub_repo", "trackio_space_id", "trackio_bucket_id",
+                   "trackio_static_space_id", "vllm_server_base_url", "vllm_server_host", "trust_remote_code")
+LOCAL_REPORT_TO = ("tensorboard", "none")
+# Config keys whose text value is a file the trainer reads (a dict value is the settings themselves).
+FILE_KEYS = ("accelerator_config", "deepspeed", "fsdp_config")
+MAX_PATH_CHARS = 4096
 
 
 def training_env() -> dict[str, str]:
-    """The environment of a training subprocess: this checkout importable, output unbuffered for the log."""
+    """The environment of a training subprocess: this checkout importable, output unbuffered for the log, and
+    offline (nothing is downloaded or pushed: a run reads local checkpoints only)."""
     path = os.pathsep.join(filter(None, [str(settings.BASE_DIR), os.environ.get("PYTHONPATH", "")]))
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def input_roots() -> list[Path]:
+    return [Path(root).expanduser().resolve() for root in settings.PAIRWISE_RUN_INPUT_ROOTS]
+
+
+def input_path(name: str, value) -> Path:
+    """A path a run will read, resolved (links followed), or UserMistake unless it lies in the run input folders
+    (PAIRWISE_RUN_INPUT_ROOTS). Checked before anything opens it: a file elsewhere is never read, so nothing of
+    it can show in an error."""
+    text = str(value if value is not None else "").strip()
+    text_within(name, text, MAX_PATH_CHARS)
+    if "\0" in text:
+        raise UserMistake(f"{name} contains a NUL character; give the path of a file or folder")
+    path = Path(text).expanduser().resolve()
+    roots = input_roots()
+    if not any(path.is_relative_to(root) for root in roots):
+        raise UserMistake(f"{name} {text} is outside the folders runs read from ({', '.join(map(str, roots))}); move "
+                          "it under one of them, or add its folder to PAIRWISE_RUN_INPUT_ROOTS")
+    return path
 
 
 def training_command(*args: str) -> list[str]:
@@ -75,24 +110,60 @@ def check_config(kind: str, config: dict) -> dict:
 
 
 def parse_config(raw) -> dict:
-    """A config given as a mapping or as YAML text (the page's text box)."""
+    """A config given as a mapping or as YAML text (the page's text box), held to what a run launched from the
+    app may do: no keys the launch sets, nothing off this server, files only from the run input folders (their
+    paths resolved here, so the training command reads the file that was checked)."""
     if raw is None or raw == "":
         return {}
     if isinstance(raw, str):
         try:
-            raw = yaml.safe_load(raw)
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise UserMistake(f"config: {getattr(error, 'problem', None) or 'invalid YAML'}{where}") from None
+            raw = yaml_config(raw, "config")
+        except ConfigError as error:
+            raise UserMistake(str(error)) from None
         raw = raw or {}
     if not isinstance(raw, dict):
         raise UserMistake("config must be a mapping of key: value lines (TRL's DPOConfig/GRPOConfig keys)")
-    for key in raw:
+    config = dict(raw)
+    for key, value in raw.items():
         if key in SET_BY_LAUNCH:
             raise UserMistake(f"config: {key} is set by the launch itself ({SET_BY_LAUNCH[key]}); remove it from "
                               "the config")
-    return raw
+        if key in OFF_SERVER_KEYS and value not in (None, False):
+            raise UserMistake(f"config: {key} is refused: a run launched from the app stays on this server (no Hub, "
+                              "no remote services, no code shipped with a checkpoint); remove it")
+        if key == "report_to":
+            for sink in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+                if sink not in LOCAL_REPORT_TO:
+                    raise UserMistake(f"config: report_to {sink!r} would send metrics off this server; a run "
+                                      "launched from the app reports to tensorboard (in its folder) or none")
+        if key in FILE_KEYS and isinstance(value, str):
+            path = input_path(f"config: {key}", value)
+            if not path.is_file():
+                raise UserMistake(f"config: {key} {value} is not a file; give a JSON file or the settings as a "
+                                  "mapping")
+            config[key] = str(path)
+        if key == "resume_from_checkpoint":
+            config.pop(key)
+            resume = resume_value(value if isinstance(value, bool | None) else str(value))
+            if resume is True:
+                raise UserMistake("config: resume_from_checkpoint: true would look in the new run's own folder, "
+                                  "which is empty; give the trainer checkpoint folder to continue from "
+                                  "(RUN/trainer_checkpoints/checkpoint-N)")
+            if resume:
+                path = input_path("config: resume_from_checkpoint", resume)
+                if not path.is_dir():
+                    raise UserMistake(f"config: resume_from_checkpoint {resume} is not a folder; give a trainer "
+                                      "checkpoint folder (RUN/trainer_checkpoints/checkpoint-N)")
+                config[key] = str(path)
+    return config
+
+
+def check_launch_keys(resolved: dict, expected: dict) -> None:
+    """After the training command's parser: the keys the launch sets came out as the app resolved them."""
+    for key, value in expected.items():
+        if resolved.get(key) != value:
+            raise UserMistake(f"config: {key} came out of the training command's parser as {resolved.get(key)!r}, "
+                              f"not {value!r} as the launch set it; nothing was queued")
 
 
 def _input_path(kind: str, snapshot: str | None, tasks: str | None) -> tuple[str, str]:
@@ -104,7 +175,7 @@ def _input_path(kind: str, snapshot: str | None, tasks: str | None) -> tuple[str
     if not given[wanted]:
         what = "a snapshot folder (manage.py export_snapshot)" if kind == "dpo" else "a task file (JSONL)"
         raise UserMistake(f"{wanted} is required for a {kind} run: give {what}")
-    return wanted, str(Path(str(given[wanted])).expanduser().resolve())
+    return wanted, str(input_path(wanted, given[wanted]))
 
 
 def run_folder_for(run_id: int) -> Path:
@@ -129,6 +200,8 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
     full_config = {**user_config, "base_checkpoint": base.uri, input_key: input_path,
                    "output_dir": str(placeholder)}
     resolved = check_config(kind, full_config)
+    check_launch_keys(resolved, {"output_dir": str(placeholder), "base_checkpoint": base.uri, input_key: input_path,
+                                 "resume_from_checkpoint": full_config.get("resume_from_checkpoint")})
     with transaction.atomic():
         run = Run.objects.create(
             kind=kind, backend=backend, base_checkpoint=base, launched_by=launched_by, folder="",

@@ -4,7 +4,7 @@ A Run is one `python -m training ...` command: what it was given (kind, config, 
 base checkpoint), where it ran (local subprocess or a Slurm job) and what it left (metrics, ledger, log
 tail, exit code, the checkpoint it made). The run folder on disk stays the record of truth; these rows
 mirror it for pages and the API. A Checkpoint is identified by its content hash (training/run_folder.py);
-its parent and the run that made it give the lineage.
+its parent and the run that made it give the lineage, its origin, which is written once, when it is created.
 """
 
 from django.conf import settings
@@ -23,11 +23,31 @@ class Checkpoint(models.Model):
                                       related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
+    ORIGIN_FIELDS = ("parent_id", "run_id")
+
     class Meta:
         ordering = ["-id"]
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs):
+        """A checkpoint's origin (its parent, the run that made it) is written once: a save that would change a
+        stored one is a bug, refused here rather than left to rewrite the lineage."""
+        stored = getattr(self, "_origin_as_stored", None)
+        if stored is not None:
+            changed = [name for name, value in stored.items() if self.__dict__.get(name) != value]
+            if changed:
+                raise ValueError(f"checkpoint {self.name!r}: its origin ({', '.join(changed)}) is written once")
+        super().save(*args, **kwargs)
+        self._origin_as_stored = {name: self.__dict__[name] for name in self.ORIGIN_FIELDS if name in self.__dict__}
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        checkpoint = super().from_db(db, field_names, values)
+        checkpoint._origin_as_stored = {name: checkpoint.__dict__[name] for name in cls.ORIGIN_FIELDS
+                                        if name in checkpoint.__dict__}  # a deferred one is not known yet
+        return checkpoint
 
 
 class Run(models.Model):

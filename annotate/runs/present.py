@@ -9,6 +9,7 @@ from annotate.runs.audit import audit_results
 from annotate.runs.charts import run_charts, zero_variance_share
 from annotate.runs.evaluation import eval_side_by_side
 from annotate.runs.models import Checkpoint, Run
+from annotate.runs.services import why_no_checkpoint_made
 
 
 def checkpoint_summary(checkpoint: Checkpoint | None) -> dict | None:
@@ -63,6 +64,7 @@ def latest(metrics: list[dict]) -> dict:
 
 def run_payload(run: Run, *, detail: bool = False) -> dict:
     made = run.made_checkpoint
+    unmade = why_no_checkpoint_made(run)
     payload = {
         "id": run.pk,
         "url": reverse("run-detail", args=[run.pk]),
@@ -74,6 +76,8 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
         "snapshot": snapshot_summary(run),
         "tasks": tasks_summary(run),
         "output_checkpoint": checkpoint_summary(made),
+        "no_output_checkpoint": unmade.reason if unmade else None,
+        "weights_unchanged": unmade.weights_unchanged if unmade else False,
         "folder": run.folder,
         "steps": latest(run.metrics).get("step"),
         "exit_code": run.exit_code,
@@ -117,8 +121,11 @@ def children_by_kind(checkpoint: Checkpoint) -> dict[str, list[dict]]:
     columns: dict[str, list[dict]] = {"dpo": [], "grpo": []}
     trained = checkpoint.runs_from.filter(kind__in=list(columns))  # evaluations and comparisons train nothing
     for run in trained.select_related("output_checkpoint", "launched_by").order_by("id"):
+        unmade = why_no_checkpoint_made(run)
         columns[run.kind].append({"run": run, "checkpoint": run.made_checkpoint,
-                                                 "eval": eval_table(run), "steps": latest(run.metrics).get("step")})
+                                  "no_output_checkpoint": unmade.reason if unmade else None,
+                                  "weights_unchanged": unmade.weights_unchanged if unmade else False,
+                                  "eval": eval_table(run), "steps": latest(run.metrics).get("step")})
     made_here = {entry["checkpoint"].pk for entries in columns.values() for entry in entries if entry["checkpoint"]}
     for child in checkpoint.children.exclude(pk__in=made_here).order_by("id"):
         columns.setdefault("registered", []).append({"run": None, "checkpoint": child, "eval": [], "steps": None})

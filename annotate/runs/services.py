@@ -4,6 +4,7 @@ run folder made outside the app (`manage.py register_run`)."""
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -11,10 +12,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate.errors import UserMistake
-from annotate.runs.checkpoints import checkpoint_for_folder
+from annotate.runs.checkpoints import checkpoint_for_folder, local_content_hash
 from annotate.runs.folder import STATUS_OF_RECORD, FolderReader, read_json
 from annotate.runs.models import Checkpoint, Run
-from training.run_folder import RUN_FORMAT
+from training.run_folder import RUN_FORMAT, weights_unchanged_reason
 from training.snapshot import SnapshotError, read_manifest
 
 
@@ -47,22 +48,56 @@ def run_finish(run: Run, *, status: str, exit_code: int | None = None, error: st
 
 
 def register_output_checkpoint(run: Run) -> Checkpoint | None:
-    """The checkpoint run.json names as the run's output, linked to the run and to the base checkpoint."""
+    """The checkpoint run.json names as the run's output, registered new with the base as its parent and this
+    run as its maker. Never an existing checkpoint: a checkpoint's origin is written once, so weights already
+    registered (the base's own, when the run changed nothing) are left as they are and nothing is linked."""
     output = (run.record or {}).get("output_checkpoint") or {}
     if not output.get("path"):
         return None
-    checkpoint = checkpoint_for_folder(output["path"], content_hash=output.get("content_hash"),
-                                       parent=run.base_checkpoint, run=run, registered_by=run.launched_by)
-    changed = []
-    if checkpoint.run_id is None:
-        checkpoint.run = run
-        changed.append("run")
-    if checkpoint.parent_id is None and run.base_checkpoint_id and checkpoint.pk != run.base_checkpoint_id:
-        checkpoint.parent = run.base_checkpoint
-        changed.append("parent")
-    if changed:
-        checkpoint.save(update_fields=changed)
-    return checkpoint
+    Run.objects.select_for_update().filter(pk=run.pk).first()  # one finish of a run registers at a time
+    if (made := Checkpoint.objects.filter(run=run).first()) is not None:
+        return made  # the run's end read a second time
+    content_hash = output.get("content_hash")
+    if not content_hash and Path(output["path"]).is_dir():
+        content_hash = local_content_hash(Path(output["path"]))
+    if _output_refusal(run, content_hash) is not None:
+        return None
+    checkpoint = checkpoint_for_folder(output["path"], content_hash=content_hash, parent=run.base_checkpoint,
+                                       run=run, registered_by=run.launched_by)
+    return checkpoint if checkpoint.run_id == run.pk else None
+
+
+@dataclass(frozen=True)
+class NoCheckpointMade:
+    """Why a run's output is not a checkpoint it made: its weights did not change, or they are registered already."""
+
+    reason: str
+    weights_unchanged: bool
+
+
+def _output_refusal(run: Run, content_hash: str | None) -> NoCheckpointMade | None:
+    """Why the run's output is not a checkpoint it made, or None when it is one."""
+    record = run.record or {}
+    base_hashes = {(record.get("base_checkpoint") or {}).get("content_hash"),
+                   run.base_checkpoint.content_hash if run.base_checkpoint else None} - {None, ""}
+    if record.get("weights_changed") is False or content_hash in base_hashes:
+        why = record.get("weights_unchanged_reason") or weights_unchanged_reason(record, run.metrics)
+        return NoCheckpointMade(f"its weights did not change: {why}", weights_unchanged=True)
+    same = Checkpoint.objects.filter(content_hash=content_hash).exclude(run=run).first() if content_hash else None
+    if same is None:
+        return None
+    maker = f" as made by run {same.run_id}" if same.run_id else ""
+    return NoCheckpointMade(f"its output holds the same weights as checkpoint {same.name!r}, registered "
+                            f"already{maker}; that checkpoint's origin stays as it was written", weights_unchanged=False)
+
+
+def why_no_checkpoint_made(run: Run) -> NoCheckpointMade | None:
+    """For the run page and the commands: why a succeeded training run links no checkpoint as the one it made
+    (None when it links one, or has no output to link)."""
+    output = (run.record or {}).get("output_checkpoint") or {}
+    if run.status != Run.Status.SUCCEEDED or not output.get("path") or run.made_checkpoint is not None:
+        return None
+    return _output_refusal(run, output.get("content_hash"))
 
 
 def snapshot_manifest(path: str) -> dict | None:

@@ -9,12 +9,19 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from annotate.errors import UserMistake
-from annotate.permissions import CanReview, IsAdminOrEngineer
+from annotate.permissions import CanReview, IsAdmin, IsAdminOrEngineer
 from annotate.review.models import Project
 from annotate.review.rendering import markdown_to_safe_html
 from annotate.review.selectors import user_roles
 from annotate.runs.api import run_or_404
-from annotate.runs.audit import audit_create, audit_judge, audit_next, audit_results, open_items_count
+from annotate.runs.audit import (
+    audit_create,
+    audit_judge,
+    audit_next,
+    audit_results,
+    open_items_count,
+    served_token,
+)
 from annotate.runs.compare import compare_launch
 from annotate.runs.evaluation import eval_launch, eval_side_by_side, evals_of
 from annotate.runs.launch import checkpoint_choices, run_cancel, run_launch
@@ -28,6 +35,11 @@ FORM_FIELDS = ("kind", "base_checkpoint", "snapshot", "tasks", "backend", "confi
 def _staff_only(request, to: str) -> None:
     if not user_roles(request.user) & IsAdminOrEngineer.roles:
         raise PermissionDenied(f"only admins and engineers can {to}")
+
+
+def _admins_only(request, to: str) -> None:
+    if not user_roles(request.user) & IsAdmin.roles:
+        raise PermissionDenied(f"only admins can {to}")
 
 
 def runs_page(request):
@@ -48,7 +60,7 @@ def runs_page(request):
     runs = Run.objects.select_related("base_checkpoint", "launched_by", "output_checkpoint")[:100]
     return render(request, "runs/list.html", {
         "runs": runs, "checkpoints": checkpoint_choices(), "values": values, "error": error,
-        "projects": Project.objects.order_by("slug"),
+        "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & IsAdmin.roles),
         "kinds": ("dpo", "grpo"), "backends": Run.Backend.values,
         "busy": any(not run.finished for run in runs),
     })
@@ -68,10 +80,11 @@ def _launch_from_form(request, what: str, launch, done: str):
 
 @require_POST
 def compare_page(request):
+    _admins_only(request, "compare checkpoints: the answers are imported into a project")
     form = request.POST
     return _launch_from_form(request, "Compare checkpoints", lambda: compare_launch(
         checkpoints=form.getlist("checkpoints"), prompts=form.get("prompts", ""), project=form.get("project", ""),
-        temperature=float(form.get("temperature") or 0.7), max_new_tokens=int(form.get("max_new_tokens") or 256),
+        temperature=float(form.get("temperature") or 0.7), max_new_tokens=form.get("max_new_tokens") or 256,
         launched_by=request.user), "samples the answers")
 
 
@@ -79,8 +92,8 @@ def compare_page(request):
 def evaluate_page(request):
     form = request.POST
     return _launch_from_form(request, "Evaluate checkpoints", lambda: eval_launch(
-        checkpoints=form.getlist("checkpoints"), tasks=form.get("tasks", ""), samples=int(form.get("samples") or 1),
-        temperature=float(form.get("temperature") or 0), max_new_tokens=int(form.get("max_new_tokens") or 128),
+        checkpoints=form.getlist("checkpoints"), tasks=form.get("tasks", ""), samples=form.get("samples") or 1,
+        temperature=float(form.get("temperature") or 0), max_new_tokens=form.get("max_new_tokens") or 128,
         launched_by=request.user), "evaluates the checkpoints")
 
 
@@ -127,8 +140,8 @@ def checkpoint_page(request, checkpoint_id: int):
 def run_audit_create_page(request, run_id: int):
     _staff_only(request, "start answer audits")
     try:
-        batch = audit_create(run=run_or_404(run_id), size=int(request.POST.get("size") or 0),
-                             overlap=int(request.POST.get("overlap") or 3), created_by=request.user)
+        batch = audit_create(run=run_or_404(run_id), size=request.POST.get("size") or 0,
+                             overlap=request.POST.get("overlap") or 3, created_by=request.user)
         messages.success(request, f"Audit batch {batch.pk}: {batch.items.count()} rewarded answers for reviewers.")
     except (UserMistake, ValueError) as mistake:
         messages.error(request, f"Answer audit: {mistake}")
@@ -139,17 +152,19 @@ def audit_page(request):
     """One rewarded answer at a time, alone, for a reviewer to say whether its reasoning holds."""
     if not user_roles(request.user) & CanReview.roles:
         raise PermissionDenied("only reviewers can audit answers")
-    error, values = None, {"verdict": "", "rationale": ""}
+    error, status, values = None, 200, {"verdict": "", "rationale": ""}
     if request.method == "POST":
         values = {"verdict": request.POST.get("verdict", ""), "rationale": request.POST.get("rationale", "")}
         try:
-            audit_judge(item_id=int(request.POST.get("item") or 0), reviewer=request.user, **values)
+            audit_judge(item_id=request.POST.get("item", ""), reviewer=request.user,
+                        token=request.POST.get("token", ""), **values)
             messages.success(request, "Verdict saved.")
             return redirect("audit-page")
         except UserMistake as mistake:
-            error = str(mistake)
+            error, status = str(mistake), mistake.status
     item = audit_next(reviewer=request.user)
     return render(request, "runs/audit.html", {
         "item": item, "answer_html": markdown_to_safe_html(item.answer) if item else "", "error": error,
+        "token": served_token(item, request.user) if item else "",
         "values": values, "left": open_items_count(request.user), "verdicts": AuditJudgment.Verdict.choices,
-    })
+    }, status=status)

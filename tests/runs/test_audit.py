@@ -57,20 +57,26 @@ def test_reviewers_judge_alone_and_blind_with_a_rationale_and_overlap_holds(grpo
     ann, bob, cat = (client_for(make_user(name)) for name in ("ann", "bob", "cat"))
     served = ann.get("/api/v1/audits/next")
     body = served.json()
-    assert served.status_code == 200 and set(body) == {"id", "prompt", "answer"}
+    assert served.status_code == 200 and set(body) == {"id", "prompt", "answer", "token"}
     assert not {"tiny-grpo", "tiny-sft", "0-"} & {word[:9] for word in json.dumps(body).split()}
-    refused = ann.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": ""}, format="json")
+    cat_served = cat.get("/api/v1/audits/next").json()  # the same answer, served to cat before the others judge it
+    assert cat_served["id"] == body["id"]
+    refused = ann.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": "",
+                                                                 "token": body["token"]}, format="json")
     assert (refused.status_code, refused.json()) == (400, {"detail": "rationale is required: say in at least 10 "
                                                                      "characters why the reasoning holds or where "
                                                                      "it breaks"})
     reason = "It divides by the wrong time, then fixes the number."
-    assert ann.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": reason},
-                    format="json").status_code == 201
-    assert bob.get("/api/v1/audits/next").json()["id"] == body["id"]  # the fullest answer first
-    assert bob.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": reason},
+    assert ann.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": reason,
+                                                              "token": body["token"]}, format="json").status_code == 201
+    bob_served = bob.get("/api/v1/audits/next").json()
+    assert bob_served["id"] == body["id"]  # the fullest answer first
+    assert bob.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "no", "rationale": reason,
+                                                              "token": bob_served["token"]},
                     format="json").status_code == 201
     assert cat.get("/api/v1/audits/next").json()["id"] != body["id"]  # it has its two verdicts
-    full = cat.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "yes", "rationale": reason}, format="json")
+    full = cat.post(f"/api/v1/audits/{body['id']}/judgment", {"verdict": "yes", "rationale": reason,
+                                                              "token": cat_served["token"]}, format="json")
     assert full.status_code == 409
     engineer = client_for(make_user("eve", "engineer"))
     assert engineer.get("/api/v1/audits/next").status_code == 403

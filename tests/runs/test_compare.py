@@ -37,8 +37,9 @@ def test_sampled_answers_become_pairs_reviewers_judge_blind(base_checkpoint, sec
     assert not {"tiny-sft", "tiny-nudged", "sha256"} & set(served.content.decode().replace('"', " ").split())
 
 
-def test_a_comparison_needs_two_checkpoints_a_project_and_a_prompts_file(base_checkpoint, make_project, engineer_api,
-                                                                         tmp_path):
+def test_a_comparison_needs_two_checkpoints_a_project_and_a_prompts_file(base_checkpoint, make_project, make_user,
+                                                                         client_for, tmp_path):
+    admin_api = client_for(make_user("ada", "admin"))  # a comparison imports into a project: admins only
     make_project(slug="compare")
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt_id": "a", "prompt": "hi"}) + "\n")
@@ -50,6 +51,6 @@ def test_a_comparison_needs_two_checkpoints_a_project_and_a_prompts_file(base_ch
          "register_checkpoint PATH"),
     ]
     for body, detail in cases:
-        refused = engineer_api.post("/api/v1/runs/compare", body, format="json")
+        refused = admin_api.post("/api/v1/runs/compare", body, format="json")
         assert (refused.status_code, refused.json()["detail"]) == (400, detail)
     assert not Run.objects.exists()

@@ -1,5 +1,6 @@
 """The local backend's follower: metrics and log streamed into the run, exit codes kept, cancel stopping the
-whole process group, the made checkpoint registered with its parent, and a restarted worker's leftovers."""
+whole process group, the made checkpoint registered with its parent (never an existing checkpoint: a run that
+changed no weight says why and links none), and a restarted worker's leftovers."""
 
 import json
 import socket
@@ -7,14 +8,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from annotate.runs import execute
-from annotate.runs.launch import execute_in_thread, run_cancel, run_folder_for
+from annotate.runs.launch import execute_in_thread, run_cancel, run_folder_for, run_launch
 from annotate.runs.models import Checkpoint, Run
 from tests.exports.test_worker import wait_for
 from tests.runs.conftest import process_alive
+from tests.training.test_grpo import write_unlearnable_tasks
 
 
 def queued_run(base_checkpoint, behave: str, seed: int = 0) -> Run:
@@ -119,3 +122,44 @@ def test_a_restarted_worker_fails_its_runs_whose_process_is_gone_and_leaves_othe
     failed = Run.objects.get(pk=gone.pk)
     assert failed.status == "failed" and "restarted while it ran" in failed.error and str(dead_pid) in failed.error
     assert Run.objects.get(pk=other_worker.pk).status == "running"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db
+def test_a_grpo_run_that_changes_no_weight_links_no_checkpoint_and_says_why(base_checkpoint, make_user, client,
+                                                                           client_for, tmp_path):
+    tasks = write_unlearnable_tasks(tmp_path / "missing.jsonl")
+    config = {"max_steps": 2, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 4,
+              "learning_rate": 5e-3, "logging_steps": 1, "save_strategy": "no", "use_cpu": True, "torch_threads": 2,
+              "verifier_workers": 1, "report_to": ["none"], "seed": 0}
+    launched = run_launch(kind="grpo", base_checkpoint="tiny-sft", tasks=str(tasks), config=config, enqueue=False)
+    run = execute.run_execute(run_id=launched.pk, worker="w1@test")
+    assert run.status == "succeeded", (run.error, run.log_tail[-2000:])
+    assert run.record["output_checkpoint"]["content_hash"] == base_checkpoint.content_hash
+
+    base = Checkpoint.objects.get()  # no other checkpoint was registered, and the base's origin is as it was
+    assert (base.pk, base.run_id, base.parent_id) == (base_checkpoint.pk, None, None)
+    assert Run.objects.get(pk=run.pk).made_checkpoint is None
+    why = ("its weights did not change: every group's answers were all wrong (4 of 4 groups), so no answer had an "
+           "advantage to learn from")
+    engineer = make_user("eve", "engineer")
+    payload = client_for(engineer).get(f"/api/v1/runs/{run.pk}").json()
+    assert payload["output_checkpoint"] is None and payload["no_output_checkpoint"] == why
+
+    client.force_login(engineer)
+    run_page = client.get(f"/runs/{run.pk}/").content.decode()
+    made = run_page.split('id="lineage-output"')[1].split("</li>")[0]
+    assert "none" in made and "its weights did not change" in made and base.name not in made
+    assert "every group&#x27;s answers were all wrong (4 of 4 groups)" in run_page.split('id="weights-unchanged"')[1]
+    base_page = client.get(f"/checkpoints/{base.pk}/").content.decode()
+    assert "Registered from outside" in base_page.split('id="origin"')[1].split("</section>")[0]
+    grpo_children = base_page.split('id="children-grpo"')[1]
+    assert f"run {run.pk}" in grpo_children and "weights unchanged" in grpo_children
+
+    # Reading the folder again, or registering its checkpoint/ by hand, writes no origin either.
+    Run.objects.filter(pk=run.pk).update(status="running")
+    execute.run_follow_again(run_id=run.pk)
+    with pytest.raises(CommandError, match=r"holds the same weights as checkpoint 'tiny-sft'"):
+        call_command("register_checkpoint", str(Path(run.folder) / "checkpoint"))
+    base.refresh_from_db()
+    assert (Checkpoint.objects.count(), base.run_id, base.parent_id) == (1, None, None)

@@ -69,7 +69,7 @@ def test_launch_inputs_the_app_sets_itself_or_the_kind_needs_are_refused(enginee
          "unknown field 'learning_rate'; a launch takes backend, base_checkpoint, config, kind, snapshot, tasks "
          "(TRL keys go inside config)"),
         ({"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot), "config": "max_steps: [1"},
-         "config: expected ',' or ']', but got '<stream end>' at line 1"),
+         "config: expected ',' or ']', but got '<stream end>' at line 1; fix the YAML syntax"),
     ]
     for body, detail in cases:
         refused = engineer_api.post("/api/v1/runs", body, format="json")

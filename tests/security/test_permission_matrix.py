@@ -53,7 +53,7 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "ruling-submit": ("POST", "/api/v1/adjudications/{missing}/ruling", "ruling", _row(401, 403, 404, 403, 404, 403)),
     # training runs (annotate/runs): engineers and admins; reviewers audit answers
     "runs": ("GET", "/api/v1/runs", None, _row(401, 403, 403, 200, 200, 403)),
-    "runs-compare": ("POST", "/api/v1/runs/compare", {}, _row(401, 403, 403, 400, 400, 403)),
+    "runs-compare": ("POST", "/api/v1/runs/compare", {}, _row(401, 403, 403, 403, 400, 403)),
     "runs-evaluate": ("POST", "/api/v1/runs/evaluate", {}, _row(401, 403, 403, 400, 400, 403)),
     "run-detail": ("GET", "/api/v1/runs/{missing}", None, _row(401, 403, 403, 404, 404, 403)),
     "run-cancel": ("POST", "/api/v1/runs/{missing}/cancel", None, _row(401, 403, 403, 404, 404, 403)),
@@ -74,7 +74,7 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "login": ("GET", "/accounts/login/", None, _row(200, 200, 200, 200, 200, 200)),
     "logout": ("POST", "/accounts/logout/", {}, _row(302, 302, 302, 302, 302, 302)),
     "runs-page": ("GET", "/runs/", None, _row(LOGIN, 403, 403, 200, 200, 403)),
-    "runs-compare-page": ("POST", "/runs/compare", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
+    "runs-compare-page": ("POST", "/runs/compare", {}, _row(LOGIN, 403, 403, 403, 302, 403)),
     "runs-evaluate-page": ("POST", "/runs/evaluate", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
     "run-page": ("GET", "/runs/{missing}/", None, _row(LOGIN, 403, 403, 404, 404, 403)),
     "run-cancel-page": ("POST", "/runs/{missing}/cancel", {}, _row(LOGIN, 403, 403, 404, 404, 403)),

@@ -102,8 +102,10 @@ def test_a_few_steps_change_the_weights_and_record_the_lineage(smoke_run, grpo_c
     assert record["base_checkpoint"]["content_hash"] == checkpoint_content_hash(grpo_checkpoint)
     assert record["config"]["num_generations"] == 4 and record["config"]["scale_rewards"] == "group"
     assert record["output_checkpoint"]["content_hash"] == checkpoint_content_hash(run / "checkpoint")
+    assert record["weights_changed"] is True and record["weights_unchanged_reason"] is None
     parent = json.loads((run / "checkpoint" / "parent.json").read_text())
     assert parent["parent"]["content_hash"] == record["base_checkpoint"]["content_hash"] and parent["kind"] == "grpo"
+    assert parent["weights_changed"] is True
     assert [t["task_id"] for t in map(json.loads, (run / "tasks.jsonl").read_text().splitlines())] == \
         [t["task_id"] for t in map(json.loads, speed_tasks.read_text().splitlines())]
     assert "where the time went" in result.stdout and "zero-variance groups" in result.stdout
@@ -212,6 +214,33 @@ def test_rescore_stores_new_scores_beside_the_original(smoke_run, tmp_path):
     unknown = run_training_cli("rescore", "--run", str(run), "--scorer", "math@99", timeout=120)
     assert unknown.returncode == 2 and "math@99 is not installed here" in unknown.stderr
     assert "Traceback" not in unknown.stderr + again.stderr
+
+
+def write_unlearnable_tasks(path):
+    """Missing-information tasks answered in at most four characters: too few to say what is missing ("unknown")
+    or to mark an answer ("Answer:"), so every answer of every group is wrong with reward 0, whatever the model."""
+    from training.task_families import make_tasks
+    from training.tasks import write_tasks
+
+    write_tasks(path, make_tasks("missing", n=6, seed=0))
+    return path
+
+
+def test_a_run_whose_groups_all_score_alike_says_its_weights_did_not_change(tmp_path, tiny_checkpoint):
+    tasks = write_unlearnable_tasks(tmp_path / "missing.jsonl")
+    result = run_training_cli("grpo", "--config", str(write_config(tmp_path, tiny_checkpoint, tasks,
+                                                                   max_completion_length=4)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "grpo"
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "completed" and record["steps"] == 2
+    assert record["output_checkpoint"]["content_hash"] == checkpoint_content_hash(tiny_checkpoint)
+    assert record["weights_changed"] is False
+    assert record["weights_unchanged_reason"] == ("every group's answers were all wrong (4 of 4 groups), so no "
+                                                  "answer had an advantage to learn from")
+    assert json.loads((run / "checkpoint" / "parent.json").read_text())["weights_changed"] is False
+    assert ("weights unchanged: every group's answers were all wrong (4 of 4 groups), so no answer had an advantage "
+            "to learn from; checkpoint/ holds the base's weights, not a new model") in result.stdout
 
 
 def test_dynamic_sampling_replaces_zero_variance_groups_and_records_them(tmp_path, grpo_checkpoint, speed_tasks):

@@ -1,4 +1,5 @@
-"""The arithmetic behind GRPO's records: advantages recomputed from rewards, and the difficulty band."""
+"""The arithmetic behind GRPO's records: advantages recomputed from rewards, the difficulty band, and why a
+run left its base's weights as they were."""
 
 import math
 
@@ -6,6 +7,7 @@ import pytest
 
 from training.grpo.difficulty import band_summary, keep_in_band
 from training.grpo.rollouts import recompute_advantages
+from training.run_folder import weights_outcome
 
 
 def rows_of(groups: list[list[float | None]], batch: int = 0) -> list[dict]:
@@ -67,3 +69,38 @@ def test_the_band_keeps_tasks_strictly_inside_it_with_their_pass_rates():
     assert [t["task_id"] for t in keep_in_band(tasks, rates, min_pass_rate=0.3, max_pass_rate=1.0)] == ["often"]
     summary = band_summary(rates, min_pass_rate=0.0, max_pass_rate=1.0)
     assert (summary["kept"], summary["too_hard"], summary["too_easy"]) == (2, 1, 1)
+
+
+def finished_record(*, out_hash: str, steps: int = 2, groups: dict | None = None) -> dict:
+    ledger = {"groups": {"groups": 0, "zero_variance": 0, "all_correct": 0, "all_wrong": 0, **(groups or {})}}
+    return {"kind": "grpo", "steps": steps, "config": {"learning_rate": 1e-4},
+            "base_checkpoint": {"path": "/sft", "content_hash": "sha256:base"},
+            "output_checkpoint": {"path": "/run/checkpoint", "content_hash": out_hash}, "results": {"ledger": ledger}}
+
+
+def test_a_run_that_changed_no_weight_says_why_from_its_own_figures():
+    train = [{"event": "train", "step": 1, "learning_rate": 1e-4, "loss": 0.0}]
+    changed = weights_outcome(finished_record(out_hash="sha256:new", groups={"groups": 4, "zero_variance": 4}), train)
+    assert changed == {"weights_changed": True, "weights_unchanged_reason": None}
+
+    def why(record, metrics=train):
+        outcome = weights_outcome(record, metrics)
+        assert outcome["weights_changed"] is False
+        return outcome["weights_unchanged_reason"]
+
+    assert why(finished_record(out_hash="sha256:base", groups={"groups": 4, "zero_variance": 4, "all_wrong": 4})) == (
+        "every group's answers were all wrong (4 of 4 groups), so no answer had an advantage to learn from")
+    assert why(finished_record(out_hash="sha256:base", groups={"groups": 3, "zero_variance": 3, "all_correct": 3})) \
+        == "every group's answers were all right (3 of 3 groups), so no answer had an advantage to learn from"
+    assert why(finished_record(out_hash="sha256:base", groups={"groups": 5, "zero_variance": 5, "all_correct": 1,
+                                                               "all_wrong": 2})) == (
+        "every group's answers scored alike (5 groups: 2 all wrong, 1 all right, 2 with equal partial rewards or "
+        "fewer than two scored answers), so no answer had an advantage to learn from")
+    warmup = [{"event": "train", "step": 1, "learning_rate": 0.0, "loss": 0.1}]
+    assert why(finished_record(out_hash="sha256:base", groups={"groups": 4, "zero_variance": 1}), warmup) == (
+        "the learning rate was 0 at every logged step (a warmup longer than the run, or a schedule that ends at 0)")
+    assert why(finished_record(out_hash="sha256:base", steps=0), []) == "it took no optimizer step"
+    assert why({**finished_record(out_hash="sha256:base"), "kind": "dpo", "results": {}}) == (
+        "its 2 optimizer steps at learning rate 0.0001 moved no weight")
+    unknown = {**finished_record(out_hash="sha256:base"), "output_checkpoint": None}
+    assert weights_outcome(unknown, train) == {"weights_changed": None, "weights_unchanged_reason": None}

@@ -224,4 +224,7 @@ def grpo_main(args) -> int:
         print(f"run {record['run']}: {record['status']} after {record['steps']} steps; rollouts in "
               f"{Path(config.output_dir) / 'rollouts'}; checkpoint {record['output_checkpoint']['path']} "
               f"({record['output_checkpoint']['content_hash'][:23]}...)")
+        if record.get("weights_changed") is False:
+            print(f"weights unchanged: {record['weights_unchanged_reason']}; checkpoint/ holds the base's weights, "
+                  "not a new model")
     return 0
