@@ -94,7 +94,11 @@ MIDDLEWARE = [
     # /healthz answers first: before the host check and the HTTPS redirect, so a probe inside the
     # container or on the node needs neither a public host name nor TLS.
     "annotate.middleware.HealthzMiddleware",
+    # Outside ApiErrorsMiddleware, which makes API errors anew: they carry no-store as well.
+    "annotate.middleware.NoStoreMiddleware",
     "annotate.middleware.ApiErrorsMiddleware",
+    # Before anything reads a body (the CSRF check reads a page's form), on every path.
+    "annotate.middleware.RequestBodyLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "annotate.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -147,8 +151,12 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", env.int("DB_CONNECT_TIMEOUT", default=5))
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATA_DIR.mkdir(parents=True, exist_ok=True)
-    # WAL lets the reviewer page read while a judgment is being written.
-    DATABASES["default"]["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20}
+    # WAL lets the reviewer page read while a judgment is being written. Transactions take the write lock
+    # when they begin (IMMEDIATE), so a writer waits its turn (up to `timeout` seconds): a deferred one that
+    # read first and then wrote could not wait and failed at once with "database is locked"
+    # (bench/embedded_sqlite.py).
+    DATABASES["default"]["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL;", "timeout": 20,
+                                       "transaction_mode": "IMMEDIATE"}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -187,8 +195,9 @@ WHITENOISE_AUTOREFRESH = DEBUG
 if not PRODUCTION:
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
-# Request bodies: JSON and forms up to PAIRWISE_MAX_BODY_BYTES; multipart uploads (the items import)
-# up to PAIRWISE_MAX_UPLOAD_BYTES, streamed to disk. Bigger ones get 413 before anything is read.
+# Request bodies: JSON and forms up to PAIRWISE_MAX_BODY_BYTES; multipart uploads (the items import,
+# through the API or the admin's form) up to PAIRWISE_MAX_UPLOAD_BYTES, streamed to disk. Bigger ones get
+# 413 before anything is read, on every path (annotate.middleware.RequestBodyLimitMiddleware).
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("PAIRWISE_MAX_BODY_BYTES", default=2 * 1024 * 1024)
 PAIRWISE_MAX_UPLOAD_BYTES = env.int("PAIRWISE_MAX_UPLOAD_BYTES", default=256 * 1024 * 1024)
 
@@ -201,6 +210,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["annotate.renderers.OrjsonRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["annotate.parsers.JSONParser", "rest_framework.parsers.FormParser",
+                               "rest_framework.parsers.MultiPartParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "annotate.negotiation.JsonOnlyNegotiation",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "annotate.api_errors.one_line_exception_handler",
@@ -235,6 +246,11 @@ CELERY_BEAT_SCHEDULE = {
 # Where exports and run folders are written.
 SNAPSHOT_ROOT = Path(env.str("PAIRWISE_SNAPSHOT_ROOT", default=str(DATA_DIR / "snapshots")))
 RUN_ROOT = Path(env.str("PAIRWISE_RUN_ROOT", default=str(DATA_DIR / "runs")))
+# The only folders whose files a run launched from the app may read (snapshots, task and prompt files,
+# path-valued config keys such as deepspeed); comma-separated. Default: the snapshots, the run folders and
+# DATA_DIR/inputs.
+PAIRWISE_RUN_INPUT_ROOTS = [Path(root) for root in env.list("PAIRWISE_RUN_INPUT_ROOTS", default=[])] or [
+    SNAPSHOT_ROOT, RUN_ROOT, DATA_DIR / "inputs"]
 
 # Behind a proxy that terminates TLS: trust its X-Forwarded-Proto for "this request came over HTTPS"
 # and the address it appends to X-Forwarded-For for the client (login throttling counts by it). Only

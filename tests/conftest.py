@@ -64,6 +64,18 @@ def judge_until_done(project, reviewer, pick, *, seconds: float = 20) -> int:
     return judged
 
 
+def answer_gold(project, reviewer, *, right: bool) -> None:
+    """The reviewer's next item, a gold one, answered right or wrong."""
+    assignment = services.assignment_next(project=project, reviewer=reviewer)
+    pair = assignment.pair
+    a_wins = (pair.prompt.gold_response_id == pair.response_a_id) == right
+    choice = "left" if a_wins == assignment.a_on_left else "right"
+    criteria = project.criteria_versions.order_by("-version").first().items
+    services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+                             criteria={item["key"]: choice for item in criteria},
+                             rationale="Checked the sum against the question twice.", client_key=uuid.uuid4())
+
+
 @pytest.fixture
 def make_project(db):
     def make(slug: str = "speed", **settings):

@@ -31,7 +31,12 @@ from pathlib import Path
 import numpy as np
 
 from annotate.exports.filters import ExportError, ExportFilters
-from annotate.exports.selectors import PairVotes, pair_votes_stream, reviewer_ids_by_username
+from annotate.exports.selectors import (
+    PairVotes,
+    pair_votes_stream,
+    qualification_answers_left_out,
+    reviewer_ids_by_username,
+)
 from annotate.quality.agreement import krippendorff_alpha, percent_agreement
 from annotate.quality.consensus import CONSENSUS_RULE, NO_CONSENSUS, strict_majority
 from annotate.quality.table import WINNER_SWAP
@@ -130,12 +135,14 @@ class Tally:
     criteria_versions: set = field(default_factory=set)
     votes: array = field(default_factory=lambda: array("i"))  # a, b, tie, both_bad of every pair seen
     adjudications: Counter = field(default_factory=Counter)
+    qualification_answers_left_out: int = 0  # answers of the qualification round: never votes
 
     def counts(self) -> dict:
         return {
             "pairs_considered": self.pairs_considered,
             "judgments_counted": self.judgments_counted,
             "judgments_in_rows": self.judgments_in_rows,
+            "qualification_answers_left_out": self.qualification_answers_left_out,
             "excluded": {reason: self.excluded[reason] for reason in EXCLUSIONS},
             "adjudications": {key: self.adjudications[key] for key in ADJUDICATION_COUNTS},
         }
@@ -273,7 +280,8 @@ def export_preview(*, project: Project, filters: ExportFilters) -> dict:
     if filters.exclude_flagged:
         flagged = _flagged_reviewers(project=project)
         excluded_reviewers = reviewer_ids_by_username(usernames=[r["username"] for r in flagged])
-    tally = Tally()
+    tally = Tally(qualification_answers_left_out=qualification_answers_left_out(
+        project=project, filters=filters, excluded_reviewers=excluded_reviewers))
     stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers,
                                with_texts=False)
     for _ in _plan(stream, filters, tally, None, latest_rulings(project=project)):
@@ -303,7 +311,8 @@ def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, c
             flagged = _flagged_reviewers(project=project)
             excluded_reviewers = reviewer_ids_by_username(usernames=[r["username"] for r in flagged])
         stage("writing rows")
-        tally = Tally()
+        tally = Tally(qualification_answers_left_out=qualification_answers_left_out(
+            project=project, filters=filters, excluded_reviewers=excluded_reviewers))
         rulings = latest_rulings(project=project)
         stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers)
         for row in _plan(stream, filters, tally, on_progress, rulings):

@@ -1,7 +1,7 @@
 """Reads of the export pipeline: votes per pair straight from SQL, and the export records.
 
 `pair_votes_stream` is the hot path. The database does the counting (GROUP BY pair over current,
-original judgments) and hands back one row per pair through a server-side cursor, so memory stays
+original, live judgments: answers of the qualification round are never votes) and hands back one row per pair through a server-side cursor, so memory stays
 flat however many judgments there are; Python only sees pairs, never judgments.
 """
 
@@ -26,6 +26,7 @@ from annotate.review.models import (
     Prompt,
     RationaleCheck,
     Response,
+    live_assignment_sql,
 )
 
 FETCH_ROWS = 2000
@@ -49,11 +50,13 @@ class PairVotes:
 
 
 def _votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], with_texts: bool,
-               project: Project) -> tuple[str, list]:
+               project: Project, live: bool = True) -> tuple[str, list]:
+    """The votes query; `live` False counts instead the qualification answers it leaves out (same filters)."""
     assignment, judgment = Assignment._meta.db_table, Judgment._meta.db_table
     criteria, pair = CriteriaVersion._meta.db_table, Pair._meta.db_table
     prompt, response = Prompt._meta.db_table, Response._meta.db_table
-    where = ["a.project_id = %s", "a.is_retest = %s", "j.retracted = %s"]
+    where = ["a.project_id = %s", "a.is_retest = %s", "j.retracted = %s",
+             live_assignment_sql("a") if live else f"NOT ({live_assignment_sql('a')})"]
     params: list = [project.pk, False, False]
     if filters.criteria_versions:
         where.append(f"cv.version IN ({', '.join(['%s'] * len(filters.criteria_versions))})")
@@ -107,8 +110,8 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     """Every pair of the project with at least one counted vote, ordered by prompt key then pair, so the
     pairs of one prompt text (under any prompt_id) come together.
 
-    Counted votes: the current (not retracted) judgment of each original assignment (retests left
-    out, so nobody votes twice), made under the chosen criteria versions, on the chosen days, by a
+    Counted votes: the current (not retracted) judgment of each original, live assignment (retests left
+    out, so nobody votes twice; qualification answers left out: models.live_assignment), made under the chosen criteria versions, on the chosen days, by a
     reviewer not excluded, and (with exclude_flagged_rationales) with no rationale-check flag.
     `criteria_version` is the newest version among the pair's counted votes.
     On PostgreSQL the rows come through a server-side cursor (outside a transaction it is WITH HOLD,
@@ -139,6 +142,17 @@ def pairs_with_votes_count(*, project: Project, filters: ExportFilters) -> int:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM ({sql}) counted", params)
         return cursor.fetchone()[0]
+
+
+def qualification_answers_left_out(*, project: Project, filters: ExportFilters,
+                                   excluded_reviewers: frozenset[int] = frozenset()) -> int:
+    """How many answers of the qualification round the export's filters would otherwise have counted as votes."""
+    sql, params = _votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=False,
+                             project=project, live=False)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT coalesce(sum(votes_a + votes_b + votes_tie + votes_both_bad), 0) FROM ({sql}) counted",
+                       params)
+        return int(cursor.fetchone()[0])
 
 
 def reviewer_ids_by_username(*, usernames: list[str]) -> frozenset[int]:

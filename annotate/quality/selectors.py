@@ -13,13 +13,14 @@ from django.db import connection, transaction
 from annotate.quality.report import agreement_report
 from annotate.quality.table import CRITERION_MISSING, NO_GOLD, ROW_COLUMNS, JudgmentTable
 from annotate.review.choices import CRITERION_WINNERS, WINNER_CODES
-from annotate.review.models import Assignment, Project
+from annotate.review.models import Assignment, Project, live_assignment
 
 _CRITERION_CODES = {name: code for code, name in enumerate(CRITERION_WINNERS)}
 
 
 def judgment_table_for_project(*, project: Project, chunk_size: int = 20_000) -> JudgmentTable:
-    """Every reviewer of the project and every judgment that currently counts (retractions excluded)."""
+    """Every reviewer of the project and every live judgment that currently counts (retractions excluded;
+    answers of the qualification round are not live judgments: models.live_assignment)."""
     with transaction.atomic():
         if connection.vendor == "postgresql":
             # PostgreSQL plans a server-side cursor for its first rows (cursor_tuple_fraction 0.1): nested
@@ -32,7 +33,7 @@ def judgment_table_for_project(*, project: Project, chunk_size: int = 20_000) ->
 
 def _read_judgment_table(*, project: Project, chunk_size: int) -> JudgmentTable:
     rows = (
-        Assignment.objects.filter(project=project, current_judgment__isnull=False)
+        Assignment.objects.filter(live_assignment(), project=project, current_judgment__isnull=False)
         .order_by("current_judgment_id")
         .values_list(
             "pair_id", "reviewer_id", "current_judgment__winner", "current_judgment__strength", "a_on_left",

@@ -35,6 +35,7 @@ from annotate.quality.reviewers import (
 from annotate.quality.services import STORED_BOOTSTRAP, StoredReportState, stored_report_read
 from annotate.review import selectors as review_selectors
 from annotate.review import services as review_services
+from annotate.review.models import qualification_gold_short
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.selectors import user_roles
 
@@ -216,7 +217,19 @@ def _age_line(state: StoredReportState, now) -> str:
 
 def _qualification_section(project, *, can_release: bool) -> dict:
     rows = review_selectors.qualification_results(project=project)
+    if project.qualification_items:
+        # A reviewer whose round could not start (no gold item left for them) has no attempt yet, and still
+        # needs a row with the admin's pass.
+        listed = {row["username"] for row in rows}
+        waiting = (get_user_model().objects.filter(groups__name="reviewer", is_active=True)
+                   .exclude(username__in=listed).order_by("username").values_list("username", flat=True))
+        rows = sorted(rows + [{"username": name, "status": "not_started", "attempts": [],
+                               "live_gold": {"answered": 0, "correct": 0}} for name in waiting],
+                      key=lambda row: row["username"].casefold())
     for row in rows:
+        # Every state but passed has a way out an admin can press: pass, and (once tried) another attempt.
+        row["actions"] = ([] if row["status"] == "passed" or not project.qualification_items
+                          else ["pass"] if row["status"] == "not_started" else ["retry", "pass"])
         row["attempt_lines"] = [
             f"{a['number']}: {a['correct']} of {a['answered']} right, {a['status']}"
             + (f" ({a['decided_by']})" if a["decided_by"] else "")
@@ -230,6 +243,7 @@ def _qualification_section(project, *, can_release: bool) -> dict:
         "pass_mark": percent(project.qualification_pass_mark), "attempts": project.qualification_attempts,
         "gold_rate": percent(project.gold_rate, 1), "rows": rows, "can_release": can_release,
         "held": sum(row["status"] == "held" for row in rows),
+        "gold_short": qualification_gold_short(project),
     }
 
 
@@ -284,7 +298,7 @@ def quality_dashboard(request, slug: str):
 
 @require_POST
 def qualification_release_page(request, slug: str):
-    """The dashboard's buttons for a held reviewer: try the round again, or pass (admins only)."""
+    """The dashboard's buttons for a reviewer who has not passed: try the round again, or pass (admins only)."""
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
     if not user_roles(request.user) & IsAdmin.roles:
         raise PermissionDenied("only admins can let a reviewer go on")

@@ -8,7 +8,9 @@ it to a tag. An adjudicator (the Django group "adjudicator", or an admin) is nev
 
 An adjudicator sees the pair in an order of their own (AdjudicationAssignment.a_on_left, at random) and
 every reviewer's click mapped to that same left/right (annotate/review/choices.py: the stored, un-swapped
-winner swapped back for the adjudicator's order), with strength, per-criterion choices and rationale.
+winner swapped back for the adjudicator's order), with strength, per-criterion choices and rationale, and
+beside it the click as its reviewer made it and whether they saw the same order (a rationale's "left" is
+the reviewer's left). The criteria shown are the version in force, as a reviewer is served them now.
 Reviewers are shown as "Reviewer 1", "Reviewer 2"... in the order they judged: a ruling is about the
 answers, not about who wrote which judgment. Model names never appear.
 
@@ -40,6 +42,8 @@ from annotate.review.models import (
     Pair,
     Project,
     RationaleCheck,
+    live_assignment,
+    live_assignment_sql,
 )
 from annotate.review.rationale import FLAGS
 from annotate.review.rendering import markdown_to_safe_html
@@ -103,7 +107,7 @@ def _votes_by_pair(*, project: Project, min_judgments: int, after_pair: int, lim
                    SUM(CASE WHEN j.winner = 'tie' THEN 1 ELSE 0 END),
                    SUM(CASE WHEN j.winner = 'both_bad' THEN 1 ELSE 0 END)
             FROM review_assignment a JOIN review_judgment j ON j.id = a.current_judgment_id
-            WHERE a.project_id = %s AND a.is_retest = %s AND a.pair_id > %s
+            WHERE a.project_id = %s AND a.is_retest = %s AND a.pair_id > %s AND """ + live_assignment_sql("a") + """
             GROUP BY a.pair_id
             HAVING COUNT(*) >= %s
             ORDER BY a.pair_id
@@ -226,6 +230,13 @@ def _as_seen(winner: str, criteria: dict, *, a_on_left: bool) -> tuple[str, dict
             {key: swap_back(value, a_on_left=a_on_left) for key, value in (criteria or {}).items()})
 
 
+def _as_they_saw(winner: str, criteria: dict, *, their_a_on_left: bool, a_on_left: bool) -> dict:
+    """A judgment's clicks in its author's own order, and whether that order is the adjudicator's: a
+    rationale's "left" and "right" are the author's. Says nothing about which answer is a."""
+    choice, chosen = _as_seen(winner, criteria, a_on_left=their_a_on_left)
+    return {"same_order": their_a_on_left == a_on_left, "choice": choice, "criteria": chosen}
+
+
 def adjudication_payload(*, assignment: AdjudicationAssignment, queue: QueueFilter | None = None) -> dict:
     """What the adjudicator sees: the pair in their order, every reviewer's judgment in that same order,
     earlier rulings of the pair, and how many pairs wait. No model name, no reviewer name."""
@@ -234,7 +245,7 @@ def adjudication_payload(*, assignment: AdjudicationAssignment, queue: QueueFilt
     left, right = (pair.response_a, pair.response_b) if a_on_left else (pair.response_b, pair.response_a)
     criteria = pair.project.criteria_versions.order_by("-version").first()
     counted = list(
-        Assignment.objects.filter(pair=pair, is_retest=False, current_judgment__isnull=False)
+        Assignment.objects.filter(live_assignment(), pair=pair, is_retest=False, current_judgment__isnull=False)
         .select_related("current_judgment", "current_judgment__criteria_version")
         .order_by("current_judgment__created_at", "current_judgment_id")
     )
@@ -256,13 +267,18 @@ def adjudication_payload(*, assignment: AdjudicationAssignment, queue: QueueFilt
             "rationale": judgment.rationale,
             "rationale_flags": [name for name in FLAGS if check is not None and getattr(check, name)],
             "seconds": judgment.seconds_spent,
+            "as_they_saw": _as_they_saw(judgment.winner, judgment.criteria, their_a_on_left=reviewed.a_on_left,
+                                        a_on_left=a_on_left),
         })
     earlier = []
-    for ruling in Adjudication.objects.filter(pair=pair).select_related("adjudicator").order_by("revision"):
+    for ruling in (Adjudication.objects.filter(pair=pair).select_related("adjudicator", "assignment")
+                   .order_by("revision")):
         choice, chosen = _as_seen(ruling.winner, ruling.criteria, a_on_left=a_on_left)
         earlier.append({"revision": ruling.revision, "choice": choice, "strength": ruling.strength,
                         "criteria": chosen, "rationale": ruling.rationale,
-                        "adjudicator": ruling.adjudicator.get_username(), "created_at": ruling.created_at.isoformat()})
+                        "adjudicator": ruling.adjudicator.get_username(), "created_at": ruling.created_at.isoformat(),
+                        "as_they_saw": _as_they_saw(ruling.winner, ruling.criteria,
+                                                    their_a_on_left=ruling.assignment.a_on_left, a_on_left=a_on_left)})
     payload = {
         "id": assignment.pk,
         "pair": pair.pk,

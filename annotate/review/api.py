@@ -6,12 +6,13 @@ from django.contrib.auth import get_user_model
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
-from rest_framework.parsers import JSONParser, MultiPartParser
+from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.api_errors import MAX_ID
 from annotate.limits import whole_number
+from annotate.parsers import JSONParser
 from annotate.permissions import CanAdjudicate, CanReview, IsAdmin, IsAdminOrEngineer
 from annotate.review import adjudication, selectors, services
 from annotate.review.importing import ImportRejected

@@ -16,6 +16,11 @@ DEMO_CRITERIA = {
 }
 
 
+# Every fifth prompt carries gold: 6 gold pairs in the default 30 prompts, enough for the onboarding demo's
+# round (2 items x 2 attempts, each attempt on gold the reviewer has not seen) and a few live gold checks.
+GOLD_EVERY = 5
+
+
 def _speed_item(rng: random.Random, index: int) -> dict:
     hours = rng.choice([2, 3, 4, 5])
     speed = rng.choice([40, 45, 50, 60, 72, 80])
@@ -40,7 +45,7 @@ def _speed_item(rng: random.Random, index: int) -> dict:
     wrong = rng.choice(slips)
     answers = [right, wrong]
     reason = "It divides the total distance by the total time and shows each step; the other does not."
-    gold = {"preferred": 0, "reason": reason} if index % 10 == 0 else None
+    gold = {"preferred": 0, "reason": reason} if index % GOLD_EVERY == 0 else None
     if rng.random() < 0.5:
         answers.reverse()
         gold = {"preferred": 1, "reason": reason} if gold else None
@@ -73,6 +78,6 @@ def _code_item(index: int) -> dict:
 
 
 def demo_items(*, count: int = 30, seed: int = 0) -> list[dict]:
-    """`count` import rows; every tenth prompt is a code task, every tenth speed problem carries gold."""
+    """`count` import rows; every tenth prompt is a code task, every fifth (a speed problem) carries gold."""
     rng = random.Random(seed)
     return [_code_item(i) if i % 10 == 9 else _speed_item(rng, i) for i in range(count)]

@@ -92,6 +92,10 @@ class Project(models.Model):
             overlap_settings_check(overlap=self.overlap, min_overlap=self.min_overlap, stop_rule=self.overlap_stop_rule)
         except OverlapSettingsRejected as exc:
             raise ValidationError(str(exc)) from None
+        stored = Project.objects.filter(pk=self.pk).values_list("qualification_items", "qualification_attempts").first()
+        changed = stored is not None and stored != (self.qualification_items, self.qualification_attempts)
+        if changed and (short := qualification_gold_short(self)) is not None:
+            raise ValidationError(short)
 
     @property
     def overlap_is_adaptive(self) -> bool:
@@ -336,13 +340,15 @@ class QualificationAttempt(models.Model):
 
     The reviewer's latest attempt says where they stand: running (live items wait), passed (live items
     open), failed (a new attempt starts on their next request while attempts are left; after the last
-    one they are held until an admin lets them try again or passes them).
+    one they are held until an admin lets them try again or passes them). An admin who lets a reviewer
+    go on in the middle of an attempt ends it as stopped (never scored) and starts the next one.
     """
 
     class Status(models.TextChoices):
         RUNNING = "running"
         PASSED = "passed"
         FAILED = "failed"
+        STOPPED = "stopped"
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="+", db_index=False)
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
@@ -392,6 +398,42 @@ class GoldCheck(models.Model):
 
     def __str__(self) -> str:
         return f"gold check of assignment {self.assignment_id}"
+
+
+def gold_pairs(project: Project) -> models.QuerySet:
+    """The project's gold pairs: pairs that hold their prompt's gold response, so their better answer is known."""
+    return Pair.objects.filter(project=project, prompt__gold_response__isnull=False).filter(
+        Q(prompt__gold_response=models.F("response_a")) | Q(prompt__gold_response=models.F("response_b")))
+
+
+def qualification_gold_short(project: Project) -> str | None:
+    """One line saying that the project's gold pairs cannot fill every attempt of its qualification round
+    (items × attempts, each attempt with gold pairs the reviewer has not seen); None when they can, when
+    there is no round, or before anything is imported (nothing to count yet)."""
+    if not project.qualification_items or project.pk is None:
+        return None
+    needed = project.qualification_items * project.qualification_attempts
+    have = gold_pairs(project).count()
+    if have >= needed or not Pair.objects.filter(project=project).exists():
+        return None
+    return (f"qualification items {project.qualification_items} x attempts {project.qualification_attempts} need "
+            f"{needed} gold pairs but project {project.slug!r} has {have}; import more gold items or lower the "
+            "qualification items or attempts")
+
+
+# A live judgment is any judgment outside the qualification round. The round's answers (gold checks of an
+# attempt) count only in the round's own figures: never as votes, nor in agreement, gold accuracy, model
+# ratings, adaptive overlap, adjudication or exports (docs/agreement.md). This is the one definition, on
+# an assignment: `live_assignment()` for the ORM, `live_assignment_sql(alias)` for raw SQL.
+def live_assignment() -> models.Exists:
+    """Filter on Assignment: the assignment is not an item of a qualification attempt."""
+    return ~models.Exists(GoldCheck.objects.filter(assignment_id=models.OuterRef("pk"), attempt__isnull=False))
+
+
+def live_assignment_sql(alias: str) -> str:
+    """live_assignment() as a SQL condition on the review_assignment row named `alias`."""
+    return (f"NOT EXISTS (SELECT 1 FROM {GoldCheck._meta.db_table} qualification_check "
+            f"WHERE qualification_check.assignment_id = {alias}.id AND qualification_check.attempt_id IS NOT NULL)")
 
 
 class RationaleCheck(models.Model):

@@ -37,7 +37,7 @@ from django.db import connection
 from django.db.models import Model
 
 from annotate.review.choices import WINNERS
-from annotate.review.models import Assignment, Judgment, Project
+from annotate.review.models import Assignment, Judgment, Project, live_assignment_sql
 from annotate.review.overlap import reviewers_needed
 
 # pg_advisory_xact_lock(key1, key2): key1 says the lock is Pairwise's per-reviewer queue lock.
@@ -486,13 +486,14 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
     return judgment, {"judged": row[1], "judged_once": row[2], "retests": row[3]}
 
 
-# The pair's votes as the export counts them (current judgments of first-time assignments), one column per
+# The pair's votes as the export counts them (current judgments of first-time, live assignments), one column per
 # winner in WINNERS order, with the project's overlap settings and what the pair needs now.
 _PAIR_VOTES = (
     "SELECT pr.min_overlap, pr.overlap, pr.overlap_stop_rule, p.reviewers_needed, "
     + ", ".join(f"coalesce(sum(CASE WHEN j.winner = '{winner}' THEN 1 ELSE 0 END), 0)" for winner in WINNERS)
     + " FROM review_pair p JOIN review_project pr ON pr.id = p.project_id "
     "LEFT JOIN review_assignment a ON a.pair_id = p.id AND NOT a.is_retest AND a.current_judgment_id IS NOT NULL "
+    f"AND {live_assignment_sql('a')} "
     "LEFT JOIN review_judgment j ON j.id = a.current_judgment_id "
     "WHERE p.id = %s GROUP BY pr.min_overlap, pr.overlap, pr.overlap_stop_rule, p.reviewers_needed"
 )

@@ -38,6 +38,9 @@ from annotate.review.models import (
     QualificationAttempt,
     RationaleCheck,
     ReviewerTally,
+    gold_pairs,
+    live_assignment,
+    qualification_gold_short,
 )
 from annotate.review.overlap import (
     OverlapSettingsRejected,
@@ -183,9 +186,19 @@ def project_settings_update(
         for key, value in {**quality_given, **overlap_given}.items():
             setattr(project, key, value)
         project.save(update_fields=[*quality_given, *overlap_given])
+        _qualification_fits_gold(project=project, given=quality_given)
         if overlap_given:
             _overlap_settings_apply(project=project, created=False, given=overlap_given)
     return project
+
+
+def _qualification_fits_gold(*, project: Project, given: dict) -> None:
+    """Refuse (in the caller's transaction, so nothing is kept) a qualification round that the project's gold
+    pairs cannot fill; checked when the round's items or attempts change. A project's gold that runs short
+    later (an import) is shown on the quality dashboard instead."""
+    changed = {"qualification_items", "qualification_attempts"} & set(given)
+    if changed and (short := qualification_gold_short(project)) is not None:
+        raise ReviewError(short)
 
 
 def project_queue_settings_applied(*, project: Project, changed: list[str]) -> None:
@@ -255,6 +268,7 @@ def project_create_or_update(
             if name:
                 project.name = name
             project.save()
+        _qualification_fits_gold(project=project, given=quality_settings)
         if overlap_settings:
             _overlap_settings_apply(project=project, created=created, given=overlap_settings)
         criteria, _ = criteria_version_add(project=project, instructions=instructions, items=criteria_items)
@@ -429,21 +443,31 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
     for attempt in range(DEADLOCK_RETRIES + 1):
         try:
             with transaction.atomic():
-                return _assignment_next_locked(project=project, reviewer=reviewer, now=now)
+                taken = _assignment_next_locked(project=project, reviewer=reviewer, now=now)
         except OperationalError as exc:
             if attempt == DEADLOCK_RETRIES or getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
                 raise
+        else:
+            if isinstance(taken, ReviewError):
+                raise taken  # after the commit: what led to the refusal (an attempt scored) is kept
+            return taken
     return None  # not reached: the last attempt returns or raises
 
 
-def _assignment_next_locked(*, project: Project, reviewer: AbstractBaseUser, now: datetime) -> Assignment | None:
-    """assignment_next's work, in its transaction."""
+def _assignment_next_locked(*, project: Project, reviewer: AbstractBaseUser,
+                            now: datetime) -> Assignment | ReviewError | None:
+    """assignment_next's work, in its transaction; a refusal of the qualification round is returned, not
+    raised, so that the transaction keeps what the round wrote before it (raising would undo it)."""
     queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
     waiting, judged = queue_sql.reviewer_open_assignments(project_id=project.pk, reviewer_id=reviewer.pk)
     held = [a for a in waiting if a.status == Assignment.Status.ACTIVE and a.expires_at > now]
     if held:
         return held[0]
-    if (gold := gold_before_live_work(project=project, reviewer=reviewer, now=now)) is not None:
+    try:
+        gold = gold_before_live_work(project=project, reviewer=reviewer, now=now)
+    except ReviewError as refusal:
+        return refusal
+    if gold is not None:
         return gold
     scheduled = sorted(
         (a for a in waiting if a.status == Assignment.Status.SCHEDULED), key=lambda a: (a.due_after_judgments, a.pk)
@@ -465,10 +489,12 @@ RECOMPUTE_BATCH = 2000  # pairs decided again per statement after a settings cha
 
 
 def votes_of_pairs(pair_ids: list[int]) -> dict[int, list[int]]:
-    """Each pair's votes as the export counts them (current judgments of first-time assignments): a, b, tie, both_bad."""
+    """Each pair's votes as the export counts them (current judgments of first-time, live assignments): a, b, tie,
+    both_bad."""
     votes = {pair_id: [0] * len(WINNERS) for pair_id in pair_ids}
     rows = (
-        Assignment.objects.filter(pair_id__in=pair_ids, is_retest=False, current_judgment__isnull=False)
+        Assignment.objects.filter(live_assignment(), pair_id__in=pair_ids, is_retest=False,
+                                  current_judgment__isnull=False)
         .values_list("pair_id", "current_judgment__winner")
         .annotate(n=Count("id"))
         .order_by()
@@ -602,9 +628,7 @@ def _held_message(*, project: Project, attempt: QualificationAttempt) -> str:
 def _gold_pair_unseen(*, project: Project, reviewer: AbstractBaseUser) -> tuple[int, str] | None:
     """A gold pair the reviewer has never had as a first-time assignment, at random: (pair id, 'a' or 'b')."""
     row = (
-        Pair.objects.filter(project=project, prompt__gold_response__isnull=False)
-        .filter(Q(prompt__gold_response=F("response_a")) | Q(prompt__gold_response=F("response_b")))
-        .exclude(Exists(Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)))
+        _gold_pairs_unseen(project=project, reviewer=reviewer)
         .order_by("?")  # a gold pair must not be guessable from its place in the queue
         .values_list("pk", "response_a_id", "prompt__gold_response_id")
         .first()
@@ -613,6 +637,18 @@ def _gold_pair_unseen(*, project: Project, reviewer: AbstractBaseUser) -> tuple[
         return None
     pair_id, response_a_id, gold_id = row
     return pair_id, "a" if gold_id == response_a_id else "b"
+
+
+def _gold_pairs_unseen(*, project: Project, reviewer: AbstractBaseUser):
+    return gold_pairs(project).exclude(
+        Exists(Assignment.objects.filter(pair=OuterRef("pk"), reviewer=reviewer, is_retest=False)))
+
+
+def _no_gold_left(project: Project) -> ReviewError:
+    return ReviewError(
+        f"the qualification round of {project.slug!r} has no gold item left that you have not seen; "
+        "an admin must import more gold items or pass you", status=409,
+    )
 
 
 def _gold_assignment_new(*, project: Project, reviewer: AbstractBaseUser, attempt: QualificationAttempt | None,
@@ -637,29 +673,30 @@ def _gold_assignment_new(*, project: Project, reviewer: AbstractBaseUser, attemp
 def gold_before_live_work(*, project: Project, reviewer: AbstractBaseUser, now: datetime) -> Assignment | None:
     """A gold check the reviewer gets before anything else, or None to go on with the queue.
 
-    Called by assignment_next under the reviewer's queue lock, once they hold no assignment. A project
-    without a qualification round or gold rate costs nothing here. In the round: the running attempt's next
-    gold item; a failed attempt is followed by a new one while attempts are left; after the last, a 403
-    ReviewError says they are held for an admin. Passed (or no round): with probability gold_rate, a gold
-    pair mixed into live work.
+    Called by assignment_next under the reviewer's queue lock, once they hold no assignment; it keeps what
+    this wrote when it refuses (ReviewError). A project without a qualification round or gold rate costs
+    nothing here. In the round: the running attempt's next gold item; a failed attempt is followed by a
+    new one while attempts are left; after the last, a 403 says they are held for an admin. An attempt
+    that runs out of unseen gold pairs is scored on what was answered; with none answered (or none to
+    start a new attempt with) a 409 says so, and the admin's pass or retry stays open (qualification_release).
+    Passed (or no round): with probability gold_rate, a gold pair mixed into live work.
     """
     if project.qualification_items:
         attempt = _latest_attempt(project=project, reviewer=reviewer)
-        if attempt is None:
-            attempt = _attempt_start(project=project, reviewer=reviewer, number=1, now=now)
-        elif attempt.status == QualificationAttempt.Status.FAILED:
-            if attempt.number >= project.qualification_attempts:
-                raise ReviewError(_held_message(project=project, attempt=attempt), status=403)
-            attempt = _attempt_start(project=project, reviewer=reviewer, number=attempt.number + 1, now=now)
+        failed = attempt is not None and attempt.status == QualificationAttempt.Status.FAILED
+        if failed and attempt.number >= project.qualification_attempts:
+            raise ReviewError(_held_message(project=project, attempt=attempt), status=403)
+        if attempt is None or failed:
+            if not _gold_pairs_unseen(project=project, reviewer=reviewer).exists():
+                raise _no_gold_left(project)  # no attempt is started that could not get one item
+            attempt = _attempt_start(project=project, reviewer=reviewer, number=(attempt.number if attempt else 0) + 1,
+                                     now=now)
         if attempt.status == QualificationAttempt.Status.RUNNING:
             assignment = _gold_assignment_new(project=project, reviewer=reviewer, attempt=attempt, now=now)
             if assignment is not None:
                 return assignment
             if not attempt.answered:
-                raise ReviewError(
-                    f"the qualification round of {project.slug!r} has no gold item left that you have not seen; "
-                    "an admin must import more gold items or pass you", status=409,
-                )
+                raise _no_gold_left(project)
             # Out of unseen gold items: the attempt is scored on what was answered.
             _attempt_finish(attempt, now=now)
             if attempt.status != QualificationAttempt.Status.PASSED:
@@ -691,10 +728,11 @@ QUALIFICATION_ACTIONS = ("retry", "pass")
 
 def qualification_release(*, project: Project, reviewer: AbstractBaseUser, action: str, admin: AbstractBaseUser,
                           now: datetime | None = None) -> QualificationAttempt:
-    """An admin lets a reviewer who failed go on: `retry` starts a new attempt, `pass` passes them without
-    one (also a reviewer who has not tried yet). Either way a new attempt row records it (attempts are
-    never edited after they finish). Locks the reviewer's queue lock, so their own request cannot start
-    an attempt at the same time.
+    """An admin lets a reviewer who has not passed go on, whatever their state: `retry` starts a new attempt
+    (it needs a gold pair they have not seen), `pass` passes them without one (also a reviewer who has not
+    tried yet). Either way a new attempt row records it (attempts are never edited after they end); an
+    attempt still running is first ended as stopped, and the gold item it had handed out is withdrawn.
+    Locks the reviewer's queue lock, so their own request cannot start an attempt at the same time.
     """
     if action not in QUALIFICATION_ACTIONS:
         raise ReviewError(f"action: {action!r} must be one of {', '.join(QUALIFICATION_ACTIONS)}")
@@ -702,17 +740,20 @@ def qualification_release(*, project: Project, reviewer: AbstractBaseUser, actio
         raise ReviewError(f"project {project.slug!r} has no qualification round (qualification items is 0)",
                           status=409)
     now = now or timezone.now()
+    name = reviewer.get_username()
     with transaction.atomic():
         queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
         latest = _latest_attempt(project=project, reviewer=reviewer)
-        if latest is not None and latest.status == QualificationAttempt.Status.RUNNING:
-            raise ReviewError(f"{reviewer.get_username()} is in the middle of attempt {latest.number}; "
-                              "wait until it is scored", status=409)
         if latest is not None and latest.status == QualificationAttempt.Status.PASSED:
-            raise ReviewError(f"{reviewer.get_username()} has already passed the qualification round", status=409)
+            raise ReviewError(f"{name} has already passed the qualification round", status=409)
         if latest is None and action == "retry":
-            raise ReviewError(f"{reviewer.get_username()} has not tried the qualification round yet; "
-                              "their first request starts it", status=409)
+            raise ReviewError(f"{name} has not tried the qualification round yet; their first request starts it",
+                              status=409)
+        if action == "retry" and not _gold_pairs_unseen(project=project, reviewer=reviewer).exists():
+            raise ReviewError(f"{name} has seen every gold item of {project.slug!r}; import more gold items, "
+                              "or pass them", status=409)
+        if latest is not None and latest.status == QualificationAttempt.Status.RUNNING:
+            _attempt_stop(latest, admin=admin, now=now)
         attempt = _attempt_start(project=project, reviewer=reviewer, number=(latest.number if latest else 0) + 1,
                                  now=now)
         if action == "pass":
@@ -722,6 +763,20 @@ def qualification_release(*, project: Project, reviewer: AbstractBaseUser, actio
             attempt.decided_by = f"passed by {admin.get_username()}"
             attempt.save(update_fields=["status", "items", "finished_at", "decided_by"])
     return attempt
+
+
+def _attempt_stop(attempt: QualificationAttempt, *, admin: AbstractBaseUser, now: datetime) -> None:
+    """End a running attempt unscored, and withdraw its item the reviewer holds (back to the pool's count)."""
+    attempt.status = QualificationAttempt.Status.STOPPED
+    attempt.finished_at = now
+    attempt.decided_by = f"stopped by {admin.get_username()}"
+    attempt.save(update_fields=["status", "finished_at", "decided_by"])
+    held = list(Assignment.objects.select_for_update().filter(
+        pk__in=GoldCheck.objects.filter(attempt=attempt).values("assignment_id"), status=Assignment.Status.ACTIVE,
+    ).values_list("pk", "pair_id"))
+    Assignment.objects.filter(pk__in=[pk for pk, _ in held]).update(status=Assignment.Status.CANCELLED)
+    for _, pair_id in sorted(held, key=lambda row: row[1]):
+        Pair.objects.filter(pk=pair_id).update(assigned_count=F("assigned_count") - 1)
 
 
 def _gold_check_answered(*, assignment: Assignment, judgment: Judgment, expected: str, attempt_id: int | None,
@@ -736,11 +791,12 @@ def _gold_check_answered(*, assignment: Assignment, judgment: Judgment, expected
     if attempt_id is None:
         return None
     attempt = QualificationAttempt.objects.select_for_update().select_related("project").get(pk=attempt_id)
-    attempt.answered += 1
-    attempt.correct += int(correct)
-    attempt.save(update_fields=["answered", "correct"])
-    if attempt.status == QualificationAttempt.Status.RUNNING and attempt.answered >= attempt.items:
-        _attempt_finish(attempt, now=now)
+    if attempt.status == QualificationAttempt.Status.RUNNING:  # an attempt that ended is never edited
+        attempt.answered += 1
+        attempt.correct += int(correct)
+        attempt.save(update_fields=["answered", "correct"])
+        if attempt.answered >= attempt.items:
+            _attempt_finish(attempt, now=now)
     project = attempt.project
     reason = Prompt.objects.filter(pairs=assignment.pair_id).values_list("gold_reason", flat=True).first() or ""
     status = attempt.status
@@ -940,14 +996,41 @@ def judgment_submit(
         )
     except IntegrityError:
         # The same client_key committed by another request between our check and our insert.
-        earlier = Judgment.objects.filter(client_key=client_key).first()
+        earlier = Judgment.objects.filter(client_key=client_key).select_related("assignment").first()
         if earlier is not None and earlier.assignment_id == assignment_id and earlier.reviewer_id == reviewer.pk:
+            _resend_check(earlier, a_on_left=earlier.assignment.a_on_left, choice=choice, strength=strength,
+                          criteria=criteria, rationale=rationale)
             earlier.feedback = _gold_feedback_again(judgment=earlier)
             return earlier, True
         raise ReviewError("client_key was already used for another judgment; send a new one", status=409) from None
     if replayed:
         judgment.feedback = _gold_feedback_again(judgment=judgment)
     return judgment, replayed
+
+
+def _resend_check(earlier: Judgment, *, a_on_left: bool, choice, strength, criteria, rationale) -> None:
+    """A judgment sent again with its client_key must be the one stored under it (ReviewError 409 if not).
+
+    Compared as stored: un-swapped, the rationale without its outer spaces, no strength for a tie or both
+    bad. The typing counts are the page's account of the writing, not the answer, and are not compared.
+    """
+    def stored_as(click):
+        return unswap(click, a_on_left=a_on_left) if isinstance(click, str) else click
+
+    sent_criteria = ({key: stored_as(value) for key, value in criteria.items()}
+                     if isinstance(criteria, dict) else criteria)
+    differs = [name for name, sent, stored in [
+        ("choice", stored_as(choice), earlier.winner),
+        ("strength", strength if choice in DECISIVE_CLICKS else None, earlier.strength),
+        ("criteria", sent_criteria, earlier.criteria),
+        ("rationale", rationale.strip() if isinstance(rationale, str) else rationale, earlier.rationale),
+    ] if sent != stored]
+    if differs:
+        raise ReviewError(
+            f"client_key: already used for a different judgment of assignment {earlier.assignment_id} (it differs in "
+            f"{', '.join(differs)}); what you sent now was not stored. To change the saved one, undo your last "
+            "judgment and judge the pair again with a new client_key", status=409,
+        )
 
 
 def _judgment_submit_locked(
@@ -965,6 +1048,8 @@ def _judgment_submit_locked(
             earlier = Judgment.objects.get(pk=earlier_id)
             if earlier.assignment_id != assignment.pk:
                 raise ReviewError("client_key was already used for another judgment; send a new one", status=409)
+            _resend_check(earlier, a_on_left=assignment.a_on_left, choice=choice, strength=strength,
+                          criteria=criteria, rationale=rationale)
             return earlier, True
         if assignment.status == Assignment.Status.COMPLETED:
             raise ReviewError(
@@ -1021,7 +1106,8 @@ def judgment_undo_last(*, project: Project, reviewer: AbstractBaseUser, now: dat
         if assignment.current_judgment_id != last.pk:
             raise ReviewError("there is no judgment to undo", status=409)
         if GoldCheck.objects.filter(assignment_id=assignment.pk, attempt__isnull=False).exists():
-            raise ReviewError("a qualification answer cannot be undone: its expected answer was shown", status=409)
+            raise ReviewError("your last judgment is a qualification answer, and a qualification answer cannot be "
+                              "undone: its expected answer was shown to you", status=409)
         Judgment.objects.create(
             assignment=assignment, pair_id=assignment.pair_id, reviewer=reviewer, revision=last.revision + 1,
             retracted=True, criteria_version=last.criteria_version, client_key=uuid.uuid4(),

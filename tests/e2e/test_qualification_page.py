@@ -57,6 +57,10 @@ def good_side(page) -> str:
     return "left" if page.locator("#left").inner_text().startswith("Good") else "right"
 
 
+def other(side: str) -> str:
+    return "right" if side == "left" else "left"
+
+
 def test_feedback_after_each_gold_item_then_live_items_and_paste_is_told_from_typing(live_server, onboarding, browser,
                                                                                      artifacts):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -70,6 +74,7 @@ def test_feedback_after_each_gold_item_then_live_items_and_paste_is_told_from_ty
 
     # Item 1: the expected answer, with a rationale typed key by key.
     first_good = good_side(page)
+    pair_shown = {part: page.locator(f"#{part}").inner_text() for part in ("prompt", "left", "right")}
     page.keyboard.press("a" if first_good == "left" else "d")
     page.keyboard.press("2")
     page.keyboard.press("h" if first_good == "left" else "l")
@@ -83,14 +88,24 @@ def test_feedback_after_each_gold_item_then_live_items_and_paste_is_told_from_ty
     expect(page.locator("#feedback-expected")).to_have_text(f"The expected answer is the one on the {first_good}.")
     expect(page.locator("#progress")).to_have_text("Judged 1 · 2 left")
     expect(page.locator("#feedback-reason")).to_have_text(f"Why: {REASON}")
-    expect(page.locator("#judgment-form")).to_be_hidden()
+    # The pair stays in view, its expected side and the reviewer's own choice marked; the choices go.
+    expect(page.locator("#feedback-yours")).to_have_text(f"You chose the one on the {first_good}.")
+    expect(page.locator(f"#{first_good}-note")).to_have_text("Expected answer · Your choice")
+    expect(page.locator(f"#{other(first_good)}-note")).to_be_hidden()
+    for part, text in pair_shown.items():
+        expect(page.locator(f"#{part}")).to_have_text(text)
+    expect(page.get_by_role("button", name="Submit")).to_be_hidden()
     page.screenshot(path=artifacts / "qualification-feedback.png", full_page=True)
 
     # Enter goes on to item 2: a wrong answer, its rationale pasted in one go.
     page.keyboard.press("Enter")
     expect(banner).to_contain_text("item 2 of 2 (1 right so far")
+    expect(page.get_by_role("button", name="Undo last")).to_be_hidden()  # the last judgment is a qualification answer
+    page.keyboard.press("u")
+    expect(page.locator("#message")).to_have_text(
+        "A qualification answer cannot be undone: its expected answer was shown to you.")
     second_good = good_side(page)
-    wrong = "right" if second_good == "left" else "left"
+    wrong = other(second_good)
     page.keyboard.press("a" if wrong == "left" else "d")
     page.keyboard.press("1")
     page.keyboard.press("h" if wrong == "left" else "l")
@@ -102,10 +117,26 @@ def test_feedback_after_each_gold_item_then_live_items_and_paste_is_told_from_ty
     expect(page.locator("#feedback-verdict")).to_have_text("Not the expected answer.")
     expect(page.locator("#feedback-expected")).to_have_text(f"The expected answer is the one on the {second_good}.")
     expect(page.locator("#feedback-attempt")).to_contain_text("You passed the qualification round (1 of 2 right)")
+    expect(page.locator("#feedback-yours")).to_have_text(f"You chose the one on the {wrong}.")
+    expect(page.locator(f"#{wrong}-note")).to_have_text("Your choice")
+    expect(page.locator(f"#{second_good}-note")).to_have_text("Expected answer")
 
     page.get_by_role("button", name="Continue").click()
     expect(page.locator("#left")).to_contain_text(re.compile("Live answer"))
     expect(banner).to_be_hidden()
+    expect(page.locator("#left-note")).to_be_hidden()
+    expect(page.get_by_role("button", name="Undo last")).to_be_hidden()
+
+    # After a reload the page cannot know what the last judgment was: undo is offered, and the server's
+    # refusal is explained in a sentence and takes the button away.
+    page.reload()
+    expect(page.locator("#left")).to_contain_text(re.compile("Live answer"))
+    page.get_by_role("button", name="Undo last").click()
+    expect(page.locator("#message")).to_have_text(
+        "Your last judgment is a qualification answer, and a qualification answer cannot be undone: "
+        "its expected answer was shown to you.")
+    expect(page.get_by_role("button", name="Undo last")).to_be_hidden()
+    expect(page.locator("#left")).to_contain_text(re.compile("Live answer"))  # still there to judge
 
     typed, pasted = (RationaleCheck.objects.get(judgment=j) for j in Judgment.objects.order_by("id"))
     assert (typed.pasted, typed.paste_events, typed.typed_chars, typed.pasted_chars) == (False, 0, len(TYPED), 0)

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from annotate.review import services
 from annotate.review.importing import items_parse
-from annotate.review.models import Judgment
+from annotate.review.models import Assignment, Judgment
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -28,12 +28,14 @@ MODELS = [("grpo-math", "r2"), ("dpo-run", "7"), ("sft-base", "v3")]  # best fir
 CAREFUL = {"ann.lee": 0.88, "bruno": 0.82, "chen-wei": 0.76}  # reviewer -> how often they see the truth
 
 
+COIN_SEED = 11  # which answer each reviewer sees on the left; the figures asserted hold for seeds 0-29 too
+
+
 def truth_for(pair) -> str:
-    """The better answer of a pair ('a' or 'b'), fixed per pair: usually the stronger model's."""
+    """The better answer of a pair ('a' or 'b'): the stronger model's. The careful reviewers' mistakes are
+    the noise; a truth drawn per pair as well made the top two models' ratings a close call."""
     rank = {name: index for index, (name, _) in enumerate(MODELS)}
-    stronger = "a" if rank[pair.response_a.model] < rank[pair.response_b.model] else "b"
-    weaker = "b" if stronger == "a" else "a"
-    return stronger if random.Random(pair.pk).random() < 0.75 else weaker
+    return "a" if rank[pair.response_a.model] < rank[pair.response_b.model] else "b"
 
 
 def judged_over_two_weeks(project, reviewers: dict) -> None:
@@ -43,6 +45,11 @@ def judged_over_two_weeks(project, reviewers: dict) -> None:
     days to show; everything else goes through the services the reviewer page uses.
     """
     rng = random.Random(7)
+    # The queue's left/right coin is not seeded, and lefty's clicks (always left) are votes for whichever
+    # answer it put on the left: each first-time assignment's order is set from a seeded coin instead, in
+    # the order the fixture judges, so the figures are the same in every run and after any other test.
+    # A retest keeps the order the queue gives it (the original's, swapped).
+    coin = random.Random(COIN_SEED)
     clock = timezone.now() - dt.timedelta(days=14)
     active = dict(reviewers)
     while active:
@@ -51,6 +58,9 @@ def judged_over_two_weeks(project, reviewers: dict) -> None:
             if assignment is None:
                 del active[name]
                 continue
+            if not assignment.is_retest:
+                assignment.a_on_left = coin.random() < 0.5
+                Assignment.objects.filter(pk=assignment.pk).update(a_on_left=assignment.a_on_left)
             if name == "lefty":
                 choice, seconds = "left", 2
             else:

@@ -1,5 +1,10 @@
-"""The reviewer page never loses a judgment: in real Chromium, against a server that is stopped and started
-again mid-session, and against a reply lost after the server stored the judgment.
+"""The reviewer page never loses a judgment and never freezes: in real Chromium, against a server that is
+stopped and started again mid-session, a reply lost after the server stored the judgment, a busy server
+(503) or a dropped reply when the page asks for the next pair and the standing, and a resend the server
+refuses because it already holds a different judgment under that client key.
+
+Busy and dropped replies are made by Chromium's own network layer (Playwright's page.route), in front of
+the real server.
 
 The server here is the project's own `manage.py runserver` in a subprocess on the test database (not
 pytest-django's live server, which cannot be stopped and started again within a test).
@@ -190,3 +195,96 @@ def test_kept_judgment_the_server_refuses_is_shown_and_dropped(server, reviewer,
     expect(page.locator("#kept")).to_be_hidden()  # a 404 is a refusal: not sent again and again
     expect(page.locator("#judgment-form")).to_be_visible()
     assert stored(reviewer) == []
+
+
+def busy_until_released(released: dict):
+    """A route handler: 503 with Retry-After (as the server answers while the database is busy) until
+    `released["now"]`, then the real server's answer."""
+    def handle(route):
+        if released["now"]:
+            route.continue_()
+        else:
+            route.fulfill(status=503, headers={"Retry-After": "1"}, content_type="application/json",
+                          body=json.dumps({"detail": "the database is not answering right now"}))
+    return handle
+
+
+def test_a_busy_server_after_a_saved_judgment_takes_the_pair_away_and_the_next_comes_by_itself(
+    server, reviewer, browser
+):
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    progress, message, form = page.locator("#progress"), page.locator("#message"), page.locator("#judgment-form")
+    log_in(page, server)
+    expect(progress).to_have_text(f"Judged 0 · {PAIRS} left")
+    first_prompt = page.locator("#prompt").inner_text()
+    released = {"now": False}
+    page.route("**/api/v1/projects/resend/assignments/next", busy_until_released(released))
+
+    judge_left(page, "Saved just before the server got busy.")
+    expect(message).to_have_text(
+        "Saved. The server is not answering; the next pair comes by itself as soon as it is back.")
+    expect(form).to_be_hidden()  # the saved pair cannot be changed and sent again under its client key
+    expect(page.get_by_role("button", name="Try again now")).to_be_visible()
+    page.keyboard.press("d")
+    page.keyboard.press("Control+Enter")
+    assert [rationale for _, rationale in stored(reviewer)] == ["Saved just before the server got busy."]
+
+    released["now"] = True  # the page's own timer asks again
+    expect(progress).to_have_text(f"Judged 1 · {PAIRS - 1} left", timeout=15_000)
+    expect(form).to_be_visible()
+    expect(page.locator("#prompt")).not_to_have_text(first_prompt)
+    expect(message).to_have_text("")
+    expect(page.get_by_role("button", name="Try again now")).to_be_hidden()
+    judge_left(page, "The second pair, once the server answered again.")
+    expect(progress).to_have_text(f"Judged 2 · {PAIRS - 2} left")
+    assert len({assignment for assignment, _ in stored(reviewer)}) == 2
+
+
+def test_dropped_replies_to_next_and_standing_are_asked_again_by_the_page_itself(server, reviewer, browser):
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    drops = {"next": 1, "standing": 2}
+
+    def drop_first(name):
+        def handle(route):
+            if drops[name]:
+                drops[name] -= 1
+                route.abort("connectionreset")
+            else:
+                route.continue_()
+        return handle
+
+    page.route("**/api/v1/projects/resend/assignments/next", drop_first("next"))
+    page.route("**/api/v1/projects/resend/standing", drop_first("standing"))
+    log_in(page, server)
+    expect(page.locator("#progress")).to_have_text(f"Judged 0 · {PAIRS} left", timeout=15_000)
+    expect(page.locator("#judgment-form")).to_be_visible()
+    expect(page.locator("#standing-text")).to_have_text(
+        "Your standing appears once you have judged 20 pairs here; you have judged 0.", timeout=15_000)
+    assert drops == {"next": 0, "standing": 0}
+
+
+def test_a_kept_judgment_whose_key_already_saved_a_different_one_is_explained_and_not_counted(
+    server, reviewer, browser
+):
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    progress, message = page.locator("#progress"), page.locator("#message")
+    log_in(page, server)
+    expect(progress).to_have_text(f"Judged 0 · {PAIRS} left")
+    judge_left(page, "What the server stored first.")
+    expect(progress).to_have_text(f"Judged 1 · {PAIRS - 1} left")
+    saved = Judgment.objects.get(reviewer=reviewer)
+    client_key = str(saved.client_key)
+    # The same key, kept in the browser with a changed answer.
+    kept = {"assignment": saved.assignment_id, "kept_at": 0, "judgment": {
+        "choice": "right", "strength": 3, "criteria": {"correct": "right"}, "rationale": "A changed answer.",
+        "client_key": client_key}}
+    page.evaluate("([key, value]) => localStorage.setItem(key, value)",
+                  [f"pairwise.kept.{reviewer.pk}.resend.{client_key}", json.dumps(kept)])
+    page.reload()
+    expect(message).to_contain_text(
+        "A kept judgment was not accepted: the server already holds a different judgment of that pair, which "
+        f"stands (client_key: already used for a different judgment of assignment {saved.assignment_id}")
+    expect(message).not_to_contain_text("Sent")
+    expect(page.locator("#kept")).to_be_hidden()
+    expect(progress).to_have_text(f"Judged 1 · {PAIRS - 1} left")
+    assert [rationale for _, rationale in stored(reviewer)] == ["What the server stored first."]

@@ -7,7 +7,7 @@ import pytest
 from annotate.review import services
 from annotate.review.models import QualificationAttempt
 from annotate.review.rationale import TypingSignals
-from tests.conftest import import_rows, make_items
+from tests.conftest import answer_gold, import_rows, make_items
 from tests.quality.test_dashboard_page import read_page
 
 pytestmark = pytest.mark.django_db
@@ -102,3 +102,53 @@ def test_the_dashboard_shows_rationale_flags_per_reviewer_and_per_judgment(onboa
     cat_row = next(row for row in latest if row["cells"][1] == "cat")
     assert cat_row["badges"] == ["pasted"] and "0 typed, 80 pasted (1 paste), 0.4 s" in cat_row["cells"][4]
     assert "flagged" in " ".join(page.charts["rationale-flags"])
+
+
+def qualification_rows(html: str) -> dict[str, tuple[str, list[str]]]:
+    """Each row of the qualification table: reviewer -> (status badge, the admin's button values)."""
+    import re
+
+    table = html[html.index('id="qualification-table"'):]
+    table = table[:table.index("</table>")]
+    rows = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, flags=re.S)[1:]:
+        name = re.search(r'<th scope="row" class="name">(.*?)</th>', row).group(1)
+        status = re.search(r'class="badge status-[a-z_]+">(.*?)</span>', row).group(1)
+        rows[name] = (status, re.findall(r'name="action" value="([a-z]+)"', row))
+    return rows
+
+
+def test_every_state_but_passed_has_the_admins_buttons_and_short_gold_is_shown(make_project, make_user, client):
+    # Configured before its import, as the demo was: 3 gold pairs for 2 items x 2 attempts.
+    project = make_project(slug="short", overlap=3, retest_rate=0, qualification_items=2, qualification_pass_mark=1.0,
+                           qualification_attempts=2)
+    rows = make_items(5)
+    for row in rows[:3]:
+        row["gold"] = {"preferred": 0, "reason": "It adds correctly."}
+    import_rows(project, rows)
+    ann, bob, cat, eve = (make_user(name) for name in ("ann", "bob", "cat", "eve"))
+    make_user("dan")  # never asked for work
+    for _ in range(2):
+        answer_gold(project, ann, right=True)
+        answer_gold(project, eve, right=False)  # failed, one attempt left
+    for _ in range(3):
+        answer_gold(project, bob, right=False)  # attempt 2 runs out of gold after one item
+    with pytest.raises(services.ReviewError):
+        services.assignment_next(project=project, reviewer=bob)
+    answer_gold(project, cat, right=True)  # running, one item to go
+
+    client.force_login(make_user("ada", "admin"))
+    html = client.get("/projects/short/quality/").content.decode()
+    assert qualification_rows(html) == {
+        "ann": ("passed", []), "bob": ("held", ["retry", "pass"]), "cat": ("running", ["retry", "pass"]),
+        "dan": ("not_started", ["pass"]), "eve": ("failed", ["retry", "pass"]),
+    }
+    assert ("Not enough gold: qualification items 2 x attempts 2 need 4 gold pairs but project &#x27;short&#x27; "
+            "has 3") in html
+    done = client.post("/projects/short/quality/qualification", {"username": "bob", "action": "pass"}, follow=True)
+    assert "bob passed." in done.content.decode()
+    assert qualification_rows(done.content.decode())["bob"] == ("passed", [])
+
+
+def test_a_project_whose_gold_fills_its_round_shows_no_warning(onboarded, client, make_user):
+    assert "Not enough gold" not in dashboard(client, make_user).content.decode()

@@ -101,6 +101,45 @@ def test_the_adjudicator_sees_every_judgment_on_their_own_left_and_right(split_p
         assert shown["votes"] == {"left": 1, "right": 1, "tie": 0, "both_bad": 0}
 
 
+def test_each_judgment_says_which_side_its_reviewer_saw_the_answer_on(split_project, make_user, client_for):
+    """A rationale speaks of the reviewer's own left and right: the card says where they saw each answer."""
+    client = client_for(make_user("judy", role="adjudicator"))
+    pair = pair_of(split_project, "q-0")
+    # Reviewers saw the pair in opposite orders, so whatever order the adjudicator gets, one of them saw it
+    # the same way and one the other way round: both cases are checked on every run.
+    reviewer_orders = {"ann": True, "bob": False}
+    for name, a_on_left in reviewer_orders.items():
+        Assignment.objects.filter(pair=pair, reviewer__username=name).update(a_on_left=a_on_left)
+    held = next_for(client, split_project, f"?pair={pair.pk}").json()
+    for adjudicator_a_on_left in (True, False):
+        AdjudicationAssignment.objects.filter(pk=held["id"]).update(a_on_left=adjudicator_a_on_left)
+        shown = next_for(client, split_project, f"?pair={pair.pk}").json()
+        by_author = {card["rationale"].split()[0]: card for card in shown["judgments"]}
+        for name, prefers_a in (("ann", True), ("bob", False)):
+            card, a_on_left = by_author[name], reviewer_orders[name]
+            their_click = "left" if prefers_a == a_on_left else "right"
+            assert card["as_they_saw"] == {"same_order": a_on_left == adjudicator_a_on_left, "choice": their_click,
+                                           "criteria": {"correct": their_click, "complete": "tie"}}
+    raw = json.dumps(shown)
+    for secret in (*MODEL_NAMES, "a_on_left", "response_a"):
+        assert secret not in raw
+
+
+def test_an_earlier_ruling_says_which_side_its_adjudicator_saw_the_answer_on(split_project, make_user, client_for):
+    pair = pair_of(split_project, "q-0")
+    first = client_for(make_user("judy", role="adjudicator"))
+    body = next_for(first, split_project, f"?pair={pair.pk}").json()
+    AdjudicationAssignment.objects.filter(pk=body["id"]).update(a_on_left=True)
+    assert rule(first, body["id"], choice="left", criteria={"correct": "left"}).status_code == 201  # for a
+    second = client_for(make_user("jack", role="adjudicator"))
+    again = next_for(second, split_project, f"?pair={pair.pk}").json()
+    for a_on_left in (True, False):
+        AdjudicationAssignment.objects.filter(pk=again["id"]).update(a_on_left=a_on_left)
+        (ruling,) = next_for(second, split_project, f"?pair={pair.pk}").json()["earlier_rulings"]
+        assert ruling["choice"] == ("left" if a_on_left else "right")
+        assert ruling["as_they_saw"] == {"same_order": a_on_left, "choice": "left", "criteria": {"correct": "left"}}
+
+
 def test_no_model_name_or_reviewer_name_reaches_the_adjudicator(split_project, make_user, client_for):
     client = client_for(make_user("judy", role="adjudicator"))
     raw = next_for(client, split_project).content.decode()

@@ -262,7 +262,7 @@ def test_good_settings_are_kept(db, tmp_path):
     ({"gold_rate": -0.2}, "gold rate -0.2 must be a number from 0 to 1"),
     ({"qualification_attempts": 0}, "qualification attempts: 0 must be a whole number from 1 to 100"),
     ({"standing_min_judgments": 2.5}, "standing minimum: 2.5 must be a whole number from 1 to 100000"),
-    ({"qualification_items": 5, "min_overlap": 4}, "min overlap 4 is above max overlap 3"),
+    ({"qualification_items": 4, "min_overlap": 4}, "min overlap 4 is above max overlap 3"),
 ])
 def test_the_settings_api_refuses_bad_onboarding_settings_in_one_line_and_changes_nothing(
         onboarding, make_user, client_for, body, words):
@@ -281,7 +281,8 @@ def test_the_settings_api_turns_the_round_on_for_the_next_request(make_project, 
     assert "qualification" not in next_for(client_for(make_user("rita")), project).json()  # no round yet
     admin = client_for(make_user("ada", role="admin"))
     changed = admin.patch(f"/api/v1/projects/{project.slug}/settings",
-                          {"qualification_items": 2, "qualification_pass_mark": 1.0, "gold_rate": 0.1}, format="json")
+                          {"qualification_items": 2, "qualification_pass_mark": 1.0, "qualification_attempts": 1,
+                           "gold_rate": 0.1}, format="json")
     assert changed.status_code == 200
     assert {k: changed.json()[k] for k in ("qualification_items", "qualification_pass_mark", "gold_rate")} == {
         "qualification_items": 2, "qualification_pass_mark": 1.0, "gold_rate": 0.1}
@@ -291,8 +292,8 @@ def test_the_settings_api_turns_the_round_on_for_the_next_request(make_project, 
                                               {"gold_rate": 0.5}, format="json").status_code == 403
 
 
-def test_an_admin_cannot_release_a_reviewer_who_passed_or_is_mid_attempt(onboarding, make_user, client_for,
-                                                                         valid_judgment):
+def test_an_admin_cannot_release_a_reviewer_who_passed_or_has_not_tried(onboarding, make_user, client_for,
+                                                                      valid_judgment):
     client = client_for(make_user("rita"))
     admin = client_for(make_user("ada", role="admin"))
 
@@ -302,9 +303,107 @@ def test_an_admin_cannot_release_a_reviewer_who_passed_or_is_mid_attempt(onboard
 
     assert release("retry").json()["detail"] == ("rita has not tried the qualification round yet; "
                                                  "their first request starts it")
-    answer(client, next_for(client, onboarding).json(), right=True, valid_judgment=valid_judgment)
-    assert release("pass").json()["detail"] == "rita is in the middle of attempt 1; wait until it is scored"
-    for _ in range(2):
+    for _ in range(3):
         answer(client, next_for(client, onboarding).json(), right=True, valid_judgment=valid_judgment)
     refused = release("retry")
     assert refused.status_code == 409 and refused.json()["detail"] == "rita has already passed the qualification round"
+
+
+def test_an_admin_can_pass_a_reviewer_in_the_middle_of_an_attempt(onboarding, make_user, client_for, valid_judgment):
+    rita = make_user("rita")
+    client = client_for(rita)
+    admin = client_for(make_user("ada", role="admin"))
+    answer(client, next_for(client, onboarding).json(), right=True, valid_judgment=valid_judgment)
+    held_item = next_for(client, onboarding).json()  # the attempt's second item, now in rita's hands
+    passed = admin.post(f"/api/v1/projects/{onboarding.slug}/qualification", {"username": "rita", "action": "pass"},
+                        format="json")
+    assert passed.status_code == 201 and passed.json()["status"] == "passed"
+    (row,) = admin.get(f"/api/v1/projects/{onboarding.slug}/qualification").json()["reviewers"]
+    assert [(a["number"], a["status"], a["answered"], a["decided_by"]) for a in row["attempts"]] == [
+        (1, "stopped", 1, "stopped by ada"), (2, "passed", 0, "passed by ada")]
+    # The item the stopped attempt had handed out is withdrawn: its answer is refused, its pair freed.
+    late = answer(client, held_item, right=True, valid_judgment=valid_judgment)
+    assert late.status_code == 410
+    assert Pair.objects.get(assignments__pk=held_item["id"]).assigned_count == 0
+    live = next_for(client, onboarding).json()
+    assert "qualification" not in live and live["left"]["text"].split()[0] in ("One", "Another")
+
+
+def demo_like(make_project):
+    """The demo's first onboarding project: configured before its import, with 3 gold pairs for 2 items x 2 attempts."""
+    project = make_project(slug="short", overlap=3, retest_rate=0, qualification_items=2, qualification_pass_mark=0.5,
+                           qualification_attempts=2)
+    import_rows(project, gold_items(3) + live_items(2))
+    return project
+
+
+def test_a_last_attempt_that_runs_out_of_gold_is_kept_as_failed_and_the_admin_can_act(make_project, make_user,
+                                                                                      client_for, valid_judgment):
+    project = demo_like(make_project)
+    rita = make_user("rita")
+    client = client_for(rita)
+    for _ in range(2):
+        answer(client, next_for(client, project).json(), right=False, valid_judgment=valid_judgment)
+    body = next_for(client, project).json()
+    assert body["qualification"]["attempt"] == 2
+    answer(client, body, right=False, valid_judgment=valid_judgment)
+    held = next_for(client, project)  # no unseen gold left: attempt 2 is scored on its one answer
+    assert held.status_code == 403 and "0 of 1 right in attempt 2" in held.json()["detail"]
+    last = QualificationAttempt.objects.get(reviewer=rita, number=2)
+    assert last.status == "failed" and last.finished_at is not None, "the score is kept, not rolled back"
+    assert next_for(client, project).status_code == 403, "asking again changes nothing"
+
+    admin = client_for(make_user("ada", role="admin"))
+    url = f"/api/v1/projects/{project.slug}/qualification"
+    (row,) = admin.get(url).json()["reviewers"]
+    assert row["status"] == "held"
+    retry = admin.post(url, {"username": "rita", "action": "retry"}, format="json")
+    assert retry.status_code == 409 and retry.json()["detail"] == (
+        "rita has seen every gold item of 'short'; import more gold items, or pass them")
+    passed = admin.post(url, {"username": "rita", "action": "pass"}, format="json")
+    assert passed.status_code == 201 and passed.json()["status"] == "passed"
+    assert "qualification" not in next_for(client, project).json()
+
+
+def test_a_failed_attempt_with_no_gold_left_for_the_next_one_starts_nothing(make_project, make_user, client_for,
+                                                                            valid_judgment):
+    project = make_project(slug="two", retest_rate=0, qualification_items=2, qualification_pass_mark=1.0,
+                           qualification_attempts=3)
+    import_rows(project, gold_items(2) + live_items(1))
+    rita = make_user("rita")
+    client = client_for(rita)
+    for _ in range(2):
+        answer(client, next_for(client, project).json(), right=False, valid_judgment=valid_judgment)
+    refused = next_for(client, project)
+    assert refused.status_code == 409 and "no gold item left that you have not seen" in refused.json()["detail"]
+    assert list(QualificationAttempt.objects.filter(reviewer=rita).values_list("number", "status")) == [(1, "failed")]
+
+
+def test_qualification_settings_the_gold_cannot_fill_are_refused_in_one_line(make_project, make_user, client_for,
+                                                                            tmp_path):
+    project = make_project(slug="fit", overlap=3, retest_rate=0)
+    import_rows(project, gold_items(3) + live_items(2))
+    admin = client_for(make_user("ada", role="admin"))
+    url = f"/api/v1/projects/{project.slug}/settings"
+    refused = admin.patch(url, {"qualification_items": 2, "qualification_attempts": 2}, format="json")
+    assert refused.status_code == 400 and refused.json()["detail"] == (
+        "qualification items 2 x attempts 2 need 4 gold pairs but project 'fit' has 3; import more gold items or "
+        "lower the qualification items or attempts")
+    assert admin.get(url).json()["qualification_items"] == 0, "nothing half-written"
+    assert admin.patch(url, {"qualification_items": 1, "qualification_attempts": 3}, format="json").status_code == 200
+    criteria = tmp_path / "criteria.yaml"
+    criteria.write_text("instructions: Pick the better one.\ncriteria:\n  - key: correct\n    text: It is right.\n")
+    with pytest.raises(CommandError) as command_refused:
+        call_command("create_project", "fit", "--criteria", str(criteria), "--qualification-attempts", "4",
+                     stdout=io.StringIO())
+    assert str(command_refused.value).startswith("qualification items 1 x attempts 4 need 4 gold pairs")
+
+
+def test_the_demo_onboarding_settings_fit_the_demo_gold(db):
+    from annotate.review.models import Project, gold_pairs, qualification_gold_short
+
+    call_command("seed_demo", stdout=io.StringIO())
+    project = Project.objects.get(slug="demo-onboarding")
+    assert qualification_gold_short(project) is None
+    assert gold_pairs(project).count() >= project.qualification_items * project.qualification_attempts
+    call_command("seed_demo", stdout=io.StringIO())  # again: the settings are checked against the imported gold

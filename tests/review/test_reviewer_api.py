@@ -1,6 +1,10 @@
 """The reviewer API as a reviewer's browser and a script use it."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -70,6 +74,47 @@ def test_the_same_client_key_again_is_the_same_judgment(project, make_user, clie
     assert first.status_code == second.status_code == 201
     assert first.json() == second.json() and second.headers["Idempotent-Replayed"] == "true"
     assert Judgment.objects.count() == 1
+
+
+def test_the_same_client_key_with_the_same_answer_in_other_words_is_the_same_judgment(
+    project, make_user, client_for, valid_judgment
+):
+    client = client_for(make_user("rita"))
+    assignment_id = next_for(client, project).json()["id"]
+    body = valid_judgment("tie", strength=None)
+    first = submit(client, assignment_id, body)
+    # Stored the same: the rationale is kept without its outer spaces, a tie has no strength, the page's
+    # account of the typing is not part of the answer.
+    again = submit(client, assignment_id, {**body, "rationale": f"  {body['rationale']}\n", "strength": 3,
+                                           "typing": {"typing_seconds": 9, "typed_chars": 40, "pasted_chars": 0,
+                                                      "paste_events": 0}})
+    assert first.status_code == again.status_code == 201 and again.headers["Idempotent-Replayed"] == "true"
+    assert first.json() == again.json() and Judgment.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "differs"),
+    [
+        ({"choice": "right", "criteria": {"correct": "right", "complete": "tie"}}, "choice, criteria"),
+        ({"strength": 3}, "strength"),
+        ({"rationale": "On second thought the right one is clearer."}, "rationale"),
+    ],
+)
+def test_the_same_client_key_with_a_changed_answer_is_refused_and_the_first_stays(
+    project, make_user, client_for, valid_judgment, change, differs
+):
+    client = client_for(make_user("rita"))
+    assignment_id = next_for(client, project).json()["id"]
+    body = valid_judgment("left")
+    assert submit(client, assignment_id, body).status_code == 201
+    changed = submit(client, assignment_id, {**body, **change})
+    assert changed.status_code == 409
+    detail = changed.json()["detail"]
+    assert detail.startswith(f"client_key: already used for a different judgment of assignment {assignment_id} "
+                             f"(it differs in {differs}); what you sent now was not stored")
+    assert "undo your last judgment" in detail
+    judgment = Judgment.objects.get()
+    assert judgment.rationale == body["rationale"] and judgment.strength == 2
 
 
 @pytest.mark.parametrize(
@@ -176,3 +221,60 @@ def test_openapi_schema_lists_the_reviewer_endpoints(make_user, client_for):
     assert "/api/v1/projects/{slug}/assignments/next" in schema
     assert "/api/v1/assignments/{assignment_id}/judgment" in schema
     assert "client_key" in schema
+
+
+# Two requests of the embedded server at once, as two reviewers' (or one page's next and standing) are: the
+# first reads, the second writes and commits meanwhile, then the first writes. Run on the embedded
+# defaults (no DATABASE_URL: the app's own SQLite file and options), in a process of its own.
+TWO_WRITERS = """
+import json, threading
+import django
+django.setup()
+from django.db import connection, transaction
+
+with connection.cursor() as cursor:
+    cursor.execute("CREATE TABLE tally (reviewer TEXT)")
+connection.close()
+first_read, second_done, errors = threading.Event(), threading.Event(), []
+
+def first():
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM tally")
+            first_read.set()
+            second_done.wait(3)  # the second's commit, if the database lets it in before this one's
+            cursor.execute("INSERT INTO tally VALUES ('first')")
+    except Exception as exc:
+        errors.append(f"first: {exc}")
+    finally:
+        connection.close()
+
+def second():
+    first_read.wait()
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("INSERT INTO tally VALUES ('second')")
+    except Exception as exc:
+        errors.append(f"second: {exc}")
+    finally:
+        second_done.set()
+        connection.close()
+
+threads = [threading.Thread(target=first), threading.Thread(target=second)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+with connection.cursor() as cursor:
+    cursor.execute("SELECT reviewer FROM tally ORDER BY reviewer")
+    print(json.dumps({"errors": errors, "stored": [row[0] for row in cursor.fetchall()]}))
+"""
+
+
+def test_two_writers_at_once_on_the_embedded_database_take_turns_instead_of_database_is_locked(tmp_path):
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "CELERY_BROKER_URL")}
+    env.update(PAIRWISE_DATA_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="annotate.settings")
+    result = subprocess.run([sys.executable, "-c", TWO_WRITERS], cwd=Path(__file__).resolve().parents[2], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == {"errors": [], "stored": ["first", "second"]}

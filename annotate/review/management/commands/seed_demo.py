@@ -1,7 +1,7 @@
 import json
 
 import yaml
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from annotate.review import services
 from annotate.review.criteria import criteria_parse
@@ -13,8 +13,8 @@ DEMO_USERS = [("reviewer", "reviewer"), ("reviewer2", "reviewer"), ("reviewer3",
 # The second demo project shows the reviewer quality loop: a qualification round on the demo's gold items
 # (with feedback), gold checks mixed into live work, and adaptive overlap. The first keeps none of it, so a
 # reviewer goes straight to judging there.
-ONBOARDING_SETTINGS = {"qualification_items": 2, "qualification_pass_mark": 0.5, "gold_rate": 0.1,
-                       "min_overlap": 2, "max_overlap": 3}
+ONBOARDING_SETTINGS = {"qualification_items": 2, "qualification_pass_mark": 0.5, "qualification_attempts": 2,
+                       "gold_rate": 0.1, "min_overlap": 2, "max_overlap": 3}
 
 
 class Command(BaseCommand):
@@ -28,9 +28,12 @@ class Command(BaseCommand):
         instructions, items = criteria_parse(yaml.safe_dump(DEMO_CRITERIA), source="demo criteria")
         for slug, name, settings in [("demo", "Average speed (demo)", {}),
                                      ("demo-onboarding", "Average speed (onboarding demo)", ONBOARDING_SETTINGS)]:
-            project, _, _ = services.project_create_or_update(
-                slug=slug, name=name, instructions=instructions, criteria_items=items, **settings
-            )
+            try:
+                project, _, _ = services.project_create_or_update(
+                    slug=slug, name=name, instructions=instructions, criteria_items=items, **settings
+                )
+            except services.ReviewError as exc:  # e.g. too few prompts (--prompts) to carry the round's gold
+                raise CommandError(f"project {slug}: {exc}") from None
             # Through the same parser and import as a user's file.
             parsed = items_parse(json.dumps(row) for row in demo_items(count=prompts))
             summary = services.items_import(project=project, items=parsed)

@@ -1,5 +1,6 @@
-// The adjudication page: asks the API for the next split pair, shows every reviewer's judgment in the
-// adjudicator's own left/right order, and submits a ruling with a client key (a retry is not a second one).
+// The adjudication page: asks the API for the next split pair, shows the criteria in force and every
+// reviewer's judgment in the adjudicator's own left/right order (with the side the reviewer saw), and
+// submits a ruling with a client key (a retry is not a second one).
 (function () {
   "use strict";
   const api = window.PairwiseApi.call;
@@ -35,17 +36,37 @@
     return element;
   }
 
-  function card(title, judgment) {
+  // Where its author saw the answer they chose: their rationale's "left" and "right" are their own.
+  function seenBy(judgment) {
+    const theirs = judgment.as_they_saw;
+    if (["left", "right"].includes(judgment.choice)) {
+      const also = theirs.same_order ? " too" : "";
+      return `Chose the answer shown to you on the ${judgment.choice} (it was on their ${theirs.choice}${also}).`;
+    }
+    return theirs.same_order ? "Saw the answers in your order."
+      : "Saw the answers the other way round (their left was your right).";
+  }
+
+  function card(title, judgment, criteriaVersion) {
     const box = document.createElement("article");
     box.className = "vote";
     box.append(text("h3", title));
     const pick = SIDE[judgment.choice] || judgment.choice;
     box.append(text("p", judgment.strength ? `${pick}, ${STRENGTH[judgment.strength]}` : pick, "pick"));
+    box.append(text("p", seenBy(judgment), "seen small"));
     const entries = Object.entries(judgment.criteria || {});
     if (entries.length) {
       const list = document.createElement("dl");
-      for (const [key, value] of entries) list.append(text("dt", key), text("dd", SIDE[value] || value));
+      for (const [key, value] of entries) {
+        const theirs = judgment.as_they_saw.criteria[key];
+        const side = ["left", "right"].includes(value) ? `${SIDE[value]} (their ${theirs})` : (SIDE[value] || value);
+        list.append(text("dt", key), text("dd", side));
+      }
       box.append(list);
+    }
+    if (judgment.criteria_version && judgment.criteria_version !== criteriaVersion) {
+      box.append(text("p", `Judged under criteria version ${judgment.criteria_version} (now version ${criteriaVersion}).`,
+        "criteria-version small muted"));
     }
     if (judgment.rationale_flags && judgment.rationale_flags.length) {
       const flags = document.createElement("p");
@@ -55,6 +76,20 @@
     }
     box.append(text("p", judgment.rationale, "rationale-text"));
     return box;
+  }
+
+  // The instructions and criteria in force, as the reviewer page shows them (without the choices).
+  function showCriteria(criteria) {
+    document.getElementById("criteria-version").textContent = criteria.version ? `(version ${criteria.version})` : "";
+    document.getElementById("instructions").textContent = criteria.instructions;
+    document.getElementById("criteria-list").replaceChildren(...criteria.items.map((item) => {
+      const row = document.createElement("li");
+      row.className = "criterion";
+      const line = document.createElement("p");
+      line.append(text("strong", item.key), ` ${item.text}`);
+      row.append(line);
+      return row;
+    }));
   }
 
   function show(data) {
@@ -71,15 +106,17 @@
       turn.append(body);
       return turn;
     }));
+    showCriteria(data.criteria);
     document.getElementById("left").innerHTML = data.left.html; // sanitised on the server
     document.getElementById("right").innerHTML = data.right.html;
     document.getElementById("votes").textContent = "(" + Object.entries(data.votes)
       .filter(([, n]) => n).map(([choice, n]) => `${SIDE[choice]} ${n}`).join(" · ") + ")";
-    document.getElementById("judgments").replaceChildren(...data.judgments.map((j) => card(j.reviewer, j)));
+    document.getElementById("judgments").replaceChildren(
+      ...data.judgments.map((j) => card(j.reviewer, j, data.criteria.version)));
     const earlier = document.getElementById("earlier");
     earlier.hidden = !data.earlier_rulings.length;
     document.getElementById("earlier-rulings").replaceChildren(
-      ...data.earlier_rulings.map((r) => card(`Ruling ${r.revision} by ${r.adjudicator}`, r)));
+      ...data.earlier_rulings.map((r) => card(`Ruling ${r.revision} by ${r.adjudicator}`, r, data.criteria.version)));
     if (data.queue) {
       document.getElementById("queue").textContent =
         `${data.queue.waiting}${data.queue.waiting_is_at_least ? "+" : ""} more waiting`;

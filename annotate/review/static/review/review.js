@@ -4,6 +4,8 @@
 // shows the expected answer after each item of a qualification round, and the reviewer's own standing.
 // A judgment the server did not take (no answer, a 5xx, 408 or 429) is kept in localStorage and sent
 // again with its client key until the server answers; the server takes a repeat as the judgment it stored.
+// A pair once saved leaves the form at once (a second submit would reuse its client key), and the next
+// pair, the standing and the kept judgments are asked for again by themselves until the server answers.
 (function () {
   "use strict";
   const { call: api, newClientKey, notAnswered } = window.PairwiseApi;
@@ -14,12 +16,18 @@
   const rationale = document.getElementById("rationale");
   const message = document.getElementById("message");
   const criteriaList = document.getElementById("criteria-choices");
+  const decide = document.getElementById("decide");
+  const undoButtons = [document.getElementById("undo"), document.getElementById("undo-when-done")];
   let current = null; // the assignment on screen
   let clientKey = null; // one per attempt at judging `current`
   let cursor = 0; // which criterion row the H/L/T keys set
   let busy = false;
   let feedbackShown = false; // a qualification answer's feedback is on screen; Enter goes on
   let judgedHere = 0;
+  // Why the last judgment cannot be undone (a qualification answer, or none is left), until the next one
+  // is saved; the undo buttons are hidden meanwhile. null: undo is offered.
+  let undoBlocked = null;
+  const QUALIFICATION_UNDO = "A qualification answer cannot be undone: its expected answer was shown to you.";
 
   // Kept judgments: one localStorage entry per client key, under this reviewer and this project only,
   // so a shared browser never sends (or counts) another reviewer's.
@@ -27,9 +35,11 @@
   const RETRY_FIRST_MS = 1000;
   const RETRY_MOST_MS = 30000;
   const keptLine = document.getElementById("kept");
+  const waiting = document.getElementById("waiting");
   let retryDelay = RETRY_FIRST_MS;
   let retryTimer = null;
   let sending = false;
+  let waitingText = null; // what the page said while it waits for the next pair
 
   function keptKeys() {
     return Object.keys(localStorage).filter((key) => key.startsWith(KEPT_PREFIX));
@@ -55,13 +65,37 @@
     keptLine.hidden = !count;
   }
 
-  // Try again later, sooner at first; a 503's Retry-After says when the server expects to be back.
+  // How long to wait before asking again: a 503's Retry-After when it says, else `backoff`.
+  function retryDelayMs(retryAfter, backoff) {
+    const askedMs = Number(retryAfter) * 1000;
+    return askedMs > 0 ? Math.min(askedMs, RETRY_MOST_MS) : backoff;
+  }
+
+  // Try again later, sooner at first; meanwhile the reviewer may try at once.
   function retryLater(retryAfter) {
     if (retryTimer !== null) return;
-    const askedMs = Number(retryAfter) * 1000;
-    const delay = askedMs > 0 ? Math.min(askedMs, RETRY_MOST_MS) : retryDelay;
+    const delay = retryDelayMs(retryAfter, retryDelay);
     retryDelay = Math.min(retryDelay * 2, RETRY_MOST_MS);
-    retryTimer = setTimeout(() => { retryTimer = null; resume(); }, delay);
+    retryTimer = setTimeout(retryNow, delay);
+    waiting.hidden = false;
+  }
+
+  function retryNow() {
+    clearTimeout(retryTimer);
+    retryTimer = null;
+    waiting.hidden = true;
+    resume();
+  }
+
+  // A server's one-line detail as a sentence for the page.
+  function sentence(text) {
+    const line = String(text || "").trim();
+    if (!line) return "";
+    return line.charAt(0).toUpperCase() + line.slice(1) + (/[.!?]$/.test(line) ? "" : ".");
+  }
+
+  function showUndo() {
+    for (const button of undoButtons) button.hidden = undoBlocked !== null;
   }
 
   // Sends the kept judgments, oldest first; true once none is left.
@@ -76,11 +110,19 @@
         try { result = await api("POST", `assignments/${entry.assignment}/judgment`, entry.judgment); } catch { /* no answer */ }
         if (notAnswered(result)) { retryLater(result && result.headers.get("Retry-After")); return false; }
         localStorage.removeItem(KEPT_PREFIX + entry.judgment.client_key);
-        if (result.status === 201) sent += 1;
-        else refused.push((result.data && result.data.detail) || `status ${result.status}`);
+        const detail = (result.data && result.data.detail) || `status ${result.status}`;
+        if (result.status === 201) {
+          sent += 1;
+          undoBlocked = result.data && result.data.feedback ? QUALIFICATION_UNDO : null;
+        } else if (result.status === 409) {
+          refused.push(`the server already holds a different judgment of that pair, which stands (${detail})`);
+        } else {
+          refused.push(detail);
+        }
       }
       retryDelay = RETRY_FIRST_MS;
-      if (refused.length) say(`A kept judgment was not accepted: ${refused.join("; ")}`, "error");
+      showUndo();
+      if (refused.length) say(`A kept judgment was not accepted: ${refused.join("; ")}.`, "error");
       else if (sent) say(`Sent ${sent} kept judgment${sent === 1 ? "" : "s"}.`, "ok");
       judgedHere += sent;
       return true;
@@ -196,6 +238,7 @@
     form.reset();
     typingReset();
     hideCards();
+    showUndo();
     showQualification(assignment.qualification);
     // A chat prompt shows who said each turn; a one-message prompt is just its text.
     const labelled = assignment.prompt.length > 1;
@@ -225,18 +268,32 @@
     window.scrollTo(0, 0);
   }
 
-  async function loadNext() {
+  // Nothing judgeable on screen: the pair on it is judged (or gone), so the form goes with it.
+  function clearPair() {
+    current = null;
+    form.hidden = true;
+    if (form.contains(document.activeElement)) document.activeElement.blur();
+  }
+
+  // `saved`: the judgment just made was stored, and the page says so while it waits for the next pair.
+  async function loadNext({ saved = false } = {}) {
     let result = null;
     try { result = await api("GET", `projects/${slug}/assignments/next`); } catch { /* no answer */ }
     if (notAnswered(result)) {
-      say("The server is not answering; the next pair comes as soon as it is back.", "error");
+      clearPair();
+      waitingText = `${saved ? "Saved. " : ""}The server is not answering; the next pair comes by itself as soon as ` +
+        "it is back.";
+      say(waitingText, "error");
       retryLater(result && result.headers.get("Retry-After"));
       return;
     }
+    if (waitingText !== null && message.textContent === waitingText) say("");
+    waitingText = null;
     const { status, data, headers } = result;
     if (status === 204) {
-      current = null;
-      form.hidden = true;
+      clearPair();
+      showUndo();
+      hideCards();
       document.getElementById("done").hidden = false;
       if (form.contains(document.activeElement)) document.activeElement.blur();
       const judged = headers.get("X-Judged");
@@ -244,12 +301,19 @@
       return;
     }
     if ((status === 403 || status === 409) && data && data.detail) { showHeld(data.detail); return; }
-    if (status !== 200) { say((data && data.detail) || `Could not load the next pair (${status}).`, "error"); return; }
+    if (status !== 200) {
+      clearPair();
+      say(`${sentence((data && data.detail) || `Could not load the next pair (${status})`)} Reload the page to try again.`,
+          "error");
+      return;
+    }
     show(data);
   }
 
   function hideCards() {
     for (const id of ["done", "held", "feedback"]) document.getElementById(id).hidden = true;
+    for (const side of ["left", "right"]) document.getElementById(`${side}-note`).hidden = true;
+    decide.hidden = false;
     feedbackShown = false;
   }
 
@@ -262,11 +326,15 @@
     document.getElementById("held").hidden = false;
   }
 
-  function showFeedback(feedback) {
+  const CHOICE_WORDS = { tie: "a tie", both_bad: "both bad" };
+
+  // The answer to a qualification item, beside the pair it is about: the answers stay on screen, each
+  // marked as the expected one and/or the reviewer's own choice; the decision column goes.
+  function showFeedback(feedback, judged, chosen) {
     const q = feedback.qualification;
-    form.hidden = true;
+    decide.hidden = true;
     showQualification(null);
-    const progress = current.progress;
+    const progress = judged.progress;
     showProgress({ ...progress, judged: progress.judged + 1, remaining: Math.max(0, progress.remaining - 1) });
     if (form.contains(document.activeElement)) document.activeElement.blur();
     const verdict = document.getElementById("feedback-verdict");
@@ -274,6 +342,16 @@
     verdict.className = `verdict ${feedback.correct ? "right" : "wrong"}`;
     document.getElementById("feedback-expected").textContent = ["left", "right"].includes(feedback.expected)
       ? `The expected answer is the one on the ${feedback.expected}.` : `The expected answer: ${feedback.expected}.`;
+    document.getElementById("feedback-yours").textContent = ["left", "right"].includes(chosen)
+      ? `You chose the one on the ${chosen}.` : `You chose ${CHOICE_WORDS[chosen] || chosen}.`;
+    for (const side of ["left", "right"]) {
+      const marks = [side === feedback.expected ? "Expected answer" : "", side === chosen ? "Your choice" : ""];
+      const note = document.getElementById(`${side}-note`);
+      const strong = document.createElement("strong");
+      strong.textContent = marks.filter(Boolean).join(" · ");
+      note.replaceChildren(strong);
+      note.hidden = !strong.textContent;
+    }
     document.getElementById("feedback-reason").textContent = feedback.reason ? `Why: ${feedback.reason}` : "";
     const next = {
       continue: `Attempt ${q.attempt}: ${q.correct} of ${q.answered} right so far, ${q.items - q.answered} to go.`,
@@ -287,10 +365,25 @@
     document.getElementById("feedback-continue").focus();
   }
 
+  let standingTimer = null;
+  let standingDelay = RETRY_FIRST_MS;
+
   async function showStanding() {
-    const { status, data } = await api("GET", `projects/${slug}/standing`);
+    clearTimeout(standingTimer);
+    standingTimer = null;
+    let result = null;
+    try { result = await api("GET", `projects/${slug}/standing`); } catch { /* no answer */ }
     const text = document.getElementById("standing-text");
     const figures = document.getElementById("standing-figures");
+    if (notAnswered(result)) {
+      if (figures.hidden) text.textContent = "Your standing is not loaded yet; the page asks again by itself.";
+      const delay = retryDelayMs(result && result.headers.get("Retry-After"), standingDelay);
+      standingDelay = Math.min(standingDelay * 2, RETRY_MOST_MS);
+      standingTimer = setTimeout(showStanding, delay);
+      return;
+    }
+    standingDelay = RETRY_FIRST_MS;
+    const { status, data } = result;
     if (status !== 200 || !data) { text.textContent = "Your standing could not be loaded."; return; }
     if (!data.available) {
       text.textContent = data.reason.charAt(0).toUpperCase() + data.reason.slice(1) + ".";
@@ -374,23 +467,29 @@
       if (notAnswered(result)) {
         // Kept, not lost: the pair leaves the screen, and the next comes once this one is sent.
         keep(current.id, judgment);
-        current = null;
-        form.hidden = true;
-        if (form.contains(document.activeElement)) document.activeElement.blur();
+        clearPair();
         say("Not sent yet: the server did not answer. Your judgment is kept in this browser and is sent when the server is back.", "error");
         retryLater(result && result.headers.get("Retry-After"));
         return;
       }
       const { status, data } = result;
       if (status === 201) {
+        // Stored: nothing on screen may be submitted again under this client key.
+        const judged = current;
+        current = null;
         judgedHere += 1;
+        undoBlocked = data.feedback ? QUALIFICATION_UNDO : null;
         if (judgedHere % 10 === 0) showStanding();
-        if (data.feedback) { say("Saved.", "ok"); showFeedback(data.feedback); return; }
         say("Saved.", "ok");
+        if (data.feedback) { showFeedback(data.feedback, judged, data.choice); return; }
+        await loadNext({ saved: true });
+        return;
+      }
+      if (status === 410 || status === 409) {
+        say(`Not saved. ${sentence(data && data.detail)}`, "error");
         await loadNext();
         return;
       }
-      if (status === 410 || status === 409) { say(data.detail, "error"); await loadNext(); return; }
       say((data && data.detail) || `Not saved (${status}); change what it says and submit again.`, "error");
     } finally {
       busy = false;
@@ -399,11 +498,20 @@
 
   async function undo() {
     if (busy) return;
+    if (undoBlocked !== null) { say(undoBlocked, "error"); return; }
     busy = true;
     try {
-      const { status, data } = await api("POST", `projects/${slug}/judgments/undo`);
-      if (status === 200) { show(data); say("Your last judgment was withdrawn; judge it again.", "ok"); }
-      else say((data && data.detail) || `Could not undo (${status}).`, "error");
+      let result = null;
+      try { result = await api("POST", `projects/${slug}/judgments/undo`); } catch { /* no answer */ }
+      if (notAnswered(result)) {
+        say("The server did not answer, so nothing was undone; try again in a moment (U).", "error");
+        return;
+      }
+      const { status, data } = result;
+      if (status === 200) { show(data); say("Your last judgment was withdrawn; judge it again.", "ok"); return; }
+      const why = sentence((data && data.detail) || `Could not undo (${status})`);
+      if (status === 409) { undoBlocked = why; showUndo(); } // nothing to undo until the next judgment is saved
+      say(why, "error");
     } finally {
       busy = false;
     }
@@ -413,6 +521,7 @@
   form.addEventListener("change", clearComplaint);
   document.getElementById("undo").addEventListener("click", undo);
   document.getElementById("undo-when-done").addEventListener("click", undo);
+  document.getElementById("retry-now").addEventListener("click", retryNow);
   document.getElementById("feedback-continue").addEventListener("click", () => {
     hideCards();
     say("");
