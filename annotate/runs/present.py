@@ -11,6 +11,21 @@ from annotate.runs.evaluation import eval_side_by_side
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.services import why_no_checkpoint_made
 
+# Config keys whose values are credentials (TRL's `hub_token`, a tracker's API key). New launches refuse them,
+# but a run recorded before that, or registered from a folder, may still hold one: it is never shown.
+SECRET_KEY_WORDS = ("token", "secret", "password", "api_key", "apikey")
+HIDDEN = "(hidden)"
+
+
+def config_without_secrets(value):
+    """A run's config as it may be shown to any engineer: every credential-named key's value hidden."""
+    if isinstance(value, dict):
+        return {key: HIDDEN if value[key] and any(word in str(key).lower() for word in SECRET_KEY_WORDS)
+                else config_without_secrets(value[key]) for key in value}
+    if isinstance(value, list):
+        return [config_without_secrets(item) for item in value]
+    return value
+
 
 def checkpoint_summary(checkpoint: Checkpoint | None) -> dict | None:
     if checkpoint is None:
@@ -91,8 +106,8 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
     }
     if detail:
         payload.update({
-            "config": run.config,
-            "resolved_config": run.resolved_config,
+            "config": config_without_secrets(run.config),
+            "resolved_config": config_without_secrets(run.resolved_config),
             "latest": latest(run.metrics),
             "metrics": run.metrics,
             "zero_variance_share": zero_variance_share(run.metrics, run.record),

@@ -26,7 +26,7 @@ from annotate.runs.compare import compare_launch
 from annotate.runs.evaluation import eval_launch, eval_side_by_side, evals_of
 from annotate.runs.launch import checkpoint_choices, run_cancel, run_launch
 from annotate.runs.models import AuditJudgment, Checkpoint, Run
-from annotate.runs.present import ancestry, children_by_kind, run_payload
+from annotate.runs.present import ancestry, children_by_kind, config_without_secrets, run_payload
 
 DEFAULT_CONFIG = "learning_rate: 5.0e-6\nmax_steps: 200\nper_device_train_batch_size: 8\nlogging_steps: 1\n"
 FORM_FIELDS = ("kind", "base_checkpoint", "snapshot", "tasks", "backend", "config")
@@ -103,8 +103,9 @@ def run_page(request, run_id: int):
     payload = run_payload(run, detail=True)
     return render(request, "runs/run.html", {
         "run": run, "payload": payload, "charts": payload["charts"],
-        "config_text": json.dumps(run.config, indent=2, sort_keys=True),
-        "resolved_text": json.dumps(run.resolved_config, indent=2, sort_keys=True) if run.resolved_config else "",
+        "config_text": json.dumps(config_without_secrets(run.config), indent=2, sort_keys=True),
+        "resolved_text": (json.dumps(config_without_secrets(run.resolved_config), indent=2, sort_keys=True)
+                          if run.resolved_config else ""),
         "ledger_text": json.dumps(run.ledger, indent=2, sort_keys=True) if run.ledger else "",
         "base_parents": ancestry(run.base_checkpoint) if run.base_checkpoint else [],
     })

@@ -139,6 +139,26 @@ def test_keys_that_leave_the_server_are_refused(engineer_api, base_checkpoint, t
     assert_run_root_empty(run_root)
 
 
+def test_a_token_recorded_before_the_refusal_is_never_shown(engineer_api, base_checkpoint, make_user, client):
+    """A run recorded with a credential in its config (launched before hub keys were refused, or registered
+    from a folder) shows the key but never its value, on the API or on the run page."""
+    from django.urls import reverse
+
+    run = Run.objects.create(kind="dpo", base_checkpoint=base_checkpoint, folder="", config={
+        "base_checkpoint": base_checkpoint.uri, "hub_token": "hf_probe_secret_token",
+        "callbacks": [{"wandb_api_key": "probe-secret-key"}], "learning_rate": 0.001,
+    }, resolved_config={"hub_token": "hf_probe_secret_token", "push_to_hub": False})
+    answer = engineer_api.get(reverse("run-detail", args=[run.pk]))
+    assert answer.status_code == 200
+    assert answer.json()["config"]["hub_token"] == "(hidden)" and answer.json()["config"]["learning_rate"] == 0.001
+    assert answer.json()["resolved_config"] == {"hub_token": "(hidden)", "push_to_hub": False}
+    client.force_login(make_user("ed", "engineer"))
+    page = client.get(reverse("run-page", args=[run.pk])).content.decode()
+    assert "hub_token" in page
+    for secret in ("hf_probe_secret_token", "probe-secret-key"):
+        assert secret not in answer.content.decode() and secret not in page
+
+
 def test_the_local_backend_runs_the_trainer_offline(base_checkpoint, tmp_path, monkeypatch):
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
