@@ -52,3 +52,11 @@ def artifacts() -> Path:
 def _database_before_live_server(django_db_setup):
     """Create the test database before the live server starts, so the server (and its connections)
     stops first and the database can be dropped cleanly at the end of the run."""
+
+
+def speed_gold_rows(count: int, *, reason: str) -> list[dict]:
+    """Import rows of `count` gold pairs: an average-speed question, a right answer and the classic wrong one."""
+    return [{"prompt_id": f"gold-{i}", "prompt": f"A car covers {60 + i} km then 90 km in 3 hours. Average speed?",
+             "responses": [{"text": f"Good: ({60 + i} + 90) / 3 km/h.", "model": "m-good"},
+                           {"text": f"Poor: the mean of {60 + i} and 90.", "model": "m-poor"}],
+             "gold": {"preferred": 0, "reason": reason}} for i in range(count)]

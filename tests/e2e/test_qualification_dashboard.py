@@ -12,6 +12,7 @@ import pytest
 from annotate.review import services
 from annotate.review.importing import items_parse
 from tests.conftest import answer_gold
+from tests.e2e.conftest import speed_gold_rows
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -30,10 +31,7 @@ def short_of_gold(db):
         criteria_items=[{"key": "correct", "text": "Every step is right."}], retest_rate=0.0,
         qualification_items=2, qualification_pass_mark=1.0, qualification_attempts=2,
     )
-    rows = [{"prompt_id": f"gold-{i}", "prompt": f"A car covers {60 + i} km then 90 km in 3 hours. Average speed?",
-             "responses": [{"text": f"Good: ({60 + i} + 90) / 3 km/h.", "model": "m-good"},
-                           {"text": f"Poor: the mean of {60 + i} and 90.", "model": "m-poor"}],
-             "gold": {"preferred": 0, "reason": "Total distance over total time."}} for i in range(3)]
+    rows = speed_gold_rows(3, reason="Total distance over total time.")
     services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
     ann, bob, cat = (services.user_add(username=name, role="reviewer", password=PASSWORD)[0]
                      for name in ("ann", "bob", "cat"))

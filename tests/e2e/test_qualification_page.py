@@ -12,6 +12,7 @@ import pytest
 from annotate.review import services
 from annotate.review.importing import items_parse
 from annotate.review.models import Judgment, RationaleCheck
+from tests.e2e.conftest import speed_gold_rows
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -32,14 +33,9 @@ def onboarding(db):
         criteria_items=[{"key": "correct", "text": "Every step is right."}], retest_rate=0.0,
         qualification_items=2, qualification_pass_mark=0.5,
     )
-    rows = [
-        {"prompt_id": f"gold-{i}", "prompt": f"A car covers {60 + i} km then 90 km in 3 hours. Average speed?",
-         "responses": [{"text": f"Good: ({60 + i} + 90) / 3 km/h.", "model": "m-good"},
-                       {"text": f"Poor: the mean of {60 + i} and 90.", "model": "m-poor"}],
-         "gold": {"preferred": 0, "reason": REASON}}
-        for i in range(2)
-    ] + [{"prompt_id": "live-0", "prompt": "Which sentence is clearer?",
-          "responses": [{"text": "Live answer one.", "model": "m-good"}, {"text": "Live answer two.", "model": "m-poor"}]}]
+    live = {"prompt_id": "live-0", "prompt": "Which sentence is clearer?",
+            "responses": [{"text": "Live answer one.", "model": "m-good"}, {"text": "Live answer two.", "model": "m-poor"}]}
+    rows = [*speed_gold_rows(2, reason=REASON), live]
     services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
     services.user_add(username="rita", role="reviewer", password=PASSWORD)
     return project
