@@ -50,12 +50,41 @@ class Checkpoint(models.Model):
         return checkpoint
 
 
+class TaskSet(models.Model):
+    """A task file the app keeps (docs/runs.md, "Task sets"): made from the task families or uploaded, checked by
+    the training command's own loader, stored once under the run input folder and known by its content hash."""
+
+    class Source(models.TextChoices):
+        MADE = "made"
+        UPLOADED = "uploaded"
+
+    name = models.CharField(max_length=200, unique=True)
+    path = models.CharField(max_length=1000, help_text="The JSONL file, under the run input folders.")
+    sha256 = models.CharField(max_length=64, unique=True, help_text="sha256 of the file's bytes, as run.json records.")
+    count = models.PositiveIntegerField()
+    variant = models.CharField(max_length=20, blank=True, help_text="train or heldout, when every task says so.")
+    families = models.JSONField(default=dict, help_text="Tasks per family (or per kind where a row names none).")
+    scorers = models.JSONField(default=dict, help_text="The scorer version of each kind of task in it.")
+    source = models.CharField(max_length=10, choices=Source.choices)
+    recipe = models.JSONField(null=True, blank=True, help_text="How a made set was drawn: families, variant, n, seed.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Run(models.Model):
     class Kind(models.TextChoices):
         DPO = "dpo"
         GRPO = "grpo"
         EVAL = "eval"
         SAMPLE = "sample"
+        SFT = "sft"
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -80,6 +109,10 @@ class Run(models.Model):
     snapshot_manifest = models.JSONField(null=True, blank=True,
                                          help_text="The snapshot's manifest: id, counts, criteria version, filters.")
     tasks_path = models.CharField(max_length=1000, blank=True)
+    export = models.ForeignKey("exports.Export", null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
+                               help_text="The app's export whose snapshot a DPO run trains on, when it was picked.")
+    task_set = models.ForeignKey("TaskSet", null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
+                                 help_text="The app's task set a GRPO run or an evaluation reads, when it was picked.")
     base_checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.PROTECT,
                                         related_name="runs_from")
     folder = models.CharField(max_length=1000, help_text="The run folder (the config's output_dir).")
@@ -93,6 +126,8 @@ class Run(models.Model):
     worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker that runs it (local).")
     host = models.CharField(max_length=200, blank=True)
     pid = models.IntegerField(null=True, blank=True, help_text="The training process, leader of its own group.")
+    heartbeat_at = models.DateTimeField(null=True, blank=True,
+                                        help_text="Last time the worker following a running run said it still does.")
     slurm_job_id = models.CharField(max_length=40, blank=True)
     launched_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                                     related_name="+")
