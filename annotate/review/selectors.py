@@ -6,8 +6,10 @@ anything else from which the left/right order could be inferred.
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db import connection
+from django.db.models import Count, Exists, F, Max, OuterRef, Q
 
+from annotate.exports.models import Export
 from annotate.review import queue_sql
 from annotate.review.choices import swap_back
 from annotate.review.models import (
@@ -19,6 +21,7 @@ from annotate.review.models import (
     RationaleCheck,
     ReviewerStanding,
     ReviewerTally,
+    live_assignment_sql,
 )
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.rendering import markdown_to_safe_html
@@ -261,3 +264,102 @@ def rationale_flag_summary(*, project: Project, recent: int = 25) -> dict:
             "rationale": check.judgment.rationale,
         })
     return {"per_reviewer": per_reviewer, "latest": latest}
+
+
+# --- the home page's project rows ------------------------------------------------------------------
+
+
+def _pairs_and_judged_by_project() -> dict[int, tuple[int, int]]:
+    """{project id: (pairs, pairs that reached their overlap)} for every project, in one statement.
+
+    A pair has reached its overlap when its counted votes (the current judgments of first-time, live
+    assignments, as the export and adaptive overlap count them) are at least what it needs: its own
+    `reviewers_needed` with adaptive overlap, else the project's overlap (the queue's rule in queue_sql._open).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT p.project_id, COUNT(*),
+                   SUM(CASE WHEN COALESCE(v.n, 0) >= COALESCE(NULLIF(p.reviewers_needed, 0), pr.overlap)
+                            THEN 1 ELSE 0 END)
+            FROM review_pair p
+            JOIN review_project pr ON pr.id = p.project_id
+            LEFT JOIN (SELECT a.pair_id, COUNT(*) AS n
+                       FROM review_assignment a
+                       WHERE a.is_retest = %s AND a.current_judgment_id IS NOT NULL AND """
+            + live_assignment_sql("a") + """
+                       GROUP BY a.pair_id) v ON v.pair_id = p.id
+            GROUP BY p.project_id
+            """,
+            [False],
+        )
+        return {project_id: (int(pairs), int(judged or 0)) for project_id, pairs, judged in cursor.fetchall()}
+
+
+def _held_reviewers() -> list[tuple[int, int]]:
+    """(project id, reviewer id) of every reviewer held for an admin: their latest qualification attempt
+    failed and it was the last one their project allows (QualificationAttempt; services.qualification_state)."""
+    later = QualificationAttempt.objects.filter(project_id=OuterRef("project_id"), reviewer_id=OuterRef("reviewer_id"),
+                                                number__gt=OuterRef("number"))
+    return list(
+        QualificationAttempt.objects.filter(status=QualificationAttempt.Status.FAILED,
+                                            number__gte=F("project__qualification_attempts"),
+                                            project__qualification_items__gt=0)
+        .exclude(Exists(later))
+        .values_list("project_id", "reviewer_id")
+    )
+
+
+def _latest_done_exports() -> dict[int, dict]:
+    """{project id: its newest finished export's id, time and train/test counts}."""
+    newest = (Export.objects.filter(status=Export.Status.DONE).values("project_id")
+              .annotate(newest=Max("pk")).values("newest"))
+    return {
+        row["project_id"]: {"id": row["pk"], "created_at": row["created_at"],
+                            "train": (row["counts"] or {}).get("train"), "test": (row["counts"] or {}).get("test")}
+        for row in Export.objects.filter(pk__in=newest).values("pk", "project_id", "created_at", "counts")
+    }
+
+
+def project_rows_for_home(*, user: AbstractBaseUser, roles: set[str]) -> list[dict]:
+    """Every project with the figures the home page shows this user, by what their roles can act on.
+
+    All: pairs and the share judged to their overlap. Reviewers: pairs left for them (capped, as on their
+    page) or that they are held. Adjudicators and admins: pairs waiting for them to rule (the adjudication
+    queue's own count, capped). Admins: reviewers held for an admin. Admins and engineers: the newest
+    finished export. A user without a role sees no project.
+
+    The counts over all projects take one statement each; only the capped per-user counts are read project
+    by project.
+    """
+    if not roles:
+        return []
+    # Imported here: adjudication imports services, which imports this module.
+    from annotate.review.adjudication import queue_filter_parse, waiting_count
+
+    projects = list(Project.objects.order_by("name").only(
+        "slug", "name", "overlap", "min_overlap", "qualification_items", "qualification_attempts"))
+    reviews = "reviewer" in roles
+    adjudicates = bool(roles & {"adjudicator", "admin"})
+    staff = bool(roles & {"admin", "engineer"})
+    counts = _pairs_and_judged_by_project()
+    held = _held_reviewers() if reviews or "admin" in roles else []
+    exports = _latest_done_exports() if staff else {}
+    rows = []
+    for project in projects:
+        pairs, judged = counts.get(project.pk, (0, 0))
+        held_here = [reviewer_id for project_id, reviewer_id in held if project_id == project.pk]
+        row = {"project": project, "pairs": pairs, "judged": judged,
+               "judged_share": judged / pairs if pairs else None}
+        if reviews:
+            row["you_are_held"] = user.pk in held_here
+            row["left_for_you"] = None if row["you_are_held"] else reviewer_progress(project=project, reviewer=user)
+        if adjudicates:
+            row["waiting"] = waiting_count(project=project, adjudicator=user,
+                                           queue=queue_filter_parse({}, project=project))
+        if "admin" in roles:
+            row["held"] = len(held_here)
+        if staff:
+            row["latest_export"] = exports.get(project.pk)
+        rows.append(row)
+    return rows

@@ -5,13 +5,21 @@ from django.http import Http404
 from django.shortcuts import render
 
 from annotate.review.models import Project
-from annotate.review.selectors import user_roles
+from annotate.review.selectors import project_rows_for_home, user_roles
+from annotate.runs.selectors import latest_checkpoints, latest_runs
 
 
 def home(request):
+    """Each project with what the user's roles can act on; for admins and engineers, the latest runs too."""
     roles = user_roles(request.user)
-    projects = Project.objects.order_by("name") if roles else Project.objects.none()
-    return render(request, "review/home.html", {"projects": projects, "roles": sorted(roles)})
+    can = {"review": bool(roles & {"reviewer", "admin"}), "adjudicate": bool(roles & {"adjudicator", "admin"}),
+           "staff": bool(roles & {"admin", "engineer"}), "admin": "admin" in roles,
+           "see_left": "reviewer" in roles}
+    return render(request, "review/home.html", {
+        "rows": project_rows_for_home(user=request.user, roles=roles), "roles": sorted(roles), "can": can,
+        "runs": latest_runs(limit=5) if can["staff"] else [],
+        "checkpoints": latest_checkpoints(limit=5) if can["staff"] else [],
+    })
 
 
 def review_page(request, slug: str):

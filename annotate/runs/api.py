@@ -17,7 +17,7 @@ from annotate.runs.models import Checkpoint, Run
 from annotate.runs.present import checkpoint_summary, run_payload
 from annotate.runs.slurm import slurm_refresh
 
-LAUNCH_FIELDS = {"kind", "base_checkpoint", "config", "snapshot", "tasks", "backend"}
+LAUNCH_FIELDS = {"kind", "base_checkpoint", "config", "snapshot", "tasks", "export", "task_set", "backend"}
 
 
 class RunLaunchSerializer(serializers.Serializer):
@@ -25,8 +25,10 @@ class RunLaunchSerializer(serializers.Serializer):
 
     kind = serializers.ChoiceField(["dpo", "grpo"])
     base_checkpoint = serializers.CharField(help_text="a registered checkpoint's name or id")
-    snapshot = serializers.CharField(required=False, help_text="snapshot folder (dpo)")
-    tasks = serializers.CharField(required=False, help_text="task file (grpo)")
+    export = serializers.IntegerField(required=False, help_text="a finished export's id: its snapshot (dpo)")
+    task_set = serializers.CharField(required=False, help_text="a task set's id or name (grpo)")
+    snapshot = serializers.CharField(required=False, help_text="or a snapshot folder under the run input folders (dpo)")
+    tasks = serializers.CharField(required=False, help_text="or a task file under the run input folders (grpo)")
     config = serializers.JSONField(required=False, help_text="TRL config keys, as a mapping or YAML text")
     backend = serializers.ChoiceField(["local", "slurm"], required=False, default="local")
 
@@ -40,14 +42,16 @@ def run_or_404(run_id: int) -> Run:
 
 def launch_from(data, user) -> Run:
     if not isinstance(data, dict):
-        raise UserMistake("send a JSON object: kind, base_checkpoint, snapshot or tasks, config, backend")
+        raise UserMistake("send a JSON object: kind, base_checkpoint, export or task_set (or a snapshot or tasks path), "
+                          "config, backend")
     unknown = sorted(set(data) - LAUNCH_FIELDS)
     if unknown:
         raise UserMistake(f"unknown field {unknown[0]!r}; a launch takes {', '.join(sorted(LAUNCH_FIELDS))} "
                           "(TRL keys go inside config)")
     return run_launch(kind=data.get("kind", ""), base_checkpoint=data.get("base_checkpoint"),
                       config=data.get("config"), snapshot=data.get("snapshot") or None,
-                      tasks=data.get("tasks") or None, backend=data.get("backend") or "local", launched_by=user)
+                      tasks=data.get("tasks") or None, export=data.get("export") or None,
+                      task_set=data.get("task_set") or None, backend=data.get("backend") or "local", launched_by=user)
 
 
 class RunsView(APIView):
@@ -86,7 +90,9 @@ class RunCancelView(APIView):
 
 class CompareSerializer(serializers.Serializer):
     checkpoints = serializers.ListField(child=serializers.CharField(), help_text="two or more checkpoint names or ids")
-    prompts = serializers.CharField(help_text="JSONL file of prompt_id and prompt lines")
+    prompts_project = serializers.SlugField(required=False, help_text="sample answers to this project's prompts")
+    task_set = serializers.CharField(required=False, help_text="or to the prompts of a task set (id or name)")
+    prompts = serializers.CharField(required=False, help_text="or to a JSONL file of prompt_id and prompt lines")
     project = serializers.SlugField(help_text="the project the answers are imported into")
     temperature = serializers.FloatField(required=False, default=0.7)
     max_new_tokens = serializers.IntegerField(required=False, default=256)
@@ -168,7 +174,8 @@ class AuditJudgmentView(APIView):
 class EvaluateSerializer(serializers.Serializer):
     checkpoints = serializers.ListField(child=serializers.CharField(), help_text="checkpoint names or ids; the "
                                         "first is the base the others are read against")
-    tasks = serializers.CharField(help_text="task file, e.g. held-out variants (tasks make --variant heldout)")
+    task_set = serializers.CharField(required=False, help_text="a task set's id or name, e.g. held-out variants")
+    tasks = serializers.CharField(required=False, help_text="or a task file under the run input folders")
     samples = serializers.IntegerField(required=False, default=1)
     temperature = serializers.FloatField(required=False, default=0.0)
     max_new_tokens = serializers.IntegerField(required=False, default=128)

@@ -9,8 +9,11 @@ it (all or nothing, every error as `line N: reason`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 
 from annotate.errors import UserMistake
@@ -23,19 +26,57 @@ from annotate.runs.launch import input_path, queue_checkpoints_run
 from annotate.runs.models import Run
 
 ITEMS_FILE = "items.jsonl"
+MAX_PROJECT_PROMPTS = 500  # a comparison samples every prompt from every checkpoint: keep a project's batch bounded
 
 
-def compare_launch(*, checkpoints: list, prompts: str, project: str, temperature: float = 0.7,
-                   max_new_tokens: int = 256, seed: int = 0, launched_by: AbstractBaseUser | None = None,
-                   enqueue: bool = True) -> Run:
+def project_prompts_file(project: Project) -> Path:
+    """A project's prompts as a prompts file (prompt_id, prompt), kept under the inputs folder by content, so a
+    comparison reads the prompts as they were when it was launched."""
+    rows = [{"prompt_id": external_id, "prompt": messages} for external_id, messages in
+            project.prompts.order_by("external_id").values_list("external_id", "messages")[:MAX_PROJECT_PROMPTS]]
+    if not rows:
+        raise UserMistake(f"project {project.slug} has no prompts to sample answers to; import some first")
+    text = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows)
+    path = Path(settings.INPUTS_ROOT) / "prompts" / f"{project.slug}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jsonl"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(f".{path.name}.part")
+        scratch.write_text(text, encoding="utf-8")
+        scratch.replace(path)
+    return path
+
+
+def _prompts_path(*, prompts: str | None, task_set, prompts_project: str | None) -> Path:
+    """Where the prompts come from: a project's prompts, a task set, or (through the API) a file's path."""
+    from annotate.runs.task_sets import task_set_resolve
+
+    given = [name for name, value in (("prompts", prompts), ("task_set", task_set),
+                                      ("prompts_project", prompts_project)) if value]
+    if len(given) != 1:
+        raise UserMistake("give the prompts once: a project's prompts (prompts_project), a task set (task_set) or a "
+                          f"prompts file (prompts){'; got ' + ', '.join(given) if given else ''}")
+    if prompts_project:
+        source = Project.objects.filter(slug=prompts_project).first()
+        if source is None:
+            raise UserMistake(f"no project {prompts_project!r} to take prompts from")
+        return project_prompts_file(source)
+    if task_set:
+        return input_path("tasks", task_set_resolve(task_set).path)
+    path = input_path("prompts", prompts)
+    if not path.is_file():
+        raise UserMistake(f"prompts {prompts} is not a file; give a JSONL file of prompt_id and prompt lines")
+    return path
+
+
+def compare_launch(*, checkpoints: list, project: str, prompts: str | None = None, task_set=None,
+                   prompts_project: str | None = None, temperature: float = 0.7, max_new_tokens: int = 256,
+                   seed: int = 0, launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
     """Check a comparison and queue it as a sample run."""
     chosen = local_checkpoints(checkpoints, at_least=2, purpose="compare")
     target = Project.objects.filter(slug=project).first()
     if target is None:
         raise UserMistake(f"no project {project!r}; the answers are imported into an existing project")
-    prompts_path = input_path("prompts", prompts)
-    if not prompts_path.is_file():
-        raise UserMistake(f"prompts {prompts} is not a file; give a JSONL file of prompt_id and prompt lines")
+    prompts_path = _prompts_path(prompts=prompts, task_set=task_set, prompts_project=prompts_project)
     max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=1, high=4096)
     seed = whole_number("seed", seed, low=0, high=MAX_INT32)
     if not 0 <= float(temperature) <= 5:

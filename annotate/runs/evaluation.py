@@ -19,14 +19,21 @@ from annotate.runs.models import Checkpoint, Run
 EVAL_FILE = "eval.json"
 
 
-def eval_launch(*, checkpoints: list, tasks: str, samples: int = 1, temperature: float = 0.0,
-                max_new_tokens: int = 128, seed: int = 0, launched_by: AbstractBaseUser | None = None,
-                enqueue: bool = True) -> Run:
-    """Check an evaluation and queue it; the first checkpoint is the base the others are read against."""
+def eval_launch(*, checkpoints: list, tasks: str | None = None, task_set=None, samples: int = 1,
+                temperature: float = 0.0, max_new_tokens: int = 128, seed: int = 0,
+                launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
+    """Check an evaluation and queue it; the first checkpoint is the base the others are read against. The tasks
+    are a task set of the app or, through the API, a task file's path."""
+    from annotate.runs.task_sets import task_set_for_path, task_set_resolve
+
     chosen = local_checkpoints(checkpoints, at_least=1, purpose="evaluate")
-    tasks_path = input_path("tasks", tasks)
+    if bool(tasks) == bool(task_set):
+        raise UserMistake("give the tasks once: a task set (task_set), or a task file's path (tasks)")
+    picked = task_set_resolve(task_set) if task_set else None
+    tasks_path = input_path("tasks", picked.path if picked else tasks)
     if not tasks_path.is_file():
         raise UserMistake(f"tasks {tasks} is not a file; make one with python -m training tasks make --variant heldout")
+    picked = picked or task_set_for_path(str(tasks_path))
     samples = whole_number("samples", samples, low=1, high=64)
     max_new_tokens = whole_number("max_new_tokens", max_new_tokens, low=1, high=4096)
     seed = whole_number("seed", seed, low=0, high=MAX_INT32)
@@ -35,7 +42,7 @@ def eval_launch(*, checkpoints: list, tasks: str, samples: int = 1, temperature:
     if float(temperature) == 0 and int(samples) != 1:
         raise UserMistake("temperature 0 is greedy and gives one answer per task; set samples to 1 or raise it")
     return queue_checkpoints_run(kind=Run.Kind.EVAL, checkpoints=chosen, launched_by=launched_by, enqueue=enqueue,
-                                 tasks_path=str(tasks_path),
+                                 tasks_path=str(tasks_path), task_set=picked,
                                  options={"tasks": str(tasks_path), "samples": int(samples),
                                           "temperature": float(temperature), "max_new_tokens": int(max_new_tokens),
                                           "seed": int(seed)})

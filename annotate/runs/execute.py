@@ -33,6 +33,9 @@ from annotate.runs.services import run_apply_folder, run_finish
 logger = logging.getLogger(__name__)
 
 POLL_S = 1.0
+# How often a follower tells the row it is still there (Run.heartbeat_at); a run not heard from for
+# PAIRWISE_RUN_LOST_AFTER_S is marked lost (annotate/runs/sweeps.py).
+HEARTBEAT_S = 5.0
 STOP_GRACE_S = 10.0  # SIGTERM first, so the trainer can mark its run.json; then SIGKILL
 
 
@@ -42,8 +45,8 @@ def _claim(run_id: int, worker: str) -> Run | None:
         if run is None or run.status != Run.Status.QUEUED:
             return None  # cancelled before it started, or a repeated delivery
         run.status, run.started_at = Run.Status.RUNNING, timezone.now()
-        run.worker, run.host = worker, socket.gethostname()
-        run.save(update_fields=["status", "started_at", "worker", "host"])
+        run.worker, run.host, run.heartbeat_at = worker, socket.gethostname(), run.started_at
+        run.save(update_fields=["status", "started_at", "worker", "host", "heartbeat_at"])
     return run
 
 
@@ -64,6 +67,10 @@ def command_args(run: Run, config_file: Path) -> list[str]:
         from annotate.runs.evaluation import eval_command_args
 
         return eval_command_args(run)
+    if run.kind == Run.Kind.SFT:
+        from annotate.runs.demo_checkpoint import sft_command_args
+
+        return sft_command_args(run)
     return [run.kind, "--config", str(config_file)]
 
 
@@ -75,6 +82,14 @@ def _after_success(run: Run) -> Run:
 
         run.record = {**(run.record or {}), "eval": eval_result(run)}
         Run.objects.filter(pk=run.pk).update(record=run.record)
+    if run.kind == Run.Kind.SFT:
+        from annotate.runs.demo_checkpoint import sft_register
+
+        try:
+            sft_register(run)
+        except UserMistake as error:
+            return run_finish(run, status=Run.Status.FAILED, exit_code=0, error=f"the checkpoint it built could not "
+                              f"be registered: {error}")
     if run.kind != Run.Kind.SAMPLE:
         return run_finish(run, status=Run.Status.SUCCEEDED, exit_code=0)
     from annotate.runs.compare import sample_import
@@ -120,12 +135,16 @@ def follow(run: Run, *, exit_code: Callable[[], int | None], process_alive: Call
     """Copy the run folder into the row until the process ends; stop its group when a cancel is asked for."""
     reader = FolderReader(Path(run.folder), log=sidecar(run.folder, ".log"))
     stop_sent_at: float | None = None
+    beat_at: float | None = None  # the first pass says so at once: a follower after a restart starts late
     try:
         while True:
             alive = process_alive()
             run_apply_folder(run, reader.read())
             if not alive:
                 break
+            if beat_at is None or time.monotonic() - beat_at >= HEARTBEAT_S:
+                Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(heartbeat_at=timezone.now())
+                beat_at = time.monotonic()
             if stop_sent_at is None and Run.objects.filter(pk=run.pk, cancel_requested=True).exists():
                 _signal_group(run.pid, signal.SIGTERM)
                 stop_sent_at = time.monotonic()

@@ -25,6 +25,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from annotate.errors import UserMistake
+from annotate.exports.models import Export
 from annotate.limits import text_within
 from annotate.runs.checkpoints import checkpoint_resolve
 from annotate.runs.models import Checkpoint, Run
@@ -36,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 # The trainers a config launches. Evaluations and comparisons (eval, sample) are not: they run over registered
 # checkpoints and are queued by annotate/runs/evaluation.py and compare.py with options of their own.
-LAUNCH_KINDS = tuple(kind for kind in Run.Kind.values if kind not in (Run.Kind.EVAL, Run.Kind.SAMPLE))
+LAUNCH_KINDS = (Run.Kind.DPO, Run.Kind.GRPO)
 CHECK_TIMEOUT_S = 180
 # Keys the launch sets from its own fields; a config naming them would contradict the form.
 SET_BY_LAUNCH = {"base_checkpoint": "base_checkpoint", "output_dir": "the run folder (chosen by the app)",
@@ -166,16 +167,51 @@ def check_launch_keys(resolved: dict, expected: dict) -> None:
                               f"not {value!r} as the launch set it; nothing was queued")
 
 
-def _input_path(kind: str, snapshot: str | None, tasks: str | None) -> tuple[str, str]:
-    """The snapshot (DPO) or task file (GRPO) the kind needs, as an absolute path."""
+def export_for_training(reference) -> Export:
+    """A finished export of the app, by id, whose snapshot folder is here; or one line saying what is wrong."""
+    text = str(reference if reference is not None else "").strip()
+    export = (Export.objects.select_related("project").filter(pk=int(text)).first()
+              if text.isdigit() and len(text) < 19 else None)
+    if export is None:
+        raise UserMistake(f"export {text or '(empty)'!r} is not an export of this app; pick one from a project's "
+                          "Exports page")
+    if export.status != Export.Status.DONE:
+        raise UserMistake(f"export {export.pk} of {export.project.slug} is {export.status}, not done; a DPO run trains "
+                          "on a finished snapshot")
+    if not Path(export.out_dir).is_dir():
+        raise UserMistake(f"export {export.pk}'s snapshot folder {export.out_dir} is gone; export the project again")
+    return export
+
+
+def _input_path(kind: str, snapshot: str | None, tasks: str | None, export, task_set) -> tuple[str, str, dict]:
+    """The snapshot (DPO) or task file (GRPO) the kind needs, as an absolute path, with the app's export or task
+    set it is (picked, or found by its path)."""
+    from annotate.runs.task_sets import task_set_for_path, task_set_resolve
+
     wanted, other = ("snapshot", "tasks") if kind == "dpo" else ("tasks", "snapshot")
-    given = {"snapshot": snapshot, "tasks": tasks}
+    given = {"snapshot": snapshot or export, "tasks": tasks or task_set}
     if given[other]:
-        raise UserMistake(f"a {kind} run takes {wanted}, not {other}")
+        picked = {"snapshot": "a snapshot", "tasks": "a task set"}
+        raise UserMistake(f"a {kind} run takes {picked[wanted]}, not {picked[other]}")
+    if snapshot and export or tasks and task_set:
+        raise UserMistake(f"give the {wanted} once: a path or the app's {'export' if kind == 'dpo' else 'task set'}, "
+                          "not both")
     if not given[wanted]:
-        what = "a snapshot folder (manage.py export_snapshot)" if kind == "dpo" else "a task file (JSONL)"
+        what = ("a snapshot (an export of a project, or a snapshot folder)" if kind == "dpo"
+                else "a task set (or a task file, JSONL)")
         raise UserMistake(f"{wanted} is required for a {kind} run: give {what}")
-    return wanted, str(input_path(wanted, given[wanted]))
+    if export:
+        chosen = export_for_training(export)
+        return wanted, str(input_path("snapshot", chosen.out_dir)), {"export": chosen}
+    if task_set:
+        chosen = task_set_resolve(task_set)
+        return wanted, str(input_path("tasks", chosen.path)), {"task_set": chosen}
+    path = str(input_path(wanted, given[wanted]))
+    if wanted == "snapshot":
+        found = Export.objects.filter(out_dir=path, status=Export.Status.DONE).first()
+        return wanted, path, {"export": found} if found else {}
+    found = task_set_for_path(path)
+    return wanted, path, {"task_set": found} if found else {}
 
 
 def run_folder_for(run_id: int) -> Path:
@@ -183,8 +219,12 @@ def run_folder_for(run_id: int) -> Path:
 
 
 def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None = None, tasks: str | None = None,
-               backend: str = "local", launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
-    """Check a launch and record it as queued; with `enqueue`, hand it to the training queue after commit."""
+               export=None, task_set=None, backend: str = "local", launched_by: AbstractBaseUser | None = None,
+               enqueue: bool = True) -> Run:
+    """Check a launch and record it as queued; with `enqueue`, hand it to the training queue after commit.
+
+    The input is the app's export (DPO) or task set (GRPO), by id, or a path under the run input folders for
+    files that live elsewhere (a cluster's storage); a path that is an export's or task set's is linked to it."""
     if kind not in LAUNCH_KINDS:
         raise UserMistake(f"kind must be one of {', '.join(LAUNCH_KINDS)}, got {kind!r}")
     if backend not in Run.Backend.values:
@@ -194,7 +234,7 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
         raise UserMistake(f"base_checkpoint {base.name!r} lies at {base.uri}, which is not a folder here; a run "
                           "starts from a local checkpoint folder")
     user_config = parse_config(config)
-    input_key, input_path = _input_path(kind, snapshot, tasks)
+    input_key, input_path, picked = _input_path(kind, snapshot, tasks, export, task_set)
     # The check sees the real inputs and a run folder that cannot exist yet; the real one is named after the row.
     placeholder = Path(settings.RUN_ROOT) / f".check-{os.getpid()}-{threading.get_ident()}" / "run"
     full_config = {**user_config, "base_checkpoint": base.uri, input_key: input_path,
@@ -207,7 +247,7 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
             kind=kind, backend=backend, base_checkpoint=base, launched_by=launched_by, folder="",
             snapshot_path=input_path if input_key == "snapshot" else "",
             snapshot_manifest=snapshot_manifest(input_path) if input_key == "snapshot" else None,
-            tasks_path=input_path if input_key == "tasks" else "",
+            tasks_path=input_path if input_key == "tasks" else "", **picked,
         )
         run.folder = str(run_folder_for(run.pk))
         run.config = {**full_config, "output_dir": run.folder}

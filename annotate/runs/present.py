@@ -48,6 +48,7 @@ def snapshot_summary(run: Run) -> dict | None:
         "criteria_version": manifest.get("criteria_version"),
         "judgments": counts.get("judgments_in_rows", counts.get("judgments_counted")),
         "rows": {"train": counts.get("train"), "test": counts.get("test")},
+        "export": {"id": run.export_id, "project": run.export.project.slug} if run.export_id else None,
     }
 
 
@@ -57,8 +58,12 @@ def tasks_summary(run: Run) -> dict | None:
         return None
     record = run.record or {}
     tasks = record.get("tasks") or {}
-    return {"path": run.tasks_path, "sha256": tasks.get("sha256"), "count": tasks.get("count"),
-            "trained_on": tasks.get("trained_on"), "scorers": record.get("scorers") or {}}
+    task_set = run.task_set
+    return {"path": run.tasks_path, "sha256": tasks.get("sha256") or (task_set.sha256 if task_set else None),
+            "count": tasks.get("count") or (task_set.count if task_set else None),
+            "trained_on": tasks.get("trained_on"), "scorers": record.get("scorers") or {},
+            "task_set": {"id": task_set.pk, "name": task_set.name, "sha256": task_set.sha256,
+                         "families": task_set.families, "variant": task_set.variant} if task_set else None}
 
 
 def eval_table(run: Run) -> list[dict]:

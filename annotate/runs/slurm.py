@@ -1,6 +1,7 @@
 """The Slurm backend: the job template of the run's kind from deploy/slurm/, rendered for this run, then
-sbatch; cancel is scancel. The job writes the run folder on shared storage; the app reads it when the run
-is looked at (`slurm_refresh`), and squeue says when a job has left the queue.
+sbatch; cancel is scancel. The job writes the run folder on shared storage; the app reads it (`slurm_refresh`)
+every PAIRWISE_RUN_POLL_S (annotate/runs/sweeps.py) and whenever the run is looked at, and squeue says when
+a job has left the queue.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from django.conf import settings
+from django.db import transaction
 
 from annotate.runs.folder import STATUS_OF_RECORD, FolderReader, last_error_line, sidecar
 from annotate.runs.models import Run
@@ -65,8 +67,20 @@ def slurm_submit(run: Run, config_file: Path) -> Run:
     return run
 
 
+def _finish_once(run: Run, *, status: str, exit_code: int | None = None, error: str) -> Run:
+    """Record the run's end unless it has one already: the periodic poll, a page view and a cancel may look at
+    the same run at once, and the end recorded first stands (under the row lock)."""
+    with transaction.atomic():
+        now = Run.objects.select_for_update().filter(pk=run.pk).values_list("status", flat=True).first()
+        if now != Run.Status.RUNNING:
+            run.refresh_from_db()
+            return run
+        return run_finish(run, status=status, exit_code=exit_code, error=error)
+
+
 def slurm_cancel(run: Run) -> Run:
-    """scancel the job; the run is cancelled whatever the job had done so far."""
+    """scancel the job; the run is cancelled whatever the job had done so far (unless its end was recorded
+    a moment before)."""
     if run.slurm_job_id:
         try:
             done = _run(["scancel", run.slurm_job_id])
@@ -75,7 +89,7 @@ def slurm_cancel(run: Run) -> Run:
         if done.returncode != 0:
             run.log_tail = (run.log_tail + f"\nscancel {run.slurm_job_id}: {last_error_line(done.stderr)}").strip()
             Run.objects.filter(pk=run.pk).update(log_tail=run.log_tail)
-    return run_finish(run, status=Run.Status.CANCELLED, error=f"cancelled; scancel {run.slurm_job_id or '(no job)'}")
+    return _finish_once(run, status=Run.Status.CANCELLED, error=f"cancelled; scancel {run.slurm_job_id or '(no job)'}")
 
 
 def _job_in_queue(job_id: str) -> bool | None:
@@ -96,9 +110,9 @@ def slurm_refresh(run: Run) -> Run:
     run_apply_folder(run, FolderReader(Path(run.folder), log=sidecar(run.folder, ".log")).read())
     status = STATUS_OF_RECORD.get((run.record or {}).get("status"))
     if status is not None:
-        return run_finish(run, status=status, error=(run.record or {}).get("error") or "")
+        return _finish_once(run, status=status, error=(run.record or {}).get("error") or "")
     if run.slurm_job_id and _job_in_queue(run.slurm_job_id) is False:
-        return run_finish(run, status=Run.Status.FAILED, error=(
+        return _finish_once(run, status=Run.Status.FAILED, error=(
             f"Slurm job {run.slurm_job_id} left the queue without finishing its run.json: "
             f"{last_error_line(run.log_tail) or 'see the job log'}"))
     return run

@@ -1,10 +1,11 @@
 """Celery tasks of training runs, on their own queue ("training") so long runs never hold up exports or
-the reviewer sweeps. The work lives in annotate/runs/execute.py; a task only calls it."""
+the reviewer sweeps; and the periodic sweeps that follow runs when nobody looks. The work lives in
+annotate/runs/execute.py and annotate/runs/sweeps.py; a task only calls it."""
 
 from celery import shared_task
 from celery.signals import worker_ready
 
-from annotate.runs import execute
+from annotate.runs import execute, sweeps
 
 QUEUE = "training"  # given at each send: Celery 6 drops the per-task queue attribute
 
@@ -28,3 +29,21 @@ def reconcile_runs_of_this_worker(sender, **kwargs) -> None:
     """Runs still marked running under this worker's name: follow the live ones again, fail the others."""
     for run_id in execute.runs_reconcile(worker=sender.hostname):
         follow_run_again.apply_async((run_id,), queue=QUEUE)
+
+
+# The sweeps go to the default queue, not "training": a training worker runs one run at a time and is busy
+# following it for hours, so a sweep queued there would wait for the run to end, and the lost-run sweep would
+# wait on the very worker it watches. The default worker has what the web host has: the run root and, for a
+# Slurm cluster, squeue (the page view calls it too).
+
+
+@shared_task
+def poll_slurm_runs() -> int:
+    """Periodic (celery beat): read every running Slurm run; returns how many ended."""
+    return len(sweeps.slurm_runs_poll())
+
+
+@shared_task
+def mark_lost_runs() -> int:
+    """Periodic (celery beat): local runs whose worker stopped reporting are marked failed; returns how many."""
+    return len(sweeps.lost_runs_mark())

@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from annotate.errors import UserMistake
@@ -23,13 +24,28 @@ from annotate.runs.audit import (
     served_token,
 )
 from annotate.runs.compare import compare_launch
+from annotate.runs.demo_checkpoint import (
+    DEMO_CHECKPOINT,
+    DEMO_STEPS,
+    demo_checkpoint_queue,
+    sft_build_under_way,
+    sft_progress,
+)
 from annotate.runs.evaluation import eval_launch, eval_side_by_side, evals_of
 from annotate.runs.launch import checkpoint_choices, run_cancel, run_launch
-from annotate.runs.models import AuditJudgment, Checkpoint, Run
+from annotate.runs.launch_form import (
+    FAMILY_CHOICES,
+    FORM_FIELDS,
+    VARIANT_CHOICES,
+    compare_prompts_source,
+    launch_inputs,
+    launch_values,
+    snapshot_choices,
+    task_set_choices,
+)
+from annotate.runs.models import AuditJudgment, Checkpoint, Run, TaskSet
 from annotate.runs.present import ancestry, children_by_kind, config_without_secrets, run_payload
-
-DEFAULT_CONFIG = "learning_rate: 5.0e-6\nmax_steps: 200\nper_device_train_batch_size: 8\nlogging_steps: 1\n"
-FORM_FIELDS = ("kind", "base_checkpoint", "snapshot", "tasks", "backend", "config")
+from annotate.runs.task_sets import task_set_make, task_set_upload
 
 
 def _staff_only(request, to: str) -> None:
@@ -44,26 +60,62 @@ def _admins_only(request, to: str) -> None:
 
 def runs_page(request):
     _staff_only(request, "launch and follow training runs")
-    values = {"kind": "dpo", "backend": "local", "config": DEFAULT_CONFIG, "base_checkpoint": "", "snapshot": "",
-              "tasks": ""}
+    values = launch_values(request.GET)
     error = None
     if request.method == "POST":
         values.update({name: request.POST.get(name, "").strip() for name in FORM_FIELDS})
         try:
             run = run_launch(kind=values["kind"], base_checkpoint=values["base_checkpoint"], config=values["config"],
-                             snapshot=values["snapshot"] or None, tasks=values["tasks"] or None,
-                             backend=values["backend"], launched_by=request.user)
+                             **launch_inputs(values), backend=values["backend"], launched_by=request.user)
             messages.success(request, f"Run {run.pk} queued.")
             return redirect("run-page", run_id=run.pk)
         except UserMistake as mistake:
             error = str(mistake)
     runs = Run.objects.select_related("base_checkpoint", "launched_by", "output_checkpoint")[:100]
+    building = sft_build_under_way()
     return render(request, "runs/list.html", {
         "runs": runs, "checkpoints": checkpoint_choices(), "values": values, "error": error,
         "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & IsAdmin.roles),
         "kinds": ("dpo", "grpo"), "backends": Run.Backend.values,
-        "busy": any(not run.finished for run in runs),
+        "snapshots": snapshot_choices(), "task_sets": TaskSet.objects.order_by("name"),
+        "task_set_choices": task_set_choices(), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,
+        "sft_build": sft_progress(building) if building else None, "demo_checkpoint": DEMO_CHECKPOINT,
+        "demo_steps": DEMO_STEPS,
+        "busy": building is not None or any(not run.finished for run in runs),
     })
+
+
+@require_POST
+def task_set_make_page(request):
+    _staff_only(request, "make task sets")
+    form = request.POST
+    try:
+        if form.get("source") == "upload":
+            task_set = task_set_upload(upload=request.FILES.get("file"), name=form.get("name"),
+                                       created_by=request.user)
+        else:
+            task_set = task_set_make(families=form.getlist("families"), variant=form.get("variant", "train"),
+                                     n=form.get("n") or 0, seed=form.get("seed") or 0, name=form.get("name"),
+                                     created_by=request.user)
+    except UserMistake as mistake:
+        messages.error(request, f"Task set: {mistake}")
+        return redirect(reverse("runs-page") + "#task-sets")
+    messages.success(request, f"Task set {task_set.name!r}: {task_set.count} tasks kept.")
+    return redirect(reverse("runs-page") + "#task-sets")
+
+
+@require_POST
+def demo_checkpoint_build_page(request):
+    _staff_only(request, "build the demo checkpoint")
+    try:
+        run = demo_checkpoint_queue(steps=request.POST.get("steps", ""), launched_by=request.user)
+    except UserMistake as mistake:
+        messages.error(request, f"Demo checkpoint: {mistake}")
+        return redirect("runs-page")
+    if run is None:
+        messages.success(request, f"The checkpoint {DEMO_CHECKPOINT} is registered already.")
+        return redirect("runs-page")
+    return redirect("run-page", run_id=run.pk)
 
 
 def _launch_from_form(request, what: str, launch, done: str):
@@ -83,7 +135,8 @@ def compare_page(request):
     _admins_only(request, "compare checkpoints: the answers are imported into a project")
     form = request.POST
     return _launch_from_form(request, "Compare checkpoints", lambda: compare_launch(
-        checkpoints=form.getlist("checkpoints"), prompts=form.get("prompts", ""), project=form.get("project", ""),
+        checkpoints=form.getlist("checkpoints"), project=form.get("project", ""),
+        **compare_prompts_source(form.get("prompts_from", "")),
         temperature=float(form.get("temperature") or 0.7), max_new_tokens=form.get("max_new_tokens") or 256,
         launched_by=request.user), "samples the answers")
 
@@ -92,7 +145,7 @@ def compare_page(request):
 def evaluate_page(request):
     form = request.POST
     return _launch_from_form(request, "Evaluate checkpoints", lambda: eval_launch(
-        checkpoints=form.getlist("checkpoints"), tasks=form.get("tasks", ""), samples=form.get("samples") or 1,
+        checkpoints=form.getlist("checkpoints"), task_set=form.get("task_set") or None, samples=form.get("samples") or 1,
         temperature=float(form.get("temperature") or 0), max_new_tokens=form.get("max_new_tokens") or 128,
         launched_by=request.user), "evaluates the checkpoints")
 

@@ -26,6 +26,7 @@ def process_alive(pid: int) -> bool:
 @pytest.fixture(autouse=True)
 def run_root(tmp_path, tmp_path_factory, settings) -> Path:
     settings.RUN_ROOT = tmp_path / "runs"
+    settings.INPUTS_ROOT = tmp_path / "inputs"  # task sets and prompt files the app writes for runs
     # Runs read their inputs from the test's own folders (the session's tiny snapshot among them) only.
     settings.PAIRWISE_RUN_INPUT_ROOTS = [tmp_path_factory.getbasetemp()]
     return settings.RUN_ROOT

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from annotate.exports.models import Export
 from annotate.review import services
 from annotate.runs.models import Run
 from tests.e2e.conftest import _database_before_live_server, _orm_beside_playwright, artifacts, browser  # noqa: F401
@@ -29,6 +30,10 @@ LONG_RUN = ("learning_rate: 1.0e-4\nmax_steps: 2000\nper_device_train_batch_size
 def test_an_engineer_launches_follows_and_cancels_a_run(live_server, base_checkpoint, tiny_snapshot, browser,  # noqa: F811
                                                         artifacts):  # noqa: F811
     services.user_add(username="eve", role="engineer", password=PASSWORD)
+    project, _, _ = services.project_create_or_update(slug="speed", name="Speed", instructions="Pick the right one.",
+                                                      criteria_items=[{"key": "correct", "text": "It is right."}])
+    export = Export.objects.create(project=project, filters={}, status=Export.Status.DONE, out_dir=str(tiny_snapshot),
+                                   counts={"train": 24, "test": 8})
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
     page.set_default_navigation_timeout(180_000)  # the launch waits for the training command's own check
     page.goto(live_server.url + "/")
@@ -38,7 +43,7 @@ def test_an_engineer_launches_follows_and_cancels_a_run(live_server, base_checkp
     page.get_by_role("link", name="Training runs").click()
 
     page.get_by_label("Base checkpoint").select_option("tiny-sft")
-    page.get_by_label("Snapshot folder (DPO)").fill(str(tiny_snapshot))
+    page.get_by_label("Snapshot (DPO)").select_option(str(export.pk))
     page.get_by_label("Config (YAML)").fill(LONG_RUN)
     page.get_by_role("button", name="Launch").click()  # the training command checks the config first
     expect(page).to_have_url(re.compile(r"/runs/\d+/$"))

@@ -3,6 +3,7 @@ queued (the config checked by the training command itself, in a subprocess)."""
 
 import pytest
 
+from annotate.exports.models import Export
 from annotate.runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -61,13 +62,13 @@ def test_launch_inputs_the_app_sets_itself_or_the_kind_needs_are_refused(enginee
           "config": {"output_dir": "/tmp/elsewhere"}},
          "config: output_dir is set by the launch itself (the run folder (chosen by the app)); remove it from the config"),
         ({"kind": "dpo", "base_checkpoint": "tiny-sft"},
-         "snapshot is required for a dpo run: give a snapshot folder (manage.py export_snapshot)"),
+         "snapshot is required for a dpo run: give a snapshot (an export of a project, or a snapshot folder)"),
         ({"kind": "grpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot)},
-         "a grpo run takes tasks, not snapshot"),
+         "a grpo run takes a task set, not a snapshot"),
         ({"kind": "sft", "base_checkpoint": "tiny-sft"}, "kind must be one of dpo, grpo, got 'sft'"),
         ({"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot), "learning_rate": 1},
-         "unknown field 'learning_rate'; a launch takes backend, base_checkpoint, config, kind, snapshot, tasks "
-         "(TRL keys go inside config)"),
+         "unknown field 'learning_rate'; a launch takes backend, base_checkpoint, config, export, kind, snapshot, "
+         "task_set, tasks (TRL keys go inside config)"),
         ({"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot), "config": "max_steps: [1"},
          "config: expected ',' or ']', but got '<stream end>' at line 1; fix the YAML syntax"),
     ]
@@ -95,9 +96,11 @@ def test_a_valid_launch_is_queued_with_its_resolved_config_and_lineage(engineer_
     assert "Not enough data" in detail["charts"]["loss"]
 
 
-def test_the_page_form_shows_the_same_one_line_error(make_user, client, base_checkpoint, tiny_snapshot):
+def test_the_page_form_shows_the_same_one_line_error(make_user, make_project, client, base_checkpoint, tiny_snapshot):
     client.force_login(make_user("eve", "engineer"))
-    page = client.post("/runs/", {"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot),
+    export = Export.objects.create(project=make_project("speed"), filters={}, status=Export.Status.DONE,
+                                   out_dir=str(tiny_snapshot), counts={"train": 24, "test": 8})
+    page = client.post("/runs/", {"kind": "dpo", "base_checkpoint": "tiny-sft", "export": str(export.pk),
                                   "backend": "local", "config": "max_step: 2\n"})
     assert page.status_code == 200
     assert "config: unknown key &#x27;max_step&#x27; (did you mean &#x27;max_steps&#x27;?)" in page.content.decode()

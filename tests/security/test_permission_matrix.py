@@ -76,6 +76,8 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "runs-page": ("GET", "/runs/", None, _row(LOGIN, 403, 403, 200, 200, 403)),
     "runs-compare-page": ("POST", "/runs/compare", {}, _row(LOGIN, 403, 403, 403, 302, 403)),
     "runs-evaluate-page": ("POST", "/runs/evaluate", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
+    "task-sets-page": ("POST", "/runs/task-sets", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
+    "demo-checkpoint-page": ("POST", "/runs/demo-checkpoint", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
     "run-page": ("GET", "/runs/{missing}/", None, _row(LOGIN, 403, 403, 404, 404, 403)),
     "run-cancel-page": ("POST", "/runs/{missing}/cancel", {}, _row(LOGIN, 403, 403, 404, 404, 403)),
     "run-audit-create-page": ("POST", "/runs/{missing}/audits", {}, _row(LOGIN, 403, 403, 404, 404, 403)),

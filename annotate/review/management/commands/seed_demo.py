@@ -1,8 +1,16 @@
 import json
+import random
+import uuid
+from datetime import timedelta
 
 import yaml
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
+from annotate.errors import UserMistake
+from annotate.exports.filters import filters_parse
+from annotate.exports.models import Export
+from annotate.exports.services import export_create, export_run
 from annotate.review import services
 from annotate.review.criteria import criteria_parse
 from annotate.review.demo_data import DEMO_CRITERIA, demo_items
@@ -17,17 +25,63 @@ ONBOARDING_SETTINGS = {"qualification_items": 2, "qualification_pass_mark": 0.5,
                        "gold_rate": 0.1, "min_overlap": 2, "max_overlap": 3}
 
 
+# A third project comes judged, by the three demo reviewers, and exported: an engineer can train on a snapshot
+# the moment the demo starts. Each reviewer prefers the worked, right answer most of the time (seeded).
+JUDGED_SLUG = "demo-judged"
+JUDGED_RIGHT_SHARE = {"reviewer": 0.9, "reviewer2": 0.85, "reviewer3": 0.8}
+# One train and one held-out task set per task family (new numbers and wording), for GRPO and evaluations.
+DEMO_TASKS = {"train": (50, 1), "heldout": (50, 2)}  # variant -> (tasks, seed)
+
+
+def is_worked_answer(text: str) -> bool:
+    """The demo's right answers: the worked speed answer, the sorted() code answer (demo_data.py)."""
+    return text.startswith("Average speed is") or text.startswith("```python\ndef sort_numbers(xs):\n    return")
+
+
+def judge_demo_project(project, reviewers: list, *, seed: int = 0) -> int:
+    """Each reviewer judges every pair left for them, through the same service as the reviewer page."""
+    judged, clock = 0, timezone.now() - timedelta(hours=2)
+    for reviewer in reviewers:
+        rng = random.Random(f"{seed}:{reviewer.username}")
+        right_share = JUDGED_RIGHT_SHARE.get(reviewer.username, 0.8)
+        while (assignment := services.assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
+            pair = assignment.pair
+            a_right = is_worked_answer(pair.response_a.text)
+            picks_a = a_right if rng.random() < right_share else not a_right
+            choice = "left" if picks_a == assignment.a_on_left else "right"
+            clock += timedelta(seconds=rng.randint(25, 90))
+            services.judgment_submit(
+                assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=rng.choice([1, 2, 3]),
+                criteria={"correct": choice, "complete": choice if rng.random() < 0.7 else "tie"},
+                rationale=(f"Pair {pair.pk}: the {choice} answer "
+                           f"{'divides the total distance by the total time' if picks_a == a_right else 'reads better'}"
+                           f" and says why{'' if rng.random() < 0.5 else ', step by step'}."),
+                client_key=uuid.uuid4(), now=clock)
+            judged += 1
+    return judged
+
+
 class Command(BaseCommand):
-    help = ("Load the demo projects (criteria, 30 prompts with answer pairs; one with a qualification round) and "
-            "demo accounts; prints their passwords.")
+    help = ("Load the demo projects (criteria, 30 prompts with answer pairs; one with a qualification round; one "
+            "judged and exported), one train and one held-out task set per task family, the demo accounts (prints "
+            "their passwords), and queue the build of the demo checkpoint tiny-sft.")
 
     def add_arguments(self, parser):
         parser.add_argument("--prompts", type=int, default=30)
+        parser.add_argument("--no-task-sets", action="store_true", help="skip the demo task sets")
 
-    def handle(self, *args, prompts, **options):
+    def handle(self, *args, prompts, no_task_sets, **options):
+        accounts = []
+        for username, role in DEMO_USERS:
+            user, password, _ = services.user_add(username=username, role=role)
+            if role == "admin":
+                user.is_superuser = True
+                user.save(update_fields=["is_superuser"])
+            accounts.append((role, username, password, user))
         instructions, items = criteria_parse(yaml.safe_dump(DEMO_CRITERIA), source="demo criteria")
         for slug, name, settings in [("demo", "Average speed (demo)", {}),
-                                     ("demo-onboarding", "Average speed (onboarding demo)", ONBOARDING_SETTINGS)]:
+                                     ("demo-onboarding", "Average speed (onboarding demo)", ONBOARDING_SETTINGS),
+                                     (JUDGED_SLUG, "Average speed (judged and exported demo)", {})]:
             try:
                 project, _, _ = services.project_create_or_update(
                     slug=slug, name=name, instructions=instructions, criteria_items=items, **settings
@@ -39,10 +93,39 @@ class Command(BaseCommand):
             summary = services.items_import(project=project, items=parsed)
             self.stdout.write(f"project {slug}: {summary.prompts_created} new prompt(s), "
                               f"{summary.pairs_created} new pair(s)")
+            if slug == JUDGED_SLUG:
+                self._judge_and_export(project, [user for role, _, _, user in accounts if role == "reviewer"],
+                                       admin=next(user for role, _, _, user in accounts if role == "admin"))
+        if not no_task_sets:
+            self._task_sets()
         self.stdout.write("demo accounts (passwords are new each time this runs):")
-        for username, role in DEMO_USERS:
-            user, password, _ = services.user_add(username=username, role=role)
-            if role == "admin":
-                user.is_superuser = True
-                user.save(update_fields=["is_superuser"])
+        for role, username, password, _ in accounts:
             self.stdout.write(f"  {role:<11} {username:<11} {password}")
+
+    def _judge_and_export(self, project, reviewers: list, *, admin) -> None:
+        judged = judge_demo_project(project, reviewers)
+        if project.exports.filter(status=Export.Status.DONE).exists():
+            return
+        export = export_create(project=project, filters=filters_parse({"test_ratio": 0.2}), created_by=admin, enqueue=False)
+        export = export_run(export_id=export.pk, attempt=export.attempt, worker="seed_demo")
+        if export.status != Export.Status.DONE:
+            raise CommandError(f"project {project.slug}: the demo export failed: {export.error}")
+        self.stdout.write(f"project {project.slug}: {judged} judgment(s) by the demo reviewers; export {export.pk} has "
+                          f"{export.counts['train']} train and {export.counts['test']} test row(s)")
+
+    def _task_sets(self) -> None:
+        from annotate.runs.models import TaskSet
+        from annotate.runs.task_sets import task_sets_make
+        from training.task_families import FAMILIES
+
+        recipes = [{"families": [family], "variant": variant, "n": n, "seed": seed,
+                    "name": f"{family} · {variant}"}
+                   for family in sorted(FAMILIES) for variant, (n, seed) in DEMO_TASKS.items()]
+        known = set(TaskSet.objects.values_list("name", flat=True))
+        wanted = [recipe for recipe in recipes if recipe["name"] not in known]
+        try:
+            made = task_sets_make(wanted) if wanted else []
+        except UserMistake as mistake:
+            raise CommandError(f"demo task sets: {mistake}") from None
+        self.stdout.write(f"task sets: {len(made)} new, {len(recipes) - len(wanted)} kept "
+                          f"(a train and a held-out set per task family)")

@@ -1,0 +1,118 @@
+"""Following runs when nobody looks: every PAIRWISE_RUN_POLL_S seconds, Slurm runs are read from their folders
+and squeue, and a local run whose worker stopped reporting is marked failed.
+
+With a broker, celery beat sends both sweeps to a worker (annotate/runs/tasks.py). Embedded mode has no beat:
+the web server's own process runs them in a daemon thread (`sweeps_start_in_process`, started by
+annotate/wsgi.py under runserver or gunicorn, never by migrate, other commands or tests).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+
+from django.conf import settings
+from django.db import connections
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from annotate.runs.models import Run
+from annotate.runs.slurm import slurm_refresh
+
+logger = logging.getLogger(__name__)
+
+RESUMABLE_KINDS = (Run.Kind.DPO, Run.Kind.GRPO)
+
+
+def slurm_runs_poll() -> list[int]:
+    """Read every running Slurm run's folder into its row; the runs that ended (run.json says so, or squeue no
+    longer lists the job) are recorded as such. Returns the ids of the runs that ended."""
+    ended = []
+    for run in Run.objects.filter(status=Run.Status.RUNNING, backend=Run.Backend.SLURM).order_by("pk"):
+        try:
+            if slurm_refresh(run).finished:
+                ended.append(run.pk)
+        except Exception:  # one unreadable folder or squeue hiccup must not stop the others
+            logger.exception("run %s: the Slurm poll could not read it", run.pk)
+    return ended
+
+
+def lost_line(run: Run, last_heard: dt.datetime) -> str:
+    """Why a run was marked lost, and how to continue, in one line."""
+    who = ("the web process that ran it" if run.worker == "in-process" else f"its worker {run.worker or '(none)'}")
+    when = last_heard.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    again = "launch it again"
+    if run.kind in RESUMABLE_KINDS:
+        again += (f", with resume_from_checkpoint: {run.folder}/trainer_checkpoints/checkpoint-N (its last one) to "
+                  "continue from there")
+    return (f"lost: {who} on {run.host or 'an unknown host'} stopped reporting; last heard from at {when}, over "
+            f"{settings.PAIRWISE_RUN_LOST_AFTER_S} s before this check; {again}")
+
+
+def lost_runs_mark() -> list[int]:
+    """Mark failed every running local run whose worker has not reported (Run.heartbeat_at; the start for a run
+    claimed before heartbeats were kept) for PAIRWISE_RUN_LOST_AFTER_S. Returns the ids of the runs failed.
+
+    The update is conditional on the row still being running with the heartbeat that was read: a run that
+    ends, or whose worker reports, at the same moment keeps what its worker wrote."""
+    cutoff = timezone.now() - dt.timedelta(seconds=settings.PAIRWISE_RUN_LOST_AFTER_S)
+    candidates = (Run.objects.filter(status=Run.Status.RUNNING, backend=Run.Backend.LOCAL)
+                  .annotate(last_heard=Coalesce("heartbeat_at", "started_at")).filter(last_heard__lt=cutoff)
+                  .order_by("pk"))
+    failed = []
+    for run in candidates:
+        marked = Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING, heartbeat_at=run.heartbeat_at).update(
+            status=Run.Status.FAILED, exit_code=None, finished_at=timezone.now(), error=lost_line(run, run.last_heard))
+        if marked:
+            logger.warning("run %s marked lost: no word from %s since %s", run.pk, run.worker, run.last_heard)
+            failed.append(run.pk)
+    return failed
+
+
+def runs_sweep() -> None:
+    """Both sweeps, as embedded mode runs them."""
+    slurm_runs_poll()
+    lost_runs_mark()
+
+
+_started: tuple[threading.Thread, threading.Event] | None = None
+_start_lock = threading.Lock()
+
+
+def _sweep_every(interval_s: float, stop: threading.Event) -> None:
+    while not stop.wait(interval_s):  # the first sweep one interval after the start: the server is up by then
+        try:
+            runs_sweep()
+        except Exception:
+            logger.exception("the run sweep failed; trying again in %s s", interval_s)
+        finally:
+            connections.close_all()  # this thread's own; it sleeps far longer than it works
+
+
+def sweeps_start_in_process(*, interval_s: float | None = None) -> threading.Thread | None:
+    """Embedded mode (no broker, so no beat): run the sweeps in a daemon thread of this process, once however
+    often this is called. With a broker it does nothing and returns None: beat sends them to a worker."""
+    from annotate.celery import app
+
+    global _started
+    if not app.conf.task_always_eager:
+        return None
+    with _start_lock:
+        if _started is None or not _started[0].is_alive():
+            stop = threading.Event()
+            thread = threading.Thread(target=_sweep_every, args=(interval_s or settings.PAIRWISE_RUN_POLL_S, stop),
+                                      name="pairwise-run-sweeps", daemon=True)
+            thread.start()
+            _started = (thread, stop)
+        return _started[0]
+
+
+def sweeps_stop_in_process() -> None:
+    """Stop the embedded sweep thread, if one runs, and wait for it (tests; a server just exits)."""
+    global _started
+    with _start_lock:
+        if _started is not None:
+            _started[1].set()
+            _started[0].join()
+            _started = None

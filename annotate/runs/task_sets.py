@@ -1,0 +1,197 @@
+"""Task sets: the task files GRPO runs, evaluations and comparisons read, kept by the app (docs/runs.md).
+
+A task set is made from the task families (`python -m training tasks make`'s families, variant, count and seed)
+or uploaded as JSONL. Either way the file is checked by the training command's own loader in a subprocess
+(`python -m training tasks describe`: every row, reference solutions run, errors as `line N: reason`), so the
+web process never imports the verifiers and a set the app lists is one a run can load. The file is stored once
+under PAIRWISE_INPUTS_ROOT/task-sets (a run input folder), named by its content hash, and never changed: the
+hash is what run.json records, so a run's lineage names the set it read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+
+from annotate.errors import UserMistake
+from annotate.limits import MAX_INT32, whole_number
+from annotate.runs.launch import input_path, training_command, training_env
+from annotate.runs.models import TaskSet
+from training.errors import PairwiseInputError
+from training.task_families import FAMILIES, VARIANTS, make_tasks
+from training.tasks import write_jsonl_atomically
+
+DESCRIBE_TIMEOUT_S = 300  # code tasks run their reference solutions in the sandbox
+MAX_MADE_TASKS = 5000
+NAME_CHARS = 200
+
+
+def task_set_folder() -> Path:
+    return Path(settings.INPUTS_ROOT) / "task-sets"
+
+
+def describe_task_files(paths: list[Path], *, shown_as: list[str]) -> list[dict]:
+    """The training command's check and summary of task files (one subprocess for them all), or UserMistake with
+    its one line, each file named as the user knows it."""
+    args = [arg for path in paths for arg in ("--tasks", str(path))]
+    try:
+        done = subprocess.run(training_command("tasks", "describe", *args), capture_output=True, text=True,
+                              cwd=settings.BASE_DIR, env=training_env(), timeout=DESCRIBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise UserMistake(f"checking {', '.join(shown_as)} took over {DESCRIBE_TIMEOUT_S} s; split it into smaller "
+                          "files", status=503) from None
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if done.returncode == 2 and lines:
+        message = lines[-1].removeprefix("error: ")
+        for path, name in zip(paths, shown_as, strict=True):
+            message = message.replace(f"tasks file {path}", name).replace(str(path), name)
+        raise UserMistake(message)
+    if done.returncode != 0:
+        raise UserMistake(f"the training command could not check {', '.join(shown_as)} (exit code "
+                          f"{done.returncode}): {lines[-1] if lines else 'no output'}", status=500)
+    return [json.loads(line) for line in done.stdout.strip().splitlines()]
+
+
+def _checked_name(name: str | None, default: str) -> str:
+    name = " ".join(str(name or "").split()) or default
+    if len(name) > NAME_CHARS:
+        raise UserMistake(f"task set name is {len(name)} characters; keep it to {NAME_CHARS}")
+    if "\0" in name:
+        raise UserMistake("task set name contains a NUL character; choose another name")
+    if TaskSet.objects.filter(name=name).exists():
+        raise UserMistake(f"a task set named {name!r} exists already; choose another name")
+    return name
+
+
+def _store(*, scratch: Path, name: str, shown_as: str, source: str, recipe: dict | None,
+           created_by: AbstractBaseUser | None) -> TaskSet:
+    """Check the scratch file, then keep it under its hash and record the set; the same tasks twice are refused."""
+    [summary] = describe_task_files([scratch], shown_as=[shown_as])
+    return _keep(scratch=scratch, summary=summary, name=name, shown_as=shown_as, source=source, recipe=recipe,
+                 created_by=created_by)
+
+
+def _keep(*, scratch: Path, summary: dict, name: str, shown_as: str, source: str, recipe: dict | None,
+          created_by: AbstractBaseUser | None) -> TaskSet:
+    same = TaskSet.objects.filter(sha256=summary["sha256"]).first()
+    if same is not None:
+        raise UserMistake(f"{shown_as} holds the same tasks as task set {same.name!r} (sha256 "
+                          f"{summary['sha256'][:12]}…); use that one")
+    target = task_set_folder() / f"{summary['sha256']}.jsonl"
+    input_path("task set folder", target)  # PAIRWISE_INPUTS_ROOT must be one the runs may read
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(scratch, target)
+    try:
+        with transaction.atomic():
+            return TaskSet.objects.create(
+                name=name, path=str(target), sha256=summary["sha256"], count=summary["count"],
+                variant=summary.get("variant") or "", families=summary["families"], scorers=summary["scorers"],
+                source=source, recipe=recipe, created_by=created_by)
+    except IntegrityError:  # the same name or tasks stored by someone else meanwhile; the file is theirs too
+        raise UserMistake(f"task set {name!r} or the same tasks were stored just now by someone else; reload the "
+                          "list") from None
+
+
+def _scratch_file() -> Path:
+    folder = task_set_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(dir=folder, prefix=".incoming-", suffix=".jsonl")
+    os.close(handle)
+    return Path(name)
+
+
+def _recipe(*, families: list[str], variant: str, n, seed) -> dict:
+    chosen = [family.strip() for family in families if family and family.strip()]
+    unknown = [family for family in chosen if family not in FAMILIES]
+    if not chosen or unknown:
+        what = f"unknown family {', '.join(map(repr, unknown))}" if unknown else "no family chosen"
+        raise UserMistake(f"{what}; choose from {', '.join(sorted(FAMILIES))}")
+    if variant not in VARIANTS:
+        raise UserMistake(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
+    return {"families": chosen, "variant": variant, "n": whole_number("count", n, low=1, high=MAX_MADE_TASKS),
+            "seed": whole_number("seed", seed, low=0, high=MAX_INT32)}
+
+
+def _recipe_name(recipe: dict) -> str:
+    return f"{'+'.join(recipe['families'])} · {recipe['variant']} · {recipe['n']} · seed {recipe['seed']}"
+
+
+def task_sets_make(recipes: list[dict], *, created_by: AbstractBaseUser | None = None) -> list[TaskSet]:
+    """Draw each recipe's tasks (families in turn, variant, n, seed, optional name) and keep each as a task set;
+    the same recipe gives the same file. All are checked by one run of the training command, and any mistake
+    refuses them all before one is kept."""
+    checked = [_recipe(families=r["families"], variant=r.get("variant", "train"), n=r["n"], seed=r["seed"])
+               for r in recipes]
+    names = [_checked_name(recipe.get("name"), _recipe_name(made)) for recipe, made in zip(recipes, checked,
+                                                                                          strict=True)]
+    scratches = []
+    try:
+        for made in checked:
+            try:
+                rows = make_tasks(",".join(made["families"]), n=made["n"], seed=made["seed"], variant=made["variant"])
+            except PairwiseInputError as error:
+                raise UserMistake(str(error)) from None
+            scratches.append(_scratch_file())
+            write_jsonl_atomically(scratches[-1], rows)
+        shown = [f"the {','.join(made['families'])} tasks" for made in checked]
+        summaries = describe_task_files(scratches, shown_as=shown)
+        return [_keep(scratch=scratch, summary=summary, name=name, shown_as=what, source=TaskSet.Source.MADE,
+                      recipe=made, created_by=created_by)
+                for scratch, summary, name, what, made in zip(scratches, summaries, names, shown, checked, strict=True)]
+    finally:
+        for scratch in scratches:
+            scratch.unlink(missing_ok=True)
+
+
+def task_set_make(*, families: list[str], variant: str = "train", n, seed, name: str | None = None,
+                  created_by: AbstractBaseUser | None = None) -> TaskSet:
+    """Draw `n` tasks of the families (in turn) and keep them as a task set."""
+    [task_set] = task_sets_make([{"families": families, "variant": variant, "n": n, "seed": seed, "name": name}],
+                                created_by=created_by)
+    return task_set
+
+
+def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBaseUser | None = None) -> TaskSet:
+    """An uploaded JSONL task file (a Django UploadedFile), checked whole: any bad line refuses it all."""
+    if upload is None:
+        raise UserMistake("choose a task file (JSONL, one task a line) to upload")
+    shown_as = Path(str(upload.name or "the uploaded file")).name
+    default = re.sub(r"\.jsonl?$", "", shown_as) or "uploaded tasks"
+    name = _checked_name(name, default)
+    scratch = _scratch_file()
+    try:
+        with open(scratch, "wb") as out:
+            for chunk in upload.chunks():
+                out.write(chunk)
+        return _store(scratch=scratch, name=name, shown_as=shown_as, source=TaskSet.Source.UPLOADED, recipe=None,
+                      created_by=created_by)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+def task_set_resolve(reference, *, key: str = "task_set") -> TaskSet:
+    """A task set by id or name, or one line naming those that exist."""
+    text = str(reference).strip() if reference is not None else ""
+    found = TaskSet.objects.filter(pk=int(text)).first() if text.isdigit() and len(text) < 19 else None
+    if found is None and text:
+        found = TaskSet.objects.filter(name=text).first()
+    if found is None:
+        names = list(TaskSet.objects.order_by("name").values_list("name", flat=True)[:10])
+        known = f"known: {', '.join(names)}" if names else "none exists yet: make one on the Training runs page"
+        raise UserMistake(f"{key} {text or '(empty)'!r} is not a task set ({known})")
+    if not Path(found.path).is_file():
+        raise UserMistake(f"task set {found.name!r}: its file {found.path} is gone; make or upload it again")
+    return found
+
+
+def task_set_for_path(path: str) -> TaskSet | None:
+    """The task set stored at this path, when a launch names its file rather than the set."""
+    return TaskSet.objects.filter(path=str(path)).first()

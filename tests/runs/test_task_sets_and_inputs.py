@@ -1,0 +1,155 @@
+"""Inputs are chosen, not typed: task sets made from the families or uploaded (checked by the training command's
+own loader), exports picked for DPO, a project's prompts or a task set for a comparison; paths only through the
+API, under the run input folders."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from annotate.errors import UserMistake
+from annotate.exports.models import Export
+from annotate.runs.compare import compare_launch
+from annotate.runs.evaluation import eval_launch
+from annotate.runs.launch import run_launch
+from annotate.runs.models import Run, TaskSet
+from annotate.runs.task_sets import task_set_make, task_set_upload
+from tests.conftest import import_rows, make_items
+
+pytestmark = pytest.mark.django_db
+
+TWO_STEPS = {"max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1, "report_to": ["none"]}
+
+
+@pytest.fixture
+def finished_export(make_project, tiny_snapshot):
+    project = make_project("speed")
+    return Export.objects.create(project=project, filters={}, status=Export.Status.DONE, out_dir=str(tiny_snapshot),
+                                 counts={"train": 24, "test": 8})
+
+
+def test_a_task_set_made_from_families_is_checked_kept_by_hash_and_listed(settings, make_user):
+    made = task_set_make(families=["speed", "code"], variant="heldout", n=6, seed=3, created_by=make_user("eve",
+                                                                                                         "engineer"))
+    path = Path(made.path)
+    assert path.is_file() and path.is_relative_to(settings.INPUTS_ROOT)
+    assert made.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and path.name == f"{made.sha256}.jsonl"
+    assert (made.count, made.families, made.variant) == (6, {"code": 3, "speed": 3}, "heldout")
+    assert made.scorers["math"].startswith("math@") and made.scorers["code"].startswith("code@")
+    assert made.name == "speed+code · heldout · 6 · seed 3"
+    assert made.recipe == {"families": ["speed", "code"], "variant": "heldout", "n": 6, "seed": 3}
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {row["meta"]["variant"] for row in rows} == {"heldout"}
+
+    with pytest.raises(UserMistake, match="holds the same tasks as task set 'speed\\+code · heldout · 6 · seed 3'"):
+        task_set_make(families=["speed", "code"], variant="heldout", n=6, seed=3, name="again")
+    with pytest.raises(UserMistake, match="unknown family 'sped'; choose from"):
+        task_set_make(families=["sped"], n=6, seed=3)
+    assert TaskSet.objects.count() == 1
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing half-written beside it
+
+
+def test_an_uploaded_task_file_with_bad_lines_is_refused_whole_by_line(settings):
+    good = {"task_id": "t-1", "kind": "math", "prompt": "What is 2 + 3?", "answer": "5"}
+    lines = [json.dumps(good), json.dumps({"task_id": "t-2", "kind": "math", "prompt": ""}), "{not json"]
+    upload = SimpleUploadedFile("my-tasks.jsonl", "\n".join(lines).encode())
+    with pytest.raises(UserMistake) as refused:
+        task_set_upload(upload=upload)
+    message = str(refused.value)
+    assert message.startswith("my-tasks.jsonl: line 2: ") and "line 3: " in message and "\n" not in message
+    assert str(settings.INPUTS_ROOT) not in message  # the user's file name, not where the server kept it
+    assert not TaskSet.objects.exists()
+    assert not [p for p in (Path(settings.INPUTS_ROOT) / "task-sets").iterdir()]
+
+    kept = task_set_upload(upload=SimpleUploadedFile("my-tasks.jsonl", json.dumps(good).encode() + b"\n"))
+    assert (kept.name, kept.count, kept.source, kept.families, kept.variant) == ("my-tasks", 1, "uploaded",
+                                                                                {"math": 1}, "")
+
+
+def test_the_runs_page_makes_and_uploads_task_sets_and_says_what_went_wrong(make_user, client):
+    client.force_login(make_user("eve", "engineer"))
+    made = client.post("/runs/task-sets", {"source": "make", "families": ["arithmetic"], "variant": "train",
+                                           "n": "4", "seed": "1", "name": "sums"}, follow=True)
+    page = made.content.decode()
+    assert "Task set &#x27;sums&#x27;: 4 tasks kept." in page and "Train GRPO on this task set" in page
+    refused = client.post("/runs/task-sets", {"source": "upload", "file": SimpleUploadedFile("x.jsonl", b"[1]\n")},
+                          follow=True).content.decode()
+    assert "Task set: x.jsonl: line 1: " in refused
+    assert client.post("/runs/task-sets", {"source": "make", "families": [], "n": "4", "seed": "1"},
+                       follow=True).content.decode().count("Task set: no family chosen") == 1
+
+
+@pytest.mark.slow
+def test_dpo_launches_from_a_picked_export_and_grpo_from_a_task_set(base_checkpoint, finished_export,
+                                                                    engineer_api):
+    launched = engineer_api.post("/api/v1/runs", {"kind": "dpo", "base_checkpoint": "tiny-sft",
+                                                  "export": finished_export.pk, "config": TWO_STEPS}, format="json")
+    assert launched.status_code == 202, launched.json()
+    run = Run.objects.get(pk=launched.json()["id"])
+    assert (run.export_id, run.snapshot_path) == (finished_export.pk, finished_export.out_dir)
+    assert run.config["snapshot"] == finished_export.out_dir
+
+    task_set = task_set_make(families=["speed"], n=4, seed=1)
+    grpo = run_launch(kind="grpo", base_checkpoint="tiny-sft", task_set=task_set.name, enqueue=False,
+                      config={**TWO_STEPS, "num_generations": 4, "max_completion_length": 8})
+    assert (grpo.task_set_id, grpo.tasks_path) == (task_set.pk, task_set.path)
+    # A path that is a task set's file is linked to the set as well.
+    by_path = run_launch(kind="grpo", base_checkpoint="tiny-sft", tasks=task_set.path, enqueue=False,
+                         config={**TWO_STEPS, "num_generations": 4, "max_completion_length": 8})
+    assert by_path.task_set_id == task_set.pk
+
+
+def test_picked_inputs_that_cannot_be_used_are_one_line(base_checkpoint, finished_export, engineer_api, tmp_path):
+    running = Export.objects.create(project=finished_export.project, filters={}, status=Export.Status.RUNNING,
+                                    out_dir=str(tmp_path / "not-yet"))
+    cases = [
+        ({"kind": "dpo", "export": 999}, "export '999' is not an export of this app; pick one from a project's "
+                                         "Exports page"),
+        ({"kind": "dpo", "export": running.pk}, f"export {running.pk} of speed is running, not done; a DPO run "
+                                                "trains on a finished snapshot"),
+        ({"kind": "dpo", "export": finished_export.pk, "snapshot": finished_export.out_dir},
+         "give the snapshot once: a path or the app's export, not both"),
+        ({"kind": "grpo", "export": finished_export.pk}, "a grpo run takes a task set, not a snapshot"),
+        ({"kind": "grpo", "task_set": "nothing"}, "task_set 'nothing' is not a task set (none exists yet: make one "
+                                                  "on the Training runs page)"),
+        ({"kind": "grpo", "tasks": "/etc/passwd"}, "tasks /etc/passwd is outside the folders runs read from"),
+    ]
+    for body, detail in cases:
+        refused = engineer_api.post("/api/v1/runs", {"base_checkpoint": "tiny-sft", **body}, format="json")
+        assert refused.status_code == 400 and refused.json()["detail"].startswith(detail), (body, refused.json())
+    assert not Run.objects.exists()
+
+
+def test_a_comparison_takes_a_projects_prompts_or_a_task_set(base_checkpoint, second_checkpoint, make_project,
+                                                            settings):
+    project = make_project("speed")
+    import_rows(project, make_items(3))
+    run = compare_launch(checkpoints=["tiny-sft", "tiny-nudged"], prompts_project="speed", project="speed",
+                         enqueue=False)
+    prompts = Path(run.config["prompts"])
+    assert prompts.is_relative_to(settings.INPUTS_ROOT)
+    rows = [json.loads(line) for line in prompts.read_text().splitlines()]
+    assert [row["prompt_id"] for row in rows] == ["p-0000", "p-0001", "p-0002"]
+    assert rows[0]["prompt"] == [{"role": "user", "content": "Question 0: what is 0 + 0?"}]
+
+    task_set = task_set_make(families=["speed"], variant="heldout", n=3, seed=1)
+    from_tasks = compare_launch(checkpoints=["tiny-sft", "tiny-nudged"], task_set=task_set.pk, project="speed",
+                                enqueue=False)
+    assert from_tasks.config["prompts"] == task_set.path
+    with pytest.raises(UserMistake, match="give the prompts once"):
+        compare_launch(checkpoints=["tiny-sft", "tiny-nudged"], task_set=task_set.pk, prompts_project="speed",
+                       project="speed", enqueue=False)
+    evaluation = eval_launch(checkpoints=["tiny-sft"], task_set=task_set.name, enqueue=False)
+    assert (evaluation.task_set_id, evaluation.config["tasks"]) == (task_set.pk, task_set.path)
+
+
+def test_an_exports_row_offers_dpo_on_its_snapshot_and_the_form_comes_prefilled(base_checkpoint, finished_export,
+                                                                                 make_user, client):
+    client.force_login(make_user("eve", "engineer"))
+    exports_page = client.get("/projects/speed/exports/").content.decode()
+    assert f'href="/runs/?export={finished_export.pk}#launch">Train DPO on this snapshot' in exports_page
+    runs_page = client.get(f"/runs/?export={finished_export.pk}").content.decode()
+    assert f'<option value="{finished_export.pk}" selected>Speed · export {finished_export.pk} · 24 train / 8 test' \
+        in runs_page
