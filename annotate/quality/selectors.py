@@ -63,7 +63,8 @@ def _read_judgment_table(*, project: Project, chunk_size: int) -> JudgmentTable:
             "strength": np.where(winner_codes <= 1, np.array([v or 0 for v in strength], dtype=np.int8), 0),
             "left_is_a": np.array(a_on_left, dtype=bool),
             "is_retest": np.array(is_retest, dtype=bool),
-            "seconds": np.array([np.nan if v is None else v for v in seconds], dtype=np.float32),
+            # A negative time (stored before clocks were checked) is unknown, as the judging service now records it.
+            "seconds": np.array([np.nan if v is None or v < 0 else v for v in seconds], dtype=np.float32),
             "created_at": np.array([t.timestamp() for t in created_at], dtype=np.float64),
             "gold": np.where(gold_ids == a_ids, 0, np.where(gold_ids == b_ids, 1, NO_GOLD)).astype(np.int8),
             "model_a": np.array([model_index.setdefault(f"{m}@{v}", len(model_index)) for m, v in zip(a_model, a_version, strict=True)], dtype=np.int32),

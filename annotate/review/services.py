@@ -968,6 +968,15 @@ def _checked_judgment(
     return choice, strength, criteria, rationale.strip()
 
 
+def seconds_between(served_at: datetime | None, judged_at: datetime) -> float | None:
+    """The time a reviewer spent, or None when unknown: never served, or a clock that went backwards between the
+    server that served the pair and the one that took the judgment (a negative time is no time at all)."""
+    if served_at is None:
+        return None
+    seconds = (judged_at - served_at).total_seconds()
+    return seconds if seconds >= 0 else None
+
+
 def judgment_submit(
     *,
     assignment_id: int,
@@ -1068,7 +1077,7 @@ def _judgment_submit_locked(
             winner=unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
             criteria={key: unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
             rationale=rationale,
-            seconds_spent=(now - assignment.served_at).total_seconds() if assignment.served_at else None,
+            seconds_spent=seconds_between(assignment.served_at, now),
             client_key_db=client_key_db, now=now,
         )
         gold_expected, gold_attempt_id = _rationale_checked(judgment=judgment, assignment=assignment, typing=typing)

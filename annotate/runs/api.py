@@ -10,11 +10,12 @@ from annotate.errors import UserMistake
 from annotate.permissions import CanReview, IsAdmin, IsAdminOrEngineer
 from annotate.review.rendering import markdown_to_safe_html
 from annotate.runs.audit import audit_create, audit_judge, audit_next, served_token
+from annotate.runs.checkpoints import checkpoint_rename
 from annotate.runs.compare import compare_launch
 from annotate.runs.evaluation import eval_launch
 from annotate.runs.launch import run_cancel, run_launch
 from annotate.runs.models import Checkpoint, Run
-from annotate.runs.present import checkpoint_summary, run_payload
+from annotate.runs.present import checkpoint_payload, checkpoint_summary, run_payload
 from annotate.runs.slurm import slurm_refresh
 
 LAUNCH_FIELDS = {"kind", "base_checkpoint", "config", "snapshot", "tasks", "export", "task_set", "backend"}
@@ -200,3 +201,38 @@ class CheckpointsView(APIView):
     @extend_schema(summary="Registered checkpoints", responses={200: OpenApiResponse(description="checkpoints")})
     def get(self, request):
         return Response([checkpoint_summary(c) for c in Checkpoint.objects.order_by("name")])
+
+
+def checkpoint_or_404(checkpoint_id: int) -> Checkpoint:
+    checkpoint = Checkpoint.objects.select_related("parent", "run", "registered_by").filter(pk=checkpoint_id).first()
+    if checkpoint is None:
+        raise Http404(f"no checkpoint {checkpoint_id}")
+    return checkpoint
+
+
+class CheckpointRenameSerializer(serializers.Serializer):
+    """The request body, for the schema; checkpoint_rename checks the name."""
+
+    name = serializers.CharField(help_text="the new name: unique, at most 200 characters, no '=' (compare and "
+                                 "evaluate pass NAME=PATH)")
+
+
+class CheckpointDetailView(APIView):
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="A checkpoint with its lineage: parents, the run that made it, what was trained from it",
+                   responses={200: OpenApiResponse(description="the checkpoint")})
+    def get(self, request, checkpoint_id: int):
+        return Response(checkpoint_payload(checkpoint_or_404(checkpoint_id)))
+
+    @extend_schema(summary="Rename a checkpoint (its origin, path and weights stay as they are)",
+                   request=CheckpointRenameSerializer, responses={200: OpenApiResponse(description="the checkpoint")})
+    def patch(self, request, checkpoint_id: int):
+        checkpoint = checkpoint_or_404(checkpoint_id)
+        data = request.data if isinstance(request.data, dict) else None
+        if data is None or set(data) != {"name"}:
+            raise UserMistake('send a JSON object with the new name only: {"name": "tiny-sft-dpo-beta-0.1"}')
+        if not isinstance(data["name"], str):
+            raise UserMistake("name must be text, such as tiny-sft-dpo-beta-0.1")
+        checkpoint_rename(checkpoint=checkpoint, name=data["name"], by=request.user)
+        return Response(checkpoint_payload(checkpoint))

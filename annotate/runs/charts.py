@@ -8,11 +8,12 @@ from __future__ import annotations
 import math
 
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 
 from annotate.quality.charts import (
     ACCENT,
     GRID,
+    INK,
     LINE,
     MUTED,
     SECOND_SERIES,
@@ -24,6 +25,7 @@ from annotate.quality.charts import (
     nice_ticks,
     no_data,
     number,
+    shorten,
 )
 
 MAX_POINTS = 400  # a long run's curve is thinned to this many points (evenly by position)
@@ -55,10 +57,8 @@ def series(metrics: list[dict], key: str) -> list[tuple[float, float]]:
     return points
 
 
-def line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label: str) -> SafeString:
-    """One or two lines against the optimizer step; hovering a point shows its value."""
-    xs = [x for _, points in lines for x, _ in points]
-    ys = [y for _, points in lines for _, y in points]
+def axis_ranges(xs: list[float], ys: list[float]) -> tuple[float, float, list[float], float, float]:
+    """The step axis's ends, the value axis's ticks and ends; a single step or a flat line still gets a span."""
     x0, x1 = min(xs), max(xs)
     if x1 <= x0:
         x0, x1 = x0 - 1, x1 + 1
@@ -66,6 +66,14 @@ def line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label: str
     y0, y1 = ticks[0], ticks[-1]
     if y1 <= y0:
         y0, y1 = y0 - 1, y1 + 1
+    return x0, x1, ticks, y0, y1
+
+
+def line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label: str) -> SafeString:
+    """One or two lines against the optimizer step; hovering a point shows its value."""
+    xs = [x for _, points in lines for x, _ in points]
+    ys = [y for _, points in lines for _, y in points]
+    x0, x1, ticks, y0, y1 = axis_ranges(xs, ys)
     width, height = 460.0, 220.0
     left, right, top, bottom = 56.0, 12.0, 28.0, 30.0
     plot_w, plot_h = width - left - right, height - top - bottom
@@ -117,3 +125,147 @@ def zero_variance_share(metrics: list[dict], record: dict | None) -> float | Non
     rows = [row for row in metrics if row.get("event") == "generation"]
     total = sum(row.get("groups") or 0 for row in rows)
     return sum(row.get("zero_variance") or 0 for row in rows) / total if total else None
+
+
+# --- several runs on one chart (the runs' curves page) ---------------------------------------------------------
+
+# Each chart of the curves page: its title, the metrics a run may draw on it (first one the run logs wins), and
+# why a run has none of them.
+RUNS_CURVES = {
+    "loss": ("Loss", [("loss", "training loss")], "training loss", ""),
+    "reward": ("Reward", [("reward", "mean reward"), ("rewards/margins", "implicit reward margin")], "reward",
+               "DPO logs rewards/margins, GRPO reward"),
+    "kl": ("KL to the reference", [("kl", "KL")], "KL", "GRPO logs it when beta > 0"),
+    "completion_length": ("Completion length (tokens)",
+                          [("completions/mean_length", "mean completion length"),
+                           ("completion_length", "mean completion length")],
+                          "completion length", "only GRPO generates during training"),
+    "zero_variance": ("Zero-variance groups", [("zero_variance/share", "share of groups with equal rewards")],
+                      "zero-variance share", "only GRPO runs have groups"),
+}
+MAX_RUNS = 8
+# One style per run, told apart three ways: colour (Okabe–Ito, safe for the common colour blindnesses), dash
+# pattern and marker shape, so a printed or grey chart still reads.
+RUN_COLORS = (ACCENT, SECOND_SERIES, "#009e73", "#cc79a7", "#0072b2", "#d55e00", "#5b6475", "#1d2330")
+RUN_DASHES = ("", "8 4", "2 3", "10 3 2 3", "4 4", "14 4 4 4", "1 6", "6 2 2 2 2 2")
+RUN_MARKERS = ("circle", "square", "diamond", "triangle", "triangle-down", "plus", "cross", "bar")
+MAX_MARKERS = 12  # a long curve gets this many evenly spaced markers, enough to tell it apart
+
+
+def run_style(index: int) -> dict[str, str]:
+    return {"color": RUN_COLORS[index % len(RUN_COLORS)], "dash": RUN_DASHES[index % len(RUN_DASHES)],
+            "marker": RUN_MARKERS[index % len(RUN_MARKERS)]}
+
+
+def _marker(shape: str, x: float, y: float, color: str, title: str = "") -> SafeString:
+    """A 7-pixel mark centred on (x, y): filled shapes, or strokes for plus, cross and bar."""
+    r = 3.5
+    paths = {
+        "square": f"M{_f(x - r)},{_f(y - r)}h{_f(2 * r)}v{_f(2 * r)}h{_f(-2 * r)}Z",
+        "diamond": f"M{_f(x)},{_f(y - r - 1)}L{_f(x + r + 1)},{_f(y)}L{_f(x)},{_f(y + r + 1)}L{_f(x - r - 1)},{_f(y)}Z",
+        "triangle": f"M{_f(x)},{_f(y - r - 1)}L{_f(x + r + 1)},{_f(y + r)}L{_f(x - r - 1)},{_f(y + r)}Z",
+        "triangle-down": f"M{_f(x)},{_f(y + r + 1)}L{_f(x + r + 1)},{_f(y - r)}L{_f(x - r - 1)},{_f(y - r)}Z",
+        "plus": f"M{_f(x - r - 1)},{_f(y)}h{_f(2 * r + 2)}M{_f(x)},{_f(y - r - 1)}v{_f(2 * r + 2)}",
+        "cross": f"M{_f(x - r)},{_f(y - r)}l{_f(2 * r)},{_f(2 * r)}M{_f(x - r)},{_f(y + r)}l{_f(2 * r)},{_f(-2 * r)}",
+        "bar": f"M{_f(x)},{_f(y - r - 1)}v{_f(2 * r + 2)}",
+    }
+    if shape == "circle":
+        return format_html('<circle cx="{}" cy="{}" r="{}" fill="{}">{}</circle>', _f(x), _f(y), _f(r), color,
+                           _title(title))
+    stroked = shape in ("plus", "cross", "bar")
+    paint = f'fill="none" stroke="{color}" stroke-width="2"' if stroked else f'fill="{color}"'
+    return format_html('<path d="{}" {}>{}</path>', paths[shape], mark_safe(paint), _title(title))
+
+
+def run_swatch(index: int, *, label: str = "") -> SafeString:
+    """A run's line and marker as a small SVG, for a legend outside the charts (the runs table of the page)."""
+    style = run_style(index)
+    body = [_line(2, 8, 38, 8, color=style["color"], width=2, dash=style["dash"]),
+            _marker(style["marker"], 20, 8, style["color"])]
+    return _svg(40, 16, label or f"line style {index + 1}", body)
+
+
+def tick_digits(ticks: list[float]) -> int:
+    """The fewest decimals that write every tick exactly (0.0025 steps need four; 25, 30, 35 none)."""
+    return next((digits for digits in range(7)
+                 if all(abs(round(tick, digits) - tick) <= 1e-9 * max(1.0, abs(tick)) for tick in ticks)), 6)
+
+
+def runs_line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label: str) -> SafeString:
+    """One line per run against the optimizer step, each in its run's style (`lines` in the runs' order; a run
+    with no points keeps its place and its style, and draws nothing). The legend over the plot names every
+    drawn run; hovering a marker shows its step and value."""
+    drawn = [(index, name, points) for index, (name, points) in enumerate(lines) if points]
+    xs = [x for _, _, points in drawn for x, _ in points]
+    ys = [y for _, _, points in drawn for _, y in points]
+    width = 460.0  # as the run page's charts: two fit side by side, and their text stays readable
+    left, right, bottom = 56.0, 12.0, 30.0
+    # The legend wraps in rows above the plot: a sample of the line with its marker, then the run's name.
+    legend, legend_x, legend_y = [], left, 14.0
+    for index, name, _ in drawn:
+        name = shorten(name, int((width - left - right - 50) / 7.2))  # a long checkpoint name stays in the chart
+        item_width = 34 + 7.2 * len(name) + 16
+        if legend_x > left and legend_x + item_width > width - right:
+            legend_x, legend_y = left, legend_y + 18
+        style = run_style(index)
+        legend.append(_line(legend_x, legend_y - 4, legend_x + 26, legend_y - 4, color=style["color"], width=2,
+                            dash=style["dash"]))
+        legend.append(_marker(style["marker"], legend_x + 13, legend_y - 4, style["color"]))
+        legend.append(_text(legend_x + 32, legend_y, name, color=INK))
+        legend_x += item_width
+    top = legend_y + 16
+    height = top + 190.0 + bottom
+    x0, x1, ticks, y0, y1 = axis_ranges(xs, ys)
+    plot_w, plot_h = width - left - right, height - top - bottom
+
+    def x_of(x: float) -> float:
+        return left + (x - x0) / (x1 - x0) * plot_w
+
+    def y_of(y: float) -> float:
+        return top + (1 - (y - y0) / (y1 - y0)) * plot_h
+
+    digits = tick_digits(ticks)
+    body: list = []
+    for tick in ticks:
+        body.append(_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID))
+        body.append(_text(left - 6, y_of(tick) + 4, number(tick, digits), anchor="end", color=MUTED))
+    for tick in nice_ticks(x0, x1, 5):
+        if x0 <= tick <= x1:
+            body.append(_text(x_of(tick), top + plot_h + 18, f"{tick:g}", anchor="middle", color=MUTED))
+    body.append(_text(left - 6, top + plot_h + 18, "step", anchor="end", color=MUTED))
+    body.append(_line(left, top + plot_h, left + plot_w, top + plot_h, color=LINE))
+    for index, name, points in drawn:
+        style = run_style(index)
+        if len(points) > 1:
+            dash = format_html(' stroke-dasharray="{}"', style["dash"]) if style["dash"] else ""
+            body.append(format_html(
+                '<polyline points="{}" fill="none" stroke="{}" stroke-width="2"{} data-run="{}">{}</polyline>',
+                " ".join(f"{_f(x_of(x))},{_f(y_of(y))}" for x, y in points), style["color"], dash, name,
+                _title(name)))
+        every = max(1, -(-len(points) // MAX_MARKERS))
+        marked = points[::every] if points[-1] in points[::every] else [*points[::every], points[-1]]
+        for x, y in marked:
+            body.append(_marker(style["marker"], x_of(x), y_of(y), style["color"],
+                                f"{name}, step {x:g}: {number(y, 4)}"))
+    return _svg(width, height, label, [*legend, *body])
+
+
+def runs_curves(runs: list[tuple[str, list[dict]]]) -> list[dict]:
+    """The curves page's charts: for each metric, one line per run (`runs` as (name, metrics rows)), and a
+    line for each run that does not log it. When the runs draw different metrics on one chart (a DPO run's
+    implicit reward margin beside a GRPO run's mean reward), each legend entry says which."""
+    charts = []
+    for name, (title, candidates, what, why) in RUNS_CURVES.items():
+        picked = [next(((key, text, points) for key, text in candidates if (points := series(metrics, key))), None)
+                  for _, metrics in runs]
+        texts = {pick[1] for pick in picked if pick}
+        lines = [(run_name if pick is None or len(texts) < 2 else f"{run_name} ({pick[1]})",
+                  pick[2] if pick else []) for (run_name, _), pick in zip(runs, picked, strict=True)]
+        reason = f" ({why})" if why else ""
+        missing = [f"{run_name} logs no {what}{reason}." for (run_name, _), pick in zip(runs, picked, strict=True)
+                   if pick is None]
+        charts.append({"name": name, "title": title, "metric": ", ".join(sorted(texts)),
+                       "chart": (runs_line_chart(lines, label=title) if texts
+                                 else no_data(f"none of these runs logs {what}{reason}")),
+                       "missing": missing if texts else []})
+    return charts

@@ -6,15 +6,22 @@ its parent by hash; the parent is linked when it is registered. A checkpoint's o
 made it) is written when it is registered and never changed afterwards.
 """
 
+import logging
+import unicodedata
 from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
 
 from annotate.errors import UserMistake
 from annotate.runs.folder import read_json
 from annotate.runs.models import Checkpoint, Run
 from training.errors import PairwiseInputError
 from training.run_folder import checkpoint_content_hash
+
+logger = logging.getLogger(__name__)
+
+NAME_MAX_LENGTH = Checkpoint._meta.get_field("name").max_length
 
 
 def checkpoint_resolve(reference, *, key: str = "base_checkpoint") -> Checkpoint:
@@ -39,6 +46,50 @@ def unique_name(wanted: str) -> str:
     while Checkpoint.objects.filter(name=name).exists():
         name, number = f"{wanted[:190]}-{number}", number + 1
     return name
+
+
+def made_checkpoint_name(run: Run) -> str:
+    """What a run's checkpoint is called when it is registered: its base and the run that made it, such as
+    `tiny-sft · dpo · run 3` (every run's folder holds a `checkpoint/`, so the folder's name tells nothing).
+    The base's name is shortened so that the run always shows; unique_name makes it unique and '='-free."""
+    made_by = f"{run.kind} · run {run.pk}"
+    return f"{run.base_checkpoint.name[:150].replace(chr(0), '')} · {made_by}" if run.base_checkpoint else made_by
+
+
+def checkpoint_rename(*, checkpoint: Checkpoint, name: str, by: AbstractBaseUser | None = None) -> Checkpoint:
+    """Give a checkpoint a new name; its origin (parent, run), content and path stay as they were."""
+    new = name.strip() if isinstance(name, str) else ""
+    if not new:
+        raise UserMistake(f"checkpoint {checkpoint.name!r}: the new name is blank; give a short name such as "
+                          "tiny-sft-dpo-beta-0.1")
+    if "=" in new or any(unicodedata.category(character) == "Cc" for character in new):
+        raise UserMistake(f"checkpoint name {new[:60]!r} may not contain '=' (compare and evaluate pass checkpoints "
+                          "as NAME=PATH), a NUL or another control character; choose another name")
+    if new.isdigit():
+        raise UserMistake(f"checkpoint name {new!r} is digits only, which launches read as a checkpoint's id; add a "
+                          "letter")
+    try:
+        new.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserMistake("checkpoint name holds an unpaired surrogate (\\ud800-\\udfff), which is not text; type "
+                          "the name again") from None
+    if len(new) > NAME_MAX_LENGTH:
+        raise UserMistake(f"checkpoint name is {len(new)} characters long; keep it to {NAME_MAX_LENGTH} or fewer")
+    if new == checkpoint.name:
+        return checkpoint
+    if (taken := Checkpoint.objects.filter(name=new).exclude(pk=checkpoint.pk).first()) is not None:
+        raise UserMistake(f"a checkpoint named {new!r} exists already (checkpoint {taken.pk}); choose another name")
+    old = checkpoint.name
+    checkpoint.name = new
+    try:
+        with transaction.atomic():
+            checkpoint.save(update_fields=["name"])
+    except IntegrityError:  # taken between the look-up and the save
+        checkpoint.name = old
+        raise UserMistake(f"a checkpoint named {new!r} exists already; choose another name") from None
+    logger.info("checkpoint %s renamed from %r to %r by %s", checkpoint.pk, old, new,
+                by.get_username() if by is not None else "a command")
+    return checkpoint
 
 
 def is_uri(text: str) -> bool:
@@ -107,15 +158,18 @@ def parent_from_folder(path: Path) -> Checkpoint | None:
     return Checkpoint.objects.filter(content_hash=parent_hash).first() if parent_hash else None
 
 
-def checkpoint_for_folder(path: str, *, content_hash: str | None = None, **fields) -> Checkpoint:
-    """The checkpoint registered with these weights, or a new one for the folder."""
+def checkpoint_for_folder(path: str, *, content_hash: str | None = None, name: str | None = None,
+                          **fields) -> Checkpoint:
+    """The checkpoint registered with these weights, or a new one for the folder, called `name` (made unique) or
+    after the folder."""
     if not Path(path).is_dir() and content_hash:  # recorded by a run, since moved: known by its hash alone
         return (Checkpoint.objects.filter(content_hash=content_hash).first()
-                or Checkpoint.objects.create(name=unique_name(Path(path).name), uri=path, content_hash=content_hash,
-                                             **fields))
+                or Checkpoint.objects.create(name=unique_name(name or Path(path).name), uri=path,
+                                             content_hash=content_hash, **fields))
     content_hash = content_hash or local_content_hash(Path(path))
     return (Checkpoint.objects.filter(content_hash=content_hash).first()
-            or checkpoint_register(uri=path, content_hash=content_hash, **fields))
+            or checkpoint_register(uri=path, content_hash=content_hash, name=unique_name(name) if name else None,
+                                   **fields))
 
 
 def local_checkpoints(references: list, *, at_least: int, purpose: str) -> list[Checkpoint]:

@@ -18,6 +18,16 @@ from annotate.runs.models import Checkpoint, Run
 
 EVAL_FILE = "eval.json"
 
+# A held-out figure on fewer test rows than this (DPO test pairs, an evaluation's scored tasks) is shown as "too
+# few to judge", not as a number: at 10 rows a 95% Wilson interval around 0.5 already spans 0.24-0.76, and below
+# that it covers most of the scale, so no child could be told apart from its parent. docs/runs.md says the same.
+TOO_FEW_TO_JUDGE = 10
+
+
+def too_few_to_judge(rows: int | None) -> bool:
+    """Whether a held-out figure over `rows` test rows is too thin to read (an unknown count is not judged)."""
+    return rows is not None and rows < TOO_FEW_TO_JUDGE
+
 
 def eval_launch(*, checkpoints: list, tasks: str | None = None, task_set=None, samples: int = 1,
                 temperature: float = 0.0, max_new_tokens: int = 128, seed: int = 0,
@@ -64,21 +74,30 @@ def eval_result(run: Run) -> dict | None:
 
 
 def eval_side_by_side(run: Run) -> dict | None:
-    """The eval as a table: one row per task family (and all), one column per checkpoint, by name."""
+    """The eval as a table: one row per task family (and all) with its number of tasks, one column per checkpoint,
+    by its name now (a checkpoint renamed since is shown under its new name). A cell scored on fewer than
+    TOO_FEW_TO_JUDGE tasks says so rather than give a rate; one scored on none has no rate at all."""
     result = (run.record or {}).get("eval")
     if not result:
         return None
-    names = {c["path"]: c["name"] for c in run.config.get("checkpoints", [])}
+    evaluated = run.config.get("checkpoints", [])
+    current = dict(Checkpoint.objects.filter(pk__in=[c.get("id") for c in evaluated if c.get("id")])
+                   .values_list("pk", "name"))
+    names = {c["path"]: current.get(c.get("id"), c["name"]) for c in evaluated}
     columns = [names.get(c["checkpoint"], c.get("label") or c["checkpoint"]) for c in result["checkpoints"]]
     rows = []
     for family in [*result["families"], "all"]:
-        cells = []
+        cells, tasks = [], None
         for report in result["checkpoints"]:
             figures = report["all"] if family == "all" else report["families"].get(family) or {}
-            cells.append({"success_rate": figures.get("success_rate"), "interval": figures.get("interval"),
-                          "tasks": figures.get("tasks_scored")})
-        rows.append({"family": family, "cells": cells})
-    return {"columns": columns, "rows": rows, "settings": result.get("settings"), "interval": result.get("interval")}
+            scored = figures.get("tasks_scored")
+            tasks = figures.get("tasks", tasks)
+            cells.append({"success_rate": figures.get("success_rate") if scored != 0 else None,
+                          "interval": figures.get("interval") if scored != 0 else None, "tasks": scored,
+                          "too_few_to_judge": too_few_to_judge(scored)})
+        rows.append({"family": family, "tasks": tasks, "cells": cells})
+    return {"columns": columns, "rows": rows, "settings": result.get("settings"), "interval": result.get("interval"),
+            "too_few_to_judge_under": TOO_FEW_TO_JUDGE}
 
 
 def evals_of(checkpoint: Checkpoint) -> list[Run]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from annotate.exports.models import Export
-from annotate.runs.models import TaskSet
+from annotate.runs.models import Checkpoint, TaskSet
 from annotate.runs.services import snapshot_manifest
 from training.task_families import FAMILIES, VARIANTS
 
@@ -53,11 +53,19 @@ def task_set_choices() -> list[tuple[int, str]]:
 
 
 def launch_values(query) -> dict:
-    """The launch form's starting values: a link may pick the kind, the export or the task set."""
-    kind = "grpo" if query.get("task_set") and not query.get("export") else query.get("kind") or "dpo"
-    kind = kind if kind in DEFAULT_CONFIGS else "dpo"
-    return {"kind": kind, "backend": "local", "config": DEFAULT_CONFIGS[kind], "base_checkpoint": "",
-            "export": query.get("export", ""), "task_set": query.get("task_set", "")}
+    """The launch form's starting values: a link may choose what to train on ("Train DPO on this snapshot":
+    `dpo_on_export`, "Train GRPO on this task set": `grpo_on_task_set`). Its own names, apart from the runs
+    table's filters (kind, export, task_set), so a link never narrows the table or a filter the form."""
+    kind = "grpo" if query.get("grpo_on_task_set") else "dpo"
+    return {"kind": kind, "backend": "local", "config": DEFAULT_CONFIGS[kind], "base_checkpoint": default_base_name(),
+            "export": query.get("dpo_on_export", ""), "task_set": query.get("grpo_on_task_set", "")}
+
+
+def default_base_name() -> str:
+    """The base a new run most likely starts from: the newest checkpoint with no parent (an SFT checkpoint such as
+    the demo's), not whichever trained child sorts first by name."""
+    root = Checkpoint.objects.filter(parent__isnull=True).order_by("-id").first()
+    return root.name if root else ""
 
 
 def launch_inputs(values: dict) -> dict:

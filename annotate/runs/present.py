@@ -3,24 +3,33 @@ page polls and the page itself never disagree."""
 
 from __future__ import annotations
 
+import re
+
 from django.urls import reverse
 
 from annotate.runs.audit import audit_results
 from annotate.runs.charts import run_charts, zero_variance_share
-from annotate.runs.evaluation import eval_side_by_side
+from annotate.runs.evaluation import TOO_FEW_TO_JUDGE, eval_side_by_side, too_few_to_judge
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.services import why_no_checkpoint_made
 
 # Config keys whose values are credentials (TRL's `hub_token`, a tracker's API key). New launches refuse them,
 # but a run recorded before that, or registered from a folder, may still hold one: it is never shown.
-SECRET_KEY_WORDS = ("token", "secret", "password", "api_key", "apikey")
+# A word of the key's name, not any substring: `hub_token` and `wandb_api_key` are credentials, `max_new_tokens`
+# and `max_prompt_length` are not.
+CREDENTIAL_KEY = re.compile(r"(?:^|[_\-.])(?:token|secret|password|passwd|api_?key|apikey|credentials?)(?:$|[_\-.])",
+                            re.IGNORECASE)
 HIDDEN = "(hidden)"
+
+
+def is_credential_key(key) -> bool:
+    return bool(CREDENTIAL_KEY.search(str(key)))
 
 
 def config_without_secrets(value):
     """A run's config as it may be shown to any engineer: every credential-named key's value hidden."""
     if isinstance(value, dict):
-        return {key: HIDDEN if value[key] and any(word in str(key).lower() for word in SECRET_KEY_WORDS)
+        return {key: HIDDEN if value[key] and is_credential_key(key)
                 else config_without_secrets(value[key]) for key in value}
     if isinstance(value, list):
         return [config_without_secrets(item) for item in value]
@@ -61,19 +70,135 @@ def tasks_summary(run: Run) -> dict | None:
     task_set = run.task_set
     return {"path": run.tasks_path, "sha256": tasks.get("sha256") or (task_set.sha256 if task_set else None),
             "count": tasks.get("count") or (task_set.count if task_set else None),
-            "trained_on": tasks.get("trained_on"), "scorers": record.get("scorers") or {},
+            "trained_on": tasks.get("trained_on"),
+            # run.json lists the scorers each phase saw ({"training": [...]}); shown as text
+            "scorers": {phase: ", ".join(map(str, names)) if isinstance(names, list) else names
+                        for phase, names in (record.get("scorers") or {}).items()},
             "task_set": {"id": task_set.pk, "name": task_set.name, "sha256": task_set.sha256,
                          "families": task_set.families, "variant": task_set.variant} if task_set else None}
 
 
+def test_pairs(run: Run) -> int | None:
+    """How many test pairs a DPO run's held-out scores stand on: what the run scored (results.test's `pairs`),
+    else its snapshot's test split as its manifest counts it; None when neither says."""
+    test = ((run.record or {}).get("results") or {}).get("test") or {}
+    for side in ("base", "trained"):
+        if isinstance((test.get(side) or {}).get("pairs"), int):
+            return test[side]["pairs"]
+    counted = ((run.snapshot_manifest or {}).get("counts") or {}).get("test")
+    return counted if isinstance(counted, int) else None
+
+
 def eval_table(run: Run) -> list[dict]:
-    """Held-out scores, base against trained: a DPO run's test split (run.json results.test)."""
+    """Held-out scores, base against trained: a DPO run's test split (run.json results.test), each row with the
+    number of test pairs behind it. Under TOO_FEW_TO_JUDGE pairs the row says so (`too_few_to_judge`) and the
+    pages show that instead of the figures; a figure over no pair at all is never given."""
     test = ((run.record or {}).get("results") or {}).get("test") or {}
     base, trained = test.get("base") or {}, test.get("trained") or {}
+    pairs = test_pairs(run)
     names = {"preference_accuracy": "preference accuracy (log-likelihood)",
              "reward_accuracy": "implicit-reward accuracy", "reward_margin": "mean implicit-reward margin"}
-    return [{"metric": text, "key": key, "base": base.get(key), "trained": trained.get(key)}
+    nothing = pairs == 0
+    return [{"metric": text, "key": key, "base": None if nothing else base.get(key),
+             "trained": None if nothing else trained.get(key), "pairs": pairs,
+             "too_few_to_judge": too_few_to_judge(pairs)}
             for key, text in names.items() if key in base or key in trained]
+
+
+def eval_note(run: Run) -> str | None:
+    """Why a DPO run has no held-out scores, as run.json says (an empty test split, ZeRO-3)."""
+    results = (run.record or {}).get("results") or {}
+    return results.get("note") if not results.get("test") else None
+
+
+# ledger.json, as a table (docs/training.md, "The run folder"). The time a GRPO run spent, phase by phase in the
+# order its own printed table uses, each with its share of the wall time; then what it consumed and counted;
+# then every other key, flattened to "a / b" rows (a key this list does not know is shown, never dropped); the
+# inputs and outputs (paths and hashes) last. PostgreSQL's jsonb does not keep a ledger's key order, hence
+# the explicit orders.
+LEDGER_TIME_PHASES = {
+    "generation": "generation", "verification": "verification", "update": "update (forward, backward, optimizer)",
+    "loading_switching": "loading and switching", "loading": "of which loading and saving the model",
+    "switching": "of which pushing weights to vLLM", "recording": "recording rollouts",
+    "difficulty_prepass": "difficulty pre-pass", "train_loop": "the training loop (all but loading and the pre-pass)",
+}
+LEDGER_ORDER = ("consumed", "optimizer_steps", "completions", "completions_trained", "tokens_generated",
+                "completion_length", "truncated_share", "groups", "gpu_hours")
+LEDGER_LAST = ("inputs", "outputs")
+LEDGER_NESTED_ORDER = ("optimizer_steps", "epochs", "train_pairs", "pairs_seen", "tasks", "completions",
+                       "tokens_generated", "wall_s", "groups", "zero_variance", "zero_variance_share", "all_correct",
+                       "all_wrong", "dropped", "surplus", "refill_rounds", "mean", "max", "kind")
+
+
+def _ledger_keys(mapping: dict, first: tuple = LEDGER_NESTED_ORDER) -> list:
+    known = [key for key in first if key in mapping]
+    return known + sorted((key for key in mapping if key not in known), key=str)
+
+
+def _ledger_name(key) -> str:
+    text = str(key)
+    return (text[:-2] if text.endswith("_s") else text).replace("_", " ")
+
+
+def _ledger_value(key, value) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int | float) and str(key).endswith("_s"):
+        return f"{value:,.2f} s"
+    if isinstance(value, int | float) and str(key).endswith("_share"):
+        return f"{value:.1%}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    if isinstance(value, list):
+        return ", ".join(_ledger_value("", item) for item in value) or "—"
+    return str(value)
+
+
+def _ledger_flat(prefix: str, key, value) -> list[dict]:
+    """One row per scalar under `key`: dicts by key, lists of dicts by each item's kind (else its place)."""
+    name = f"{prefix} / {_ledger_name(key)}" if prefix else _ledger_name(key)
+    if isinstance(value, dict) and value:
+        return [row for inner in _ledger_keys(value) for row in _ledger_flat(name, inner, value[inner])]
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return [row for number, item in enumerate(value, 1)
+                for row in _ledger_flat(name, item.get("kind") or number,
+                                        {inner: v for inner, v in item.items() if inner != "kind"})]
+    return [{"name": name, "value": _ledger_value(key, value), "share": None}]
+
+
+def ledger_rows(ledger: dict | None) -> list[dict]:
+    """ledger.json as rows of a table: {"name", "value", "share"}, as shown: "share" is the share of the wall time
+    a time row took ("40.1%"), None on other rows."""
+    if not isinstance(ledger, dict) or not ledger:
+        return []
+    rest = dict(ledger)
+    time_s = rest.pop("time_s") if isinstance(ledger.get("time_s"), dict) else {}
+    consumed = ledger.get("consumed") if isinstance(ledger.get("consumed"), dict) else {}
+    wall = time_s.get("wall", consumed.get("wall_s"))
+    wall = wall if isinstance(wall, int | float) and not isinstance(wall, bool) else None
+    rows = []
+    for key in [*(k for k in LEDGER_TIME_PHASES if k in time_s), *sorted(set(time_s) - {*LEDGER_TIME_PHASES, "wall"})]:
+        seconds = time_s[key]
+        timed = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        rows.append({"name": f"time / {LEDGER_TIME_PHASES.get(key, _ledger_name(key))}",
+                     "value": f"{seconds:,.2f} s" if timed else _ledger_value(key, seconds),
+                     "share": f"{seconds / wall:.1%}" if timed and wall else None})
+    if wall is not None:
+        rows.append({"name": "time / wall", "value": f"{wall:,.2f} s", "share": "100.0%" if wall else None})
+        if consumed.get("wall_s") == wall:  # the row above; a differing one stays below
+            rest["consumed"] = {key: value for key, value in consumed.items() if key != "wall_s"}
+            if not rest["consumed"]:
+                del rest["consumed"]
+    order = [key for key in LEDGER_ORDER if key in rest]
+    order += sorted((key for key in rest if key not in order and key not in LEDGER_LAST), key=str)
+    order += [key for key in LEDGER_LAST if key in rest]
+    for key in order:
+        rows += _ledger_flat("", key, rest[key])
+    return rows
 
 
 def latest(metrics: list[dict]) -> dict:
@@ -118,6 +243,8 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
             "zero_variance_share": zero_variance_share(run.metrics, run.record),
             "ledger": run.ledger,
             "eval": eval_table(run),
+            "eval_note": eval_note(run),
+            "too_few_to_judge_under": TOO_FEW_TO_JUDGE,
             "evaluation": eval_side_by_side(run) if run.kind == Run.Kind.EVAL else None,
             "log_tail": run.log_tail,
             "charts": {name: str(svg) for name, svg in run_charts(run.metrics).items()},
@@ -133,6 +260,25 @@ def ancestry(checkpoint: Checkpoint, limit: int = 20) -> list[Checkpoint]:
         chain.append(current)
         current = current.parent
     return chain
+
+
+def checkpoint_payload(checkpoint: Checkpoint) -> dict:
+    """A checkpoint with its lineage, for GET /api/v1/checkpoints/{id}: its parents nearest first, the run that
+    made it, and the checkpoints trained from it by the kind of run that made them."""
+    made_by = checkpoint.run
+    return {
+        **checkpoint_summary(checkpoint),
+        "registered_by": checkpoint.registered_by.get_username() if checkpoint.registered_by else None,
+        "created_at": checkpoint.created_at,
+        "parents": [checkpoint_summary(parent) for parent in ancestry(checkpoint)],
+        "made_by": run_payload(made_by) | {"eval": eval_table(made_by)} if made_by else None,
+        "children": {kind: [{"checkpoint": checkpoint_summary(entry["checkpoint"]),
+                             "run": entry["run"].pk if entry["run"] else None,
+                             "status": entry["run"].status if entry["run"] else None,
+                             "no_output_checkpoint": entry.get("no_output_checkpoint"), "eval": entry["eval"]}
+                            for entry in entries]
+                     for kind, entries in children_by_kind(checkpoint).items()},
+    }
 
 
 def children_by_kind(checkpoint: Checkpoint) -> dict[str, list[dict]]:

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate.errors import UserMistake
-from annotate.runs.checkpoints import checkpoint_for_folder, local_content_hash
+from annotate.runs.checkpoints import checkpoint_for_folder, local_content_hash, made_checkpoint_name
 from annotate.runs.folder import STATUS_OF_RECORD, FolderReader, read_json
 from annotate.runs.models import Checkpoint, Run
 from training.run_folder import RUN_FORMAT, weights_unchanged_reason
@@ -49,8 +49,9 @@ def run_finish(run: Run, *, status: str, exit_code: int | None = None, error: st
 
 def register_output_checkpoint(run: Run) -> Checkpoint | None:
     """The checkpoint run.json names as the run's output, registered new with the base as its parent and this
-    run as its maker. Never an existing checkpoint: a checkpoint's origin is written once, so weights already
-    registered (the base's own, when the run changed nothing) are left as they are and nothing is linked."""
+    run as its maker, and named after both (`tiny-sft · dpo · run 3`). Never an existing checkpoint: a
+    checkpoint's origin is written once, so weights already registered (the base's own, when the run changed
+    nothing) are left as they are and nothing is linked."""
     output = (run.record or {}).get("output_checkpoint") or {}
     if not output.get("path"):
         return None
@@ -62,8 +63,8 @@ def register_output_checkpoint(run: Run) -> Checkpoint | None:
         content_hash = local_content_hash(Path(output["path"]))
     if _output_refusal(run, content_hash) is not None:
         return None
-    checkpoint = checkpoint_for_folder(output["path"], content_hash=content_hash, parent=run.base_checkpoint,
-                                       run=run, registered_by=run.launched_by)
+    checkpoint = checkpoint_for_folder(output["path"], content_hash=content_hash, name=made_checkpoint_name(run),
+                                       parent=run.base_checkpoint, run=run, registered_by=run.launched_by)
     return checkpoint if checkpoint.run_id == run.pk else None
 
 

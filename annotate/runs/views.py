@@ -23,7 +23,9 @@ from annotate.runs.audit import (
     open_items_count,
     served_token,
 )
+from annotate.runs.checkpoints import checkpoint_rename
 from annotate.runs.compare import compare_launch
+from annotate.runs.curves import runs_curves_compare
 from annotate.runs.demo_checkpoint import (
     DEMO_CHECKPOINT,
     DEMO_STEPS,
@@ -32,6 +34,7 @@ from annotate.runs.demo_checkpoint import (
     sft_progress,
 )
 from annotate.runs.evaluation import eval_launch, eval_side_by_side, evals_of
+from annotate.runs.filters import launch_values_from_run, runs_filtered
 from annotate.runs.launch import checkpoint_choices, run_cancel, run_launch
 from annotate.runs.launch_form import (
     FAMILY_CHOICES,
@@ -44,7 +47,7 @@ from annotate.runs.launch_form import (
     task_set_choices,
 )
 from annotate.runs.models import AuditJudgment, Checkpoint, Run, TaskSet
-from annotate.runs.present import ancestry, children_by_kind, config_without_secrets, run_payload
+from annotate.runs.present import ancestry, children_by_kind, config_without_secrets, ledger_rows, run_payload
 from annotate.runs.task_sets import task_set_make, task_set_upload
 
 
@@ -62,6 +65,11 @@ def runs_page(request):
     _staff_only(request, "launch and follow training runs")
     values = launch_values(request.GET)
     error = None
+    if request.method == "GET" and request.GET.get("again"):
+        try:
+            values.update(launch_values_from_run(run_id=request.GET["again"]))
+        except UserMistake as mistake:
+            error = str(mistake)
     if request.method == "POST":
         values.update({name: request.POST.get(name, "").strip() for name in FORM_FIELDS})
         try:
@@ -71,10 +79,11 @@ def runs_page(request):
             return redirect("run-page", run_id=run.pk)
         except UserMistake as mistake:
             error = str(mistake)
-    runs = Run.objects.select_related("base_checkpoint", "launched_by", "output_checkpoint")[:100]
+    runs_query, run_filters = runs_filtered(params=request.GET)
+    runs = runs_query.select_related("base_checkpoint", "launched_by", "output_checkpoint", "export", "task_set")[:100]
     building = sft_build_under_way()
     return render(request, "runs/list.html", {
-        "runs": runs, "checkpoints": checkpoint_choices(), "values": values, "error": error,
+        "runs": runs, "run_filters": run_filters, "checkpoints": checkpoint_choices(), "values": values, "error": error,
         "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & IsAdmin.roles),
         "kinds": ("dpo", "grpo"), "backends": Run.Backend.values,
         "snapshots": snapshot_choices(), "task_sets": TaskSet.objects.order_by("name"),
@@ -156,10 +165,12 @@ def run_page(request, run_id: int):
     payload = run_payload(run, detail=True)
     return render(request, "runs/run.html", {
         "run": run, "payload": payload, "charts": payload["charts"],
-        "config_text": json.dumps(config_without_secrets(run.config), indent=2, sort_keys=True),
-        "resolved_text": (json.dumps(config_without_secrets(run.resolved_config), indent=2, sort_keys=True)
+        "config_text": json.dumps(config_without_secrets(run.config), indent=2, sort_keys=True, ensure_ascii=False),
+        "resolved_text": (json.dumps(config_without_secrets(run.resolved_config), indent=2, sort_keys=True,
+                                     ensure_ascii=False)
                           if run.resolved_config else ""),
         "ledger_text": json.dumps(run.ledger, indent=2, sort_keys=True) if run.ledger else "",
+        "ledger_rows": ledger_rows(run.ledger),
         "base_parents": ancestry(run.base_checkpoint) if run.base_checkpoint else [],
     })
 
@@ -175,7 +186,8 @@ def run_cancel_page(request, run_id: int):
     return redirect("run-page", run_id=run_id)
 
 
-def checkpoint_page(request, checkpoint_id: int):
+def checkpoint_page(request, checkpoint_id: int, *, rename_error: str = "", rename_value: str | None = None,
+                    status: int = 200):
     _staff_only(request, "see checkpoints")
     checkpoint = Checkpoint.objects.select_related("parent", "run").filter(pk=checkpoint_id).first()
     if checkpoint is None:
@@ -187,7 +199,27 @@ def checkpoint_page(request, checkpoint_id: int):
         "columns": children_by_kind(checkpoint),
         "audit": audit_results(checkpoint=checkpoint),
         "evaluations": [(run, eval_side_by_side(run)) for run in evals_of(checkpoint)[:5]],
-    })
+        "rename_error": rename_error, "rename_value": checkpoint.name if rename_value is None else rename_value,
+    }, status=status)
+
+
+@require_POST
+def checkpoint_rename_page(request, checkpoint_id: int):
+    """The checkpoint page's rename form: back to the page under the new name, or the page again with the one-line
+    refusal (400) and what was typed."""
+    _staff_only(request, "rename checkpoints")
+    checkpoint = Checkpoint.objects.filter(pk=checkpoint_id).first()
+    if checkpoint is None:
+        raise Http404(f"no checkpoint {checkpoint_id}")
+    wanted, old = request.POST.get("name", ""), checkpoint.name
+    try:
+        checkpoint_rename(checkpoint=checkpoint, name=wanted, by=request.user)
+    except UserMistake as mistake:
+        return checkpoint_page(request, checkpoint_id, rename_error=str(mistake), rename_value=wanted,
+                               status=mistake.status)
+    if checkpoint.name != old:
+        messages.success(request, f"Checkpoint {old!r} is now called {checkpoint.name!r}.")
+    return redirect("checkpoint-page", checkpoint_id=checkpoint.pk)
 
 
 @require_POST
@@ -222,3 +254,13 @@ def audit_page(request):
         "token": served_token(item, request.user) if item else "",
         "values": values, "left": open_items_count(request.user), "verdicts": AuditJudgment.Verdict.choices,
     }, status=status)
+
+
+def runs_curves_page(request):
+    """Two or more runs' curves on shared charts; a wrong choice of runs is one line on the page (400)."""
+    _staff_only(request, "compare training runs")
+    try:
+        compared = runs_curves_compare(run_ids=request.GET.getlist("run"))
+    except UserMistake as mistake:
+        return render(request, "runs/curves.html", {"error": str(mistake)}, status=mistake.status)
+    return render(request, "runs/curves.html", compared)

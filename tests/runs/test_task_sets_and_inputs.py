@@ -149,7 +149,23 @@ def test_an_exports_row_offers_dpo_on_its_snapshot_and_the_form_comes_prefilled(
                                                                                  make_user, client):
     client.force_login(make_user("eve", "engineer"))
     exports_page = client.get("/projects/speed/exports/").content.decode()
-    assert f'href="/runs/?export={finished_export.pk}#launch">Train DPO on this snapshot' in exports_page
-    runs_page = client.get(f"/runs/?export={finished_export.pk}").content.decode()
+    assert f'href="/runs/?dpo_on_export={finished_export.pk}#launch">Train DPO on this snapshot' in exports_page
+    runs_page = client.get(f"/runs/?dpo_on_export={finished_export.pk}").content.decode()
     assert f'<option value="{finished_export.pk}" selected>Speed · export {finished_export.pk} · 24 train / 8 test' \
         in runs_page
+
+
+def test_task_sets_over_the_api_made_uploaded_listed_and_refused_by_line(engineer_api):
+    made = engineer_api.post("/api/v1/task-sets", {"families": ["convert"], "variant": "heldout", "n": 3, "seed": 4},
+                             format="json")
+    assert made.status_code == 201, made.json()
+    body = made.json()
+    assert (body["name"], body["count"], body["families"], body["variant"]) == (
+        "convert · heldout · 3 · seed 4", 3, {"convert": 3}, "heldout")
+    refused = engineer_api.post("/api/v1/task-sets", {"file": SimpleUploadedFile("bad.jsonl", b'{"kind": "math"}\n')},
+                                format="multipart")
+    assert refused.status_code == 400 and refused.json()["detail"].startswith("bad.jsonl: line 1: task_id must be")
+    assert engineer_api.post("/api/v1/task-sets", {"families": "speed", "n": 3, "seed": 1},
+                             format="json").json() == {"detail": 'families must be a list of task families, such as '
+                                                                 '["speed", "code"]'}
+    assert [row["name"] for row in engineer_api.get("/api/v1/task-sets").json()] == ["convert · heldout · 3 · seed 4"]

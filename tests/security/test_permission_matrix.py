@@ -61,6 +61,8 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "audit-next": ("GET", "/api/v1/audits/next", None, _row(401, 204, 403, 403, 204, 204)),
     "audit-judgment": ("POST", "/api/v1/audits/{missing}/judgment", {}, _row(401, 400, 403, 403, 400, 400)),
     "checkpoints": ("GET", "/api/v1/checkpoints", None, _row(401, 403, 403, 200, 200, 403)),
+    "task-sets": ("GET", "/api/v1/task-sets", None, _row(401, 403, 403, 200, 200, 403)),
+    "checkpoint-detail": ("PATCH", "/api/v1/checkpoints/{missing}", {"name": "x"}, _row(401, 403, 403, 404, 404, 403)),
     "schema": ("GET", "/api/schema/", None, _row(200, 200, 200, 200, 200, 200)),
     # pages
     "home": ("GET", "/", None, _row(LOGIN, 200, 200, 200, 200, 200)),
@@ -76,6 +78,7 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "runs-page": ("GET", "/runs/", None, _row(LOGIN, 403, 403, 200, 200, 403)),
     "runs-compare-page": ("POST", "/runs/compare", {}, _row(LOGIN, 403, 403, 403, 302, 403)),
     "runs-evaluate-page": ("POST", "/runs/evaluate", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
+    "runs-curves-page": ("GET", "/runs/curves", None, _row(LOGIN, 403, 403, 400, 400, 403)),
     "task-sets-page": ("POST", "/runs/task-sets", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
     "demo-checkpoint-page": ("POST", "/runs/demo-checkpoint", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
     "run-page": ("GET", "/runs/{missing}/", None, _row(LOGIN, 403, 403, 404, 404, 403)),
@@ -83,6 +86,7 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "run-audit-create-page": ("POST", "/runs/{missing}/audits", {}, _row(LOGIN, 403, 403, 404, 404, 403)),
     "audit-page": ("GET", "/audit/", None, _row(LOGIN, 200, 403, 403, 200, 200)),
     "checkpoint-page": ("GET", "/checkpoints/{missing}/", None, _row(LOGIN, 403, 403, 404, 404, 403)),
+    "checkpoint-rename-page": ("POST", "/checkpoints/{missing}/rename", {}, _row(LOGIN, 403, 403, 404, 404, 403)),
 }
 # The Django admin (its own staff login; only admins are staff): its index stands for all its pages.
 ADMIN_INDEX = ("GET", "/admin/", None, _row(LOGIN, LOGIN, LOGIN, LOGIN, 200, LOGIN))

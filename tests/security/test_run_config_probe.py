@@ -312,3 +312,12 @@ def test_a_verdict_only_on_an_answer_served_to_that_reviewer(grpo_run, make_user
     answer = ann.post(f"/api/v1/audits/{served_to_ann['id']}/judgment",
                       {"verdict": "yes", "rationale": reason, "token": served_to_ann["token"]}, format="json")
     assert answer.status_code == 201
+
+
+def test_only_credential_named_keys_are_hidden_not_every_name_with_token_in_it():
+    from annotate.runs.present import config_without_secrets
+
+    shown = config_without_secrets({"max_new_tokens": 64, "max_prompt_length": 128, "hub_token": "hf_x",
+                                    "wandb_api_key": "k", "nested": {"client_secret": "s", "tokenizer_name": "t"}})
+    assert shown == {"max_new_tokens": 64, "max_prompt_length": 128, "hub_token": "(hidden)",
+                     "wandb_api_key": "(hidden)", "nested": {"client_secret": "(hidden)", "tokenizer_name": "t"}}

@@ -1,5 +1,6 @@
 import json
 import random
+import re
 import uuid
 from datetime import timedelta
 
@@ -38,6 +39,30 @@ def is_worked_answer(text: str) -> bool:
     return text.startswith("Average speed is") or text.startswith("```python\ndef sort_numbers(xs):\n    return")
 
 
+# Each demo reviewer writes in their own words, so the rationale checks see three people, not one text copied.
+DEMO_RATIONALES = {
+    "reviewer": ("The {side} one adds the two distances and divides by the whole time; {extra}.",
+                 "On the {side}: total distance over total time, which is what average speed means; {extra}."),
+    "reviewer2": ("I picked {side} because it never averages the two speeds, and {extra}.",
+                  "{Side} works it out from the sums (km and hours) rather than guessing; {extra}."),
+    "reviewer3": ("For a ten-year-old the {side} answer is the clearer one: {extra}.",
+                  "Chose {side}. It names the rule before using it, so {extra}."),
+}
+DEMO_EXTRAS_RIGHT = ("each step is shown", "the unit is kept", "the arithmetic checks out",
+                     "nothing is skipped", "it would survive a teacher's check")
+DEMO_EXTRAS_WRONG = ("it reads more smoothly", "it is shorter", "the other one rambles", "it looks more certain")
+
+
+def demo_rationale(username: str, *, prompt: str, choice: str, right: bool, rng: random.Random) -> str:
+    """A rationale in the reviewer's own words about this prompt (its numbers), so no two pairs get the same text."""
+    template = rng.choice(DEMO_RATIONALES.get(username, DEMO_RATIONALES["reviewer"]))
+    extra = rng.choice(DEMO_EXTRAS_RIGHT if right else DEMO_EXTRAS_WRONG)
+    numbers = re.findall(r"\d+", prompt)
+    about = (f" ({numbers[0]} km and {numbers[1]} km in {numbers[2]} h)" if len(numbers) >= 3
+             else " (sorted() leaves the input list alone)")
+    return template.format(side=choice, Side=choice.capitalize(), extra=extra).rstrip(".") + about + "."
+
+
 def judge_demo_project(project, reviewers: list, *, seed: int = 0) -> int:
     """Each reviewer judges every pair left for them, through the same service as the reviewer page."""
     judged, clock = 0, timezone.now() - timedelta(hours=2)
@@ -49,13 +74,13 @@ def judge_demo_project(project, reviewers: list, *, seed: int = 0) -> int:
             a_right = is_worked_answer(pair.response_a.text)
             picks_a = a_right if rng.random() < right_share else not a_right
             choice = "left" if picks_a == assignment.a_on_left else "right"
-            clock += timedelta(seconds=rng.randint(25, 90))
+            # A pair served earlier (on the reviewer's page) is judged after it was served, not on the demo's clock.
+            clock = max(clock, assignment.served_at or clock) + timedelta(seconds=rng.randint(25, 90))
             services.judgment_submit(
                 assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=rng.choice([1, 2, 3]),
                 criteria={"correct": choice, "complete": choice if rng.random() < 0.7 else "tie"},
-                rationale=(f"Pair {pair.pk}: the {choice} answer "
-                           f"{'divides the total distance by the total time' if picks_a == a_right else 'reads better'}"
-                           f" and says why{'' if rng.random() < 0.5 else ', step by step'}."),
+                rationale=demo_rationale(reviewer.username, prompt=pair.prompt.messages[-1]["content"], choice=choice,
+                                         right=picks_a == a_right, rng=rng),
                 client_key=uuid.uuid4(), now=clock)
             judged += 1
     return judged

@@ -1,0 +1,112 @@
+"""From `scripts/demo.sh` to a first launched run, as a training engineer meets the demo.
+
+Starts scripts/demo.sh on a fresh data folder and a free port (the install step is a no-op once .venv is
+installed), and times: the server answering /healthz; the demo checkpoint tiny-sft registered (built in the
+background, so the runs page's Launch button stops waiting); a DPO run on the judged demo's export accepted by
+POST /api/v1/runs (202), as the launch form sends it. The demo is stopped afterwards (its process group).
+
+    .venv/bin/python bench/demo_start.py [--out bench/results/demo_start.json] [--timeout 1800]
+
+Prints a table and writes the JSON; exits 1 if a step did not happen within --timeout seconds.
+"""
+
+import argparse
+import json
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DPO_CONFIG = {"learning_rate": 5.0e-6, "max_steps": 40, "per_device_train_batch_size": 4, "logging_steps": 1}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def request(url: str, *, token: str | None = None, body: dict | None = None) -> tuple[int, object]:
+    headers = {"Accept": "application/json"}
+    if token:
+        headers["Authorization"] = f"Token {token}"
+    data = None
+    if body is not None:
+        data, headers["Content-Type"] = json.dumps(body).encode(), "application/json"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers), timeout=30) as answer:
+            return answer.status, json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return 0, None
+
+
+def wait_for(what: str, check, *, deadline: float, every: float = 1.0):
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(every)
+    raise SystemExit(f"demo_start: {what} did not happen before the timeout")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "demo_start.json"))
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args()
+    data_dir = Path(tempfile.mkdtemp(prefix="pairwise-demo-"))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PAIRWISE_DATA_DIR": str(data_dir), "PAIRWISE_ADDRESS": f"127.0.0.1:{port}"}
+    env.pop("DATABASE_URL", None)
+    env.pop("CELERY_BROKER_URL", None)  # the embedded defaults, as the README's demo command runs
+    started = time.monotonic()
+    deadline = started + args.timeout
+    demo = subprocess.Popen(["scripts/demo.sh"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    marks = {}
+    try:
+        wait_for("/healthz", lambda: request(base + "/healthz")[0] == 200, deadline=deadline, every=0.25)
+        marks["server answers"] = time.monotonic() - started
+        token = subprocess.run([sys.executable, "manage.py", "drf_create_token", "engineer"], cwd=REPO, env=env,
+                               capture_output=True, text=True, check=True).stdout.split()[2]
+
+        def demo_checkpoint():
+            status, checkpoints = request(base + "/api/v1/checkpoints", token=token)
+            return status == 200 and any(c["name"] == "tiny-sft" for c in checkpoints)
+
+        wait_for("the demo checkpoint", demo_checkpoint, deadline=deadline, every=2.0)
+        marks["demo checkpoint registered"] = time.monotonic() - started
+        _, exports = request(base + "/api/v1/projects/demo-judged/exports", token=token)
+        export = next(e for e in exports if e["status"] == "done")
+        status, run = request(base + "/api/v1/runs", token=token, body={
+            "kind": "dpo", "base_checkpoint": "tiny-sft", "export": export["id"], "config": DPO_CONFIG})
+        if status != 202:
+            raise SystemExit(f"demo_start: the launch was refused ({status}): {run}")
+        marks["first run launched"] = time.monotonic() - started
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(timeout=60)
+    rows = [{"step": step, "seconds": round(seconds, 1)} for step, seconds in marks.items()]
+    print("| from scripts/demo.sh on a fresh data folder to | seconds |\n|---|---|")
+    for row in rows:
+        print(f"| {row['step']} | {row['seconds']} |")
+    Path(args.out).write_text(json.dumps({
+        "bench": "demo_start", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                           "load_1min_at_end": os.getloadavg()[0]},
+        "steps": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
