@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from annotate.runs.models import Checkpoint, Run
+from annotate.runs.models import Checkpoint, Run, TaskSet
 
 
 @admin.register(Checkpoint)
@@ -17,4 +17,17 @@ class CheckpointAdmin(admin.ModelAdmin):
 class RunAdmin(admin.ModelAdmin):
     list_display = ("id", "kind", "status", "backend", "base_checkpoint", "launched_by", "created_at")
     list_filter = ("kind", "status", "backend")
-    raw_id_fields = ("base_checkpoint", "launched_by")
+    raw_id_fields = ("base_checkpoint", "launched_by", "export", "task_set")
+
+
+@admin.register(TaskSet)
+class TaskSetAdmin(admin.ModelAdmin):
+    """Made or uploaded on the runs page (or the API), where the file is checked; here only its name changes."""
+
+    list_display = ("name", "count", "variant", "source", "sha256", "created_by", "created_at")
+    list_filter = ("source", "variant")
+    search_fields = ("name", "sha256")
+    readonly_fields = ("path", "sha256", "count", "variant", "families", "scorers", "source", "recipe", "created_by")
+
+    def has_add_permission(self, request) -> bool:
+        return False

@@ -3,8 +3,9 @@ one ("Launch again").
 
 Filters are the page's GET parameters. A value that names nothing the app knows (a kind that does not exist, a
 checkpoint no run starts from, an export that is gone) is ignored and said in one line above the table, so a stale
-link still shows the runs rather than an error page. The launch form reads `export` and `task_set` from the same
-query ("Train DPO on this snapshot"): such a link also shows the runs that already read that input.
+link still shows the runs rather than an error page. The launch form's links use names of their own
+(`dpo_on_export`, `grpo_on_task_set`: annotate/runs/launch_form.py), so choosing what to train never narrows the
+table, and a filter never fills the form.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _export_text(export: Export) -> str:
 def _input_options(runs: QuerySet, *, model, fk: str, path_field: str, path_of, text_of, chosen: str
                    ) -> list[tuple[str, str]]:
     """The exports (or task sets) runs read, then the paths runs read that are none of theirs; and the chosen
-    one, which a link may name before any run has read it ("Train DPO on this snapshot")."""
+    one, which a link may name before any run has read it."""
     used = runs.exclude(**{fk: None}).values(fk)
     picked = Q(pk=int(chosen)) if chosen.isdigit() and len(chosen) < 19 else Q(pk__in=[])
     rows = list(model.objects.filter(Q(pk__in=used) | picked).order_by("-pk"))

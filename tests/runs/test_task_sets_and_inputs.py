@@ -169,3 +169,15 @@ def test_task_sets_over_the_api_made_uploaded_listed_and_refused_by_line(enginee
                              format="json").json() == {"detail": 'families must be a list of task families, such as '
                                                                  '["speed", "code"]'}
     assert [row["name"] for row in engineer_api.get("/api/v1/task-sets").json()] == ["convert · heldout · 3 · seed 4"]
+
+
+def test_the_django_admin_lists_task_sets_and_changes_only_their_name(make_user, client):
+    admin = make_user("ada", "admin")
+    admin.is_staff = admin.is_superuser = True
+    admin.save()
+    kept = task_set_make(families=["simple"], n=2, seed=1)
+    client.force_login(admin)
+    assert kept.name in client.get("/admin/runs/taskset/").content.decode()
+    assert client.get("/admin/runs/taskset/add/").status_code == 403  # made or uploaded where the file is checked
+    page = client.get(f"/admin/runs/taskset/{kept.pk}/change/").content.decode()
+    assert 'name="name"' in page and 'name="sha256"' not in page
