@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import trl
+from packaging.version import Version
 from trl import GRPOTrainer
 
 from training.errors import PairwiseInputError
@@ -34,9 +36,29 @@ from training.grpo.rollouts import prompt_text, write_batch
 from training.trl_setup import is_zero3
 from training.verifiers.results import CORRECT
 
+# The overrides below replace private methods of GRPOTrainer (`_generate`, `_generate_and_score_completions`),
+# whose signatures and return values change between TRL releases without notice: they were written and tested
+# for this range (pyproject.toml says the same). Another TRL fails here, in one line, before any run starts.
+SUPPORTED_TRL = (Version("1.16"), Version("1.17"))
+
+
+class UnsupportedTRL(PairwiseInputError):
+    """The installed TRL is outside the range the GRPO trainer's overrides were written for."""
+
+
+def check_trl_version(installed: str) -> None:
+    low, high = SUPPORTED_TRL
+    if not low <= Version(installed) < high:
+        raise UnsupportedTRL(f"TRL {installed} is installed, but Pairwise's GRPO trainer overrides private methods of "
+                             f"TRL's GRPOTrainer written for TRL >={low},<{high}; install a TRL in that range "
+                             f"(pip install 'trl>={low},<{high}')")
+
+
+check_trl_version(trl.__version__)
+
+HASHED_ELEMENTS_PER_TENSOR = 1 << 16  # the policy hash reads at most this many values of each weight tensor
 # Output keys of _generate_and_score_completions that dynamic sampling knows how to merge across rounds;
 # anything else (images, multimodal fields) is refused rather than merged wrongly.
-HASHED_ELEMENTS_PER_TENSOR = 1 << 16  # the policy hash reads at most this many values of each weight tensor
 _PER_TOKEN_KEYS = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps",
                    "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask")
 _MERGEABLE_KEYS = {"prompt_ids", "prompt_mask", "advantages", "num_items_in_batch", "pairwise_row", *_PER_TOKEN_KEYS}
