@@ -198,10 +198,15 @@ def test_a_gold_rate_of_zero_mixes_nothing(make_project, make_user):
     project = make_project(slug="plain", overlap=1, retest_rate=0)
     import_rows(project, gold_items(3) + live_items(3))
     reviewer = make_user("rita")
+    judged = []
     while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
         services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice="tie", strength=None,
                                  criteria={"correct": "tie", "complete": "tie"},
                                  rationale="Both answers say the same thing in other words.", client_key=uuid.uuid4())
+        judged.append(assignment.pair.prompt.external_id)
+    # Every pair was served and judged as live work, the gold ones too (at overlap 1, once each) ...
+    assert sorted(judged) == sorted(item["prompt_id"] for item in gold_items(3) + live_items(3))
+    # ... and none of them was checked against its gold answer.
     assert not GoldCheck.objects.exists()
 
 

@@ -150,12 +150,16 @@ def test_every_advantage_is_recomputed_from_its_group_and_the_config(smoke_run):
                                       multi_objective_aggregation=config["multi_objective_aggregation"])
     for row in rows:
         assert math.isclose(recomputed[row["rollout_id"]], row["advantage"], abs_tol=1e-4), row["rollout_id"]
-    # The same rewards under another scale give other advantages: the check above is not vacuous.
-    unscaled = recompute_advantages(rows, scale_rewards="none")
-    differs = [r for r in rows if not math.isclose(unscaled[r["rollout_id"]], r["advantage"], abs_tol=1e-4)]
-    zero_variance = {g for g in {r["group_id"] for r in rows}
-                     if len({r["reward"] for r in rows if r["group_id"] == g}) == 1}
-    assert differs or len(zero_variance) == 6
+    # The check above is not vacuous however the run's groups came out (all of them may score alike, and then every
+    # advantage is 0): the same arithmetic on a group worked by hand. Rewards 1, 0, 0, 0: mean 0.25, standard
+    # deviation with Bessel's correction sqrt(0.75 / 3) = 0.5, so (r - 0.25) / (0.5 + 1e-4); unscaled r - 0.25.
+    worked = [{"rollout_id": f"w-{i}", "group_id": "w", "batch": 0, "reward": reward}
+              for i, reward in enumerate([1.0, 0.0, 0.0, 0.0])]
+    by_hand = {"group": [0.75 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001, -0.25 / 0.5001],
+               "none": [0.75, -0.25, -0.25, -0.25]}
+    for scale, expected in by_hand.items():
+        advantages = recompute_advantages(worked, scale_rewards=scale)
+        assert [round(advantages[f"w-{i}"], 6) for i in range(4)] == [round(value, 6) for value in expected]
 
 
 def test_zero_variance_groups_are_counted_per_step_and_per_run(smoke_run):
