@@ -130,10 +130,10 @@ def copy_seconds() -> tuple[float, int, int]:
     import psycopg
 
     from annotate.exports.filters import filters_parse
-    from annotate.exports.selectors import _votes_sql
+    from annotate.exports.selectors import votes_sql
     from annotate.review.models import Project
 
-    sql, params = _votes_sql(filters=filters_parse({}), excluded_reviewers=frozenset(), with_texts=True,
+    sql, params = votes_sql(filters=filters_parse({}), excluded_reviewers=frozenset(), with_texts=True,
                              project=Project.objects.get(slug="bench"))
     with psycopg.connect(f"{PG.replace('postgres://', 'postgresql://')}/{DB_NAME}") as conn, conn.cursor() as cursor:
         started = time.perf_counter()

@@ -49,7 +49,7 @@ class PairVotes:
     text_b: str | None
 
 
-def _votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], with_texts: bool,
+def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], with_texts: bool,
                project: Project, live: bool = True) -> tuple[str, list]:
     """The votes query; `live` False counts instead the qualification answers it leaves out (same filters)."""
     assignment, judgment = Assignment._meta.db_table, Judgment._meta.db_table
@@ -117,7 +117,7 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     On PostgreSQL the rows come through a server-side cursor (outside a transaction it is WITH HOLD,
     so the export can commit its progress while it reads).
     """
-    sql, params = _votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
+    sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
                              project=project)
     with connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
@@ -138,7 +138,7 @@ def pairs_with_votes_count(*, project: Project, filters: ExportFilters) -> int:
     The same votes query as the export itself, so a filtered export's bar ends full. (Reviewers left out
     for their flags are only known once the export runs; the export then sets the total it found.)
     """
-    sql, params = _votes_sql(filters=filters, excluded_reviewers=frozenset(), with_texts=False, project=project)
+    sql, params = votes_sql(filters=filters, excluded_reviewers=frozenset(), with_texts=False, project=project)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM ({sql}) counted", params)
         return cursor.fetchone()[0]
@@ -147,7 +147,7 @@ def pairs_with_votes_count(*, project: Project, filters: ExportFilters) -> int:
 def qualification_answers_left_out(*, project: Project, filters: ExportFilters,
                                    excluded_reviewers: frozenset[int] = frozenset()) -> int:
     """How many answers of the qualification round the export's filters would otherwise have counted as votes."""
-    sql, params = _votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=False,
+    sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=False,
                              project=project, live=False)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT coalesce(sum(votes_a + votes_b + votes_tie + votes_both_bad), 0) FROM ({sql}) counted",

@@ -92,16 +92,16 @@ def _join(parts: Iterable) -> SafeString:
     return mark_safe("".join(_escape(part) for part in parts))
 
 
-def _f(value: float) -> str:
+def svg_coordinate(value: float) -> str:
     """A coordinate: short, and never "nan" (a None upstream must not reach here)."""
     return f"{value:.1f}"
 
 
-def _svg(width: float, height: float, label: str, body: Iterable) -> SafeString:
+def svg_document(width: float, height: float, label: str, body: Iterable) -> SafeString:
     return format_html(
         '<svg class="chart-svg" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {} {}" width="{}" height="{}" '
         'role="img" aria-label="{}" font-size="{}" fill="{}">{}</svg>',
-        _f(width), _f(height), _f(width), _f(height), label, FONT_SIZE, INK, _join(body),
+        svg_coordinate(width), svg_coordinate(height), svg_coordinate(width), svg_coordinate(height), label, FONT_SIZE, INK, _join(body),
     )
 
 
@@ -110,19 +110,19 @@ def _svg(width: float, height: float, label: str, body: Iterable) -> SafeString:
 # still goes through _escape; the rest are numbers, colours and fixed attributes.
 
 
-def _text(x: float, y: float, content: str, *, anchor: str = "start", color: str = INK,
+def svg_text(x: float, y: float, content: str, *, anchor: str = "start", color: str = INK,
           weight: str = "normal", extra: str = "") -> SafeString:
     return mark_safe(
-        f'<text x="{_f(x)}" y="{_f(y)}" text-anchor="{anchor}" fill="{color}" font-weight="{weight}"{extra}>'
+        f'<text x="{svg_coordinate(x)}" y="{svg_coordinate(y)}" text-anchor="{anchor}" fill="{color}" font-weight="{weight}"{extra}>'
         f"{_escape(content)}</text>"
     )
 
 
-def _line(x1: float, y1: float, x2: float, y2: float, *, color: str = LINE, width: float = 1,
+def svg_line(x1: float, y1: float, x2: float, y2: float, *, color: str = LINE, width: float = 1,
           dash: str = "") -> SafeString:
     return format_html(
         '<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="{}"{}/>',
-        _f(x1), _f(y1), _f(x2), _f(y2), color, width,
+        svg_coordinate(x1), svg_coordinate(y1), svg_coordinate(x2), svg_coordinate(y2), color, width,
         format_html(' stroke-dasharray="{}"', dash) if dash else "",
     )
 
@@ -130,12 +130,12 @@ def _line(x1: float, y1: float, x2: float, y2: float, *, color: str = LINE, widt
 def _rect(x: float, y: float, width: float, height: float, *, fill: str, title: str = "",
           rx: float = 0) -> SafeString:
     return mark_safe(
-        f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(max(width, 0))}" height="{_f(max(height, 0))}" rx="{rx}" '
-        f'fill="{fill}">{_title(title)}</rect>'
+        f'<rect x="{svg_coordinate(x)}" y="{svg_coordinate(y)}" width="{svg_coordinate(max(width, 0))}" height="{svg_coordinate(max(height, 0))}" rx="{rx}" '
+        f'fill="{fill}">{svg_title(title)}</rect>'
     )
 
 
-def _title(text: str) -> SafeString:
+def svg_title(text: str) -> SafeString:
     return mark_safe(f"<title>{_escape(text)}</title>") if text else mark_safe("")
 
 
@@ -218,9 +218,9 @@ def agreement_over_time_chart(over_time: dict, *, empty_reason: str = "no judgme
 
     body: list = []
     for tick in (0, 0.25, 0.5, 0.75, 1):
-        body.append(_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID if tick not in (0, 0.5) else LINE,
+        body.append(svg_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID if tick not in (0, 0.5) else LINE,
                           dash="4 3" if tick == 0.5 else ""))
-        body.append(_text(left - 6, y_of(tick) + 4, percent(tick), anchor="end", color=MUTED))
+        body.append(svg_text(left - 6, y_of(tick) + 4, percent(tick), anchor="end", color=MUTED))
 
     most = max((point.get("judgments") or 0 for point in series), default=0)
     bar_w = max(2.0, (width_s / (t1 - t0)) * plot_w * 0.8) if width_s else 6.0
@@ -246,7 +246,7 @@ def agreement_over_time_chart(over_time: dict, *, empty_reason: str = "no judgme
             if len(run) > 1:
                 body.append(format_html(
                     '<polyline points="{}" fill="none" stroke="{}" stroke-width="2"{}/>',
-                    " ".join(f"{_f(x)},{_f(y)}" for x, y in run), color,
+                    " ".join(f"{svg_coordinate(x)},{svg_coordinate(y)}" for x, y in run), color,
                     format_html(' stroke-dasharray="{}"', dash) if dash else "",
                 ))
         for point, t, start in zip(series, times, starts, strict=True):
@@ -254,25 +254,25 @@ def agreement_over_time_chart(over_time: dict, *, empty_reason: str = "no judgme
             if value is not None:
                 body.append(format_html(
                     '<circle cx="{}" cy="{}" r="{}" fill="{}">{}</circle>',
-                    _f(x_of(t)), _f(y_of(value)), 3 if key == "agreement_with_others" else 2.2, color,
-                    _title(f"{_tick_label(start, bucket)}: {name} {percent(value)} "
+                    svg_coordinate(x_of(t)), svg_coordinate(y_of(value)), 3 if key == "agreement_with_others" else 2.2, color,
+                    svg_title(f"{_tick_label(start, bucket)}: {name} {percent(value)} "
                            f"({point.get('judgments') or 0} judgments)"),
                 ))
 
     shown = max(1, math.ceil(len(series) / 6))
     for index in range(0, len(series), shown):
-        body.append(_text(x_of(times[index]), top + plot_h + 18, _tick_label(starts[index], bucket),
+        body.append(svg_text(x_of(times[index]), top + plot_h + 18, _tick_label(starts[index], bucket),
                           anchor="middle", color=MUTED))
 
     legend = [("agreement with others", ACCENT, ""), ("left rate", SECOND_SERIES, "5 4")]
     x = left
     for name, color, dash in legend:
-        body.append(_line(x, 12, x + 22, 12, color=color, width=2, dash=dash))
-        body.append(_text(x + 27, 16, name, color=MUTED))
+        body.append(svg_line(x, 12, x + 22, 12, color=color, width=2, dash=dash))
+        body.append(svg_text(x + 27, 16, name, color=MUTED))
         x += 40 + CHAR_WIDTH * len(name)
     body.append(_rect(x, 6, 14, 12, fill=GRID))
-    body.append(_text(x + 19, 16, f"judgments per {bucket or 'bucket'}", color=MUTED))
-    return _svg(width, height, "Agreement with others and left rate over time", body)
+    body.append(svg_text(x + 19, 16, f"judgments per {bucket or 'bucket'}", color=MUTED))
+    return svg_document(width, height, "Agreement with others and left rate over time", body)
 
 
 # --- left rate per reviewer --------------------------------------------------------------------------
@@ -304,8 +304,8 @@ def left_rate_chart(reviewers: list[dict], *, empty_reason: str = "no reviewer h
     body: list = []
     for tick in (0, 0.25, 0.5, 0.75, 1):
         if tick != 0.5:
-            body.append(_line(x_of(tick), top - 4, x_of(tick), height - bottom, color=GRID))
-        body.append(_text(x_of(tick), top - 10, percent(tick), anchor="middle", color=MUTED))
+            body.append(svg_line(x_of(tick), top - 4, x_of(tick), height - bottom, color=GRID))
+        body.append(svg_text(x_of(tick), top - 10, percent(tick), anchor="middle", color=MUTED))
     for index, reviewer in enumerate(rows):
         y = top + index * row_h
         biased = FLAG_POSITION_BIAS in (reviewer.get("flags") or [])
@@ -313,20 +313,20 @@ def left_rate_chart(reviewers: list[dict], *, empty_reason: str = "no reviewer h
         summary = (f"{reviewer['username']}: left in {percent(rate)} of {reviewer.get('decisive_judgments', 0)} "
                    f"a/b choices" + (f" (95% CI {interval(ci, percent)})" if ci else "")
                    + (" — flagged for position bias" if biased else ""))
-        body.append(format_html("<g>{}", _title(summary)))
-        body.append(_text(label_w - 8, y + row_h / 2 + 4, shorten(reviewer["username"], 24), anchor="end",
+        body.append(format_html("<g>{}", svg_title(summary)))
+        body.append(svg_text(label_w - 8, y + row_h / 2 + 4, shorten(reviewer["username"], 24), anchor="end",
                           color=BAD if biased else INK, weight="600" if biased else "normal"))
         body.append(_rect(x_of(0), y + 5, rate * plot_w, row_h - 10, fill=BAD if biased else ACCENT_SOFT, rx=2))
         if ci:
             low, high = x_of(ci[0]), x_of(ci[1])
             mid = y + row_h / 2
-            body.append(_line(low, mid, high, mid, color=INK, width=1.5))
-            body.append(_line(low, mid - 4, low, mid + 4, color=INK, width=1.5))
-            body.append(_line(high, mid - 4, high, mid + 4, color=INK, width=1.5))
-        body.append(_text(x_of(1) + 10, y + row_h / 2 + 4, value_texts[index], color=BAD if biased else MUTED))
+            body.append(svg_line(low, mid, high, mid, color=INK, width=1.5))
+            body.append(svg_line(low, mid - 4, low, mid + 4, color=INK, width=1.5))
+            body.append(svg_line(high, mid - 4, high, mid + 4, color=INK, width=1.5))
+        body.append(svg_text(x_of(1) + 10, y + row_h / 2 + 4, value_texts[index], color=BAD if biased else MUTED))
         body.append(mark_safe("</g>"))
-    body.append(_line(x_of(0.5), top - 4, x_of(0.5), height - bottom, color=INK, dash="4 3"))
-    return _svg(width, height, "Left rate per reviewer with 95% intervals", body)
+    body.append(svg_line(x_of(0.5), top - 4, x_of(0.5), height - bottom, color=INK, dash="4 3"))
+    return svg_document(width, height, "Left rate per reviewer with 95% intervals", body)
 
 
 # --- rationale flags ----------------------------------------------------------------------------------
@@ -351,18 +351,18 @@ def rationale_flags_chart(rows: list[dict], *, empty_reason: str = "no judgment 
     body: list = []
     for tick in (0, 0.25, 0.5, 0.75, 1):
         x = label_w + tick * plot_w
-        body.append(_line(x, top - 4, x, height - bottom, color=GRID))
-        body.append(_text(x, top - 10, percent(tick), anchor="middle", color=MUTED))
+        body.append(svg_line(x, top - 4, x, height - bottom, color=GRID))
+        body.append(svg_text(x, top - 10, percent(tick), anchor="middle", color=MUTED))
     for index, row in enumerate(rows):
         y = top + index * row_h
         share = row["flagged"] / row["judgments"]
-        body.append(format_html("<g>{}", _title(
+        body.append(format_html("<g>{}", svg_title(
             f"{row['username']}: {row['flagged']} of {row['judgments']} judgments flagged ({details[index]})")))
-        body.append(_text(label_w - 8, y + row_h / 2 + 4, shorten(row["username"], 24), anchor="end"))
+        body.append(svg_text(label_w - 8, y + row_h / 2 + 4, shorten(row["username"], 24), anchor="end"))
         body.append(_rect(label_w, y + 5, share * plot_w, row_h - 10, fill=BAD, rx=2))
-        body.append(_text(label_w + plot_w + 10, y + row_h / 2 + 4, value_texts[index], color=MUTED))
+        body.append(svg_text(label_w + plot_w + 10, y + row_h / 2 + 4, value_texts[index], color=MUTED))
         body.append(mark_safe("</g>"))
-    return _svg(width, height, "Share of each reviewer's judgments with a rationale flag", body)
+    return svg_document(width, height, "Share of each reviewer's judgments with a rationale flag", body)
 
 
 # --- model ratings ------------------------------------------------------------------------------------
@@ -391,9 +391,9 @@ def model_ratings_chart(models: list[dict], *, empty_reason: str = FEWER_THAN_TW
 
     body: list = []
     for tick in ticks:
-        body.append(_line(x_of(tick), top, x_of(tick), height - bottom, color=LINE if tick == 0 else GRID,
+        body.append(svg_line(x_of(tick), top, x_of(tick), height - bottom, color=LINE if tick == 0 else GRID,
                           dash="4 3" if tick == 0 else ""))
-        body.append(_text(x_of(tick), height - bottom + 16, number(tick, 2 if abs(high - low) < 2 else 1),
+        body.append(svg_text(x_of(tick), height - bottom + 16, number(tick, 2 if abs(high - low) < 2 else 1),
                           anchor="middle", color=MUTED))
     for index, model in enumerate(rows):
         y = top + index * row_h + row_h / 2
@@ -401,18 +401,18 @@ def model_ratings_chart(models: list[dict], *, empty_reason: str = FEWER_THAN_TW
         summary = (f"{model['model']}: rating {number(model['rating'], signed=True)}"
                    + (f" (95% CI {interval(ci, number)})" if ci else "")
                    + f"; {model.get('wins', 0)} wins, {model.get('losses', 0)} losses, {model.get('ties', 0)} ties")
-        body.append(format_html("<g>{}", _title(summary)))
-        body.append(_line(label_w, y, label_w + plot_w, y, color=GRID))
-        body.append(_text(label_w - 8, y + 4, shorten(model["model"], 28), anchor="end"))
+        body.append(format_html("<g>{}", svg_title(summary)))
+        body.append(svg_line(label_w, y, label_w + plot_w, y, color=GRID))
+        body.append(svg_text(label_w - 8, y + 4, shorten(model["model"], 28), anchor="end"))
         if ci:
-            body.append(_line(x_of(ci[0]), y, x_of(ci[1]), y, color=ACCENT, width=2))
-            body.append(_line(x_of(ci[0]), y - 5, x_of(ci[0]), y + 5, color=ACCENT, width=2))
-            body.append(_line(x_of(ci[1]), y - 5, x_of(ci[1]), y + 5, color=ACCENT, width=2))
+            body.append(svg_line(x_of(ci[0]), y, x_of(ci[1]), y, color=ACCENT, width=2))
+            body.append(svg_line(x_of(ci[0]), y - 5, x_of(ci[0]), y + 5, color=ACCENT, width=2))
+            body.append(svg_line(x_of(ci[1]), y - 5, x_of(ci[1]), y + 5, color=ACCENT, width=2))
         body.append(format_html('<circle cx="{}" cy="{}" r="5" fill="{}" stroke="#fff" stroke-width="1.5"/>',
-                                _f(x_of(model["rating"])), _f(y), ACCENT))
-        body.append(_text(label_w + plot_w + 10, y + 4, value_texts[index], color=MUTED))
+                                svg_coordinate(x_of(model["rating"])), svg_coordinate(y), ACCENT))
+        body.append(svg_text(label_w + plot_w + 10, y + 4, value_texts[index], color=MUTED))
         body.append(mark_safe("</g>"))
-    return _svg(width, height, "Model ratings with 95% intervals", body)
+    return svg_document(width, height, "Model ratings with 95% intervals", body)
 
 
 # --- heat maps ----------------------------------------------------------------------------------------
@@ -433,18 +433,18 @@ def _heat_map(*, labels: list[str], cells: Callable[[int, int], tuple[float | No
     body: list = []
     for j, name in enumerate(labels):
         x = label_w + j * cell + cell / 2
-        body.append(_text(x, top - 6, shorten(name, label_limit), color=MUTED,
-                          extra=f' transform="rotate(-45 {_f(x)} {_f(top - 6)})"'))
+        body.append(svg_text(x, top - 6, shorten(name, label_limit), color=MUTED,
+                          extra=f' transform="rotate(-45 {svg_coordinate(x)} {svg_coordinate(top - 6)})"'))
     for i, name in enumerate(labels):
         y = top + i * cell
-        body.append(_text(label_w - 8, y + cell / 2 + 4, shorten(name, label_limit), anchor="end"))
+        body.append(svg_text(label_w - 8, y + cell / 2 + 4, shorten(name, label_limit), anchor="end"))
         for j in range(n):
             shade, text, title = cells(i, j)
             x = label_w + j * cell
             fill = EMPTY_CELL if shade is None else diverging_color(shade)
             body.append(_rect(x + 1, y + 1, cell - 2, cell - 2, fill=fill, title=title, rx=2))
             if show_text and text:
-                body.append(_text(x + cell / 2, y + cell / 2 + 4, text, anchor="middle",
+                body.append(svg_text(x + cell / 2, y + cell / 2 + 4, text, anchor="middle",
                                   color=MUTED if shade is None else _ink_on(shade),
                                   extra=' font-size="11" pointer-events="none"'))
     low_label, mid_label, high_label = legend
@@ -455,8 +455,8 @@ def _heat_map(*, labels: list[str], cells: Callable[[int, int], tuple[float | No
         shade = -1 + 2 * k / (steps - 1)
         body.append(_rect(label_w + k * step_w, y, step_w, 10, fill=diverging_color(shade)))
     for k, text in ((0, low_label), (steps // 2, mid_label), (steps - 1, high_label)):
-        body.append(_text(label_w + (k + 0.5) * step_w, y + 24, text, anchor="middle", color=MUTED))
-    return _svg(width, height, label, body)
+        body.append(svg_text(label_w + (k + 0.5) * step_w, y + 24, text, anchor="middle", color=MUTED))
+    return svg_document(width, height, label, body)
 
 
 def reviewer_agreement_heat_map(cohen_kappa: dict, *, empty_reason: str = "no two reviewers share enough pairs"

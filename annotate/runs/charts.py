@@ -17,15 +17,15 @@ from annotate.quality.charts import (
     LINE,
     MUTED,
     SECOND_SERIES,
-    _f,
-    _line,
-    _svg,
-    _text,
-    _title,
     nice_ticks,
     no_data,
     number,
     shorten,
+    svg_coordinate,
+    svg_document,
+    svg_line,
+    svg_text,
+    svg_title,
 )
 
 MAX_POINTS = 400  # a long run's curve is thinned to this many points (evenly by position)
@@ -87,24 +87,24 @@ def line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label: str
     digits = 3 if y1 - y0 < 1 else 2
     body: list = []
     for tick in ticks:
-        body.append(_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID))
-        body.append(_text(left - 6, y_of(tick) + 4, number(tick, digits), anchor="end", color=MUTED))
+        body.append(svg_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID))
+        body.append(svg_text(left - 6, y_of(tick) + 4, number(tick, digits), anchor="end", color=MUTED))
     for tick in nice_ticks(x0, x1, 5):
         if x0 <= tick <= x1:
-            body.append(_text(x_of(tick), top + plot_h + 18, f"{tick:g}", anchor="middle", color=MUTED))
-    body.append(_line(left, top + plot_h, left + plot_w, top + plot_h, color=LINE))
+            body.append(svg_text(x_of(tick), top + plot_h + 18, f"{tick:g}", anchor="middle", color=MUTED))
+    body.append(svg_line(left, top + plot_h, left + plot_w, top + plot_h, color=LINE))
     legend_x = left
     for (name, points), color in zip(lines, (ACCENT, SECOND_SERIES), strict=False):
         if len(points) > 1:
             body.append(format_html('<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>',
-                                    " ".join(f"{_f(x_of(x))},{_f(y_of(y))}" for x, y in points), color))
+                                    " ".join(f"{svg_coordinate(x_of(x))},{svg_coordinate(y_of(y))}" for x, y in points), color))
         for x, y in points if len(points) <= 60 else points[-1:]:
-            body.append(format_html('<circle cx="{}" cy="{}" r="2.5" fill="{}">{}</circle>', _f(x_of(x)),
-                                    _f(y_of(y)), color, _title(f"step {x:g}: {name} {number(y, 4)}")))
-        body.append(_line(legend_x, 12, legend_x + 18, 12, color=color, width=2))
-        body.append(_text(legend_x + 23, 16, name, color=MUTED))
+            body.append(format_html('<circle cx="{}" cy="{}" r="2.5" fill="{}">{}</circle>', svg_coordinate(x_of(x)),
+                                    svg_coordinate(y_of(y)), color, svg_title(f"step {x:g}: {name} {number(y, 4)}")))
+        body.append(svg_line(legend_x, 12, legend_x + 18, 12, color=color, width=2))
+        body.append(svg_text(legend_x + 23, 16, name, color=MUTED))
         legend_x += 40 + 7.2 * len(name)
-    return _svg(width, height, label, body)
+    return svg_document(width, height, label, body)
 
 
 def run_charts(metrics: list[dict]) -> dict[str, SafeString]:
@@ -161,28 +161,28 @@ def _marker(shape: str, x: float, y: float, color: str, title: str = "") -> Safe
     """A 7-pixel mark centred on (x, y): filled shapes, or strokes for plus, cross and bar."""
     r = 3.5
     paths = {
-        "square": f"M{_f(x - r)},{_f(y - r)}h{_f(2 * r)}v{_f(2 * r)}h{_f(-2 * r)}Z",
-        "diamond": f"M{_f(x)},{_f(y - r - 1)}L{_f(x + r + 1)},{_f(y)}L{_f(x)},{_f(y + r + 1)}L{_f(x - r - 1)},{_f(y)}Z",
-        "triangle": f"M{_f(x)},{_f(y - r - 1)}L{_f(x + r + 1)},{_f(y + r)}L{_f(x - r - 1)},{_f(y + r)}Z",
-        "triangle-down": f"M{_f(x)},{_f(y + r + 1)}L{_f(x + r + 1)},{_f(y - r)}L{_f(x - r - 1)},{_f(y - r)}Z",
-        "plus": f"M{_f(x - r - 1)},{_f(y)}h{_f(2 * r + 2)}M{_f(x)},{_f(y - r - 1)}v{_f(2 * r + 2)}",
-        "cross": f"M{_f(x - r)},{_f(y - r)}l{_f(2 * r)},{_f(2 * r)}M{_f(x - r)},{_f(y + r)}l{_f(2 * r)},{_f(-2 * r)}",
-        "bar": f"M{_f(x)},{_f(y - r - 1)}v{_f(2 * r + 2)}",
+        "square": f"M{svg_coordinate(x - r)},{svg_coordinate(y - r)}h{svg_coordinate(2 * r)}v{svg_coordinate(2 * r)}h{svg_coordinate(-2 * r)}Z",
+        "diamond": f"M{svg_coordinate(x)},{svg_coordinate(y - r - 1)}L{svg_coordinate(x + r + 1)},{svg_coordinate(y)}L{svg_coordinate(x)},{svg_coordinate(y + r + 1)}L{svg_coordinate(x - r - 1)},{svg_coordinate(y)}Z",
+        "triangle": f"M{svg_coordinate(x)},{svg_coordinate(y - r - 1)}L{svg_coordinate(x + r + 1)},{svg_coordinate(y + r)}L{svg_coordinate(x - r - 1)},{svg_coordinate(y + r)}Z",
+        "triangle-down": f"M{svg_coordinate(x)},{svg_coordinate(y + r + 1)}L{svg_coordinate(x + r + 1)},{svg_coordinate(y - r)}L{svg_coordinate(x - r - 1)},{svg_coordinate(y - r)}Z",
+        "plus": f"M{svg_coordinate(x - r - 1)},{svg_coordinate(y)}h{svg_coordinate(2 * r + 2)}M{svg_coordinate(x)},{svg_coordinate(y - r - 1)}v{svg_coordinate(2 * r + 2)}",
+        "cross": f"M{svg_coordinate(x - r)},{svg_coordinate(y - r)}l{svg_coordinate(2 * r)},{svg_coordinate(2 * r)}M{svg_coordinate(x - r)},{svg_coordinate(y + r)}l{svg_coordinate(2 * r)},{svg_coordinate(-2 * r)}",
+        "bar": f"M{svg_coordinate(x)},{svg_coordinate(y - r - 1)}v{svg_coordinate(2 * r + 2)}",
     }
     if shape == "circle":
-        return format_html('<circle cx="{}" cy="{}" r="{}" fill="{}">{}</circle>', _f(x), _f(y), _f(r), color,
-                           _title(title))
+        return format_html('<circle cx="{}" cy="{}" r="{}" fill="{}">{}</circle>', svg_coordinate(x), svg_coordinate(y), svg_coordinate(r), color,
+                           svg_title(title))
     stroked = shape in ("plus", "cross", "bar")
     paint = f'fill="none" stroke="{color}" stroke-width="2"' if stroked else f'fill="{color}"'
-    return format_html('<path d="{}" {}>{}</path>', paths[shape], mark_safe(paint), _title(title))
+    return format_html('<path d="{}" {}>{}</path>', paths[shape], mark_safe(paint), svg_title(title))
 
 
 def run_swatch(index: int, *, label: str = "") -> SafeString:
     """A run's line and marker as a small SVG, for a legend outside the charts (the runs table of the page)."""
     style = run_style(index)
-    body = [_line(2, 8, 38, 8, color=style["color"], width=2, dash=style["dash"]),
+    body = [svg_line(2, 8, 38, 8, color=style["color"], width=2, dash=style["dash"]),
             _marker(style["marker"], 20, 8, style["color"])]
-    return _svg(40, 16, label or f"line style {index + 1}", body)
+    return svg_document(40, 16, label or f"line style {index + 1}", body)
 
 
 def tick_digits(ticks: list[float]) -> int:
@@ -208,10 +208,10 @@ def runs_line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label
         if legend_x > left and legend_x + item_width > width - right:
             legend_x, legend_y = left, legend_y + 18
         style = run_style(index)
-        legend.append(_line(legend_x, legend_y - 4, legend_x + 26, legend_y - 4, color=style["color"], width=2,
+        legend.append(svg_line(legend_x, legend_y - 4, legend_x + 26, legend_y - 4, color=style["color"], width=2,
                             dash=style["dash"]))
         legend.append(_marker(style["marker"], legend_x + 13, legend_y - 4, style["color"]))
-        legend.append(_text(legend_x + 32, legend_y, name, color=INK))
+        legend.append(svg_text(legend_x + 32, legend_y, name, color=INK))
         legend_x += item_width
     top = legend_y + 16
     height = top + 190.0 + bottom
@@ -227,27 +227,27 @@ def runs_line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label
     digits = tick_digits(ticks)
     body: list = []
     for tick in ticks:
-        body.append(_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID))
-        body.append(_text(left - 6, y_of(tick) + 4, number(tick, digits), anchor="end", color=MUTED))
+        body.append(svg_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID))
+        body.append(svg_text(left - 6, y_of(tick) + 4, number(tick, digits), anchor="end", color=MUTED))
     for tick in nice_ticks(x0, x1, 5):
         if x0 <= tick <= x1:
-            body.append(_text(x_of(tick), top + plot_h + 18, f"{tick:g}", anchor="middle", color=MUTED))
-    body.append(_text(left - 6, top + plot_h + 18, "step", anchor="end", color=MUTED))
-    body.append(_line(left, top + plot_h, left + plot_w, top + plot_h, color=LINE))
+            body.append(svg_text(x_of(tick), top + plot_h + 18, f"{tick:g}", anchor="middle", color=MUTED))
+    body.append(svg_text(left - 6, top + plot_h + 18, "step", anchor="end", color=MUTED))
+    body.append(svg_line(left, top + plot_h, left + plot_w, top + plot_h, color=LINE))
     for index, name, points in drawn:
         style = run_style(index)
         if len(points) > 1:
             dash = format_html(' stroke-dasharray="{}"', style["dash"]) if style["dash"] else ""
             body.append(format_html(
                 '<polyline points="{}" fill="none" stroke="{}" stroke-width="2"{} data-run="{}">{}</polyline>',
-                " ".join(f"{_f(x_of(x))},{_f(y_of(y))}" for x, y in points), style["color"], dash, name,
-                _title(name)))
+                " ".join(f"{svg_coordinate(x_of(x))},{svg_coordinate(y_of(y))}" for x, y in points), style["color"], dash, name,
+                svg_title(name)))
         every = max(1, -(-len(points) // MAX_MARKERS))
         marked = points[::every] if points[-1] in points[::every] else [*points[::every], points[-1]]
         for x, y in marked:
             body.append(_marker(style["marker"], x_of(x), y_of(y), style["color"],
                                 f"{name}, step {x:g}: {number(y, 4)}"))
-    return _svg(width, height, label, [*legend, *body])
+    return svg_document(width, height, label, [*legend, *body])
 
 
 def runs_curves(runs: list[tuple[str, list[dict]]]) -> list[dict]:
