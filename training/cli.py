@@ -65,6 +65,14 @@ def _check_run_config(args, kind: str) -> int:
     from training.run_folder import RunFolder, check_causal_lm_checkpoint
     from training.trl_setup import check_output_dir
 
+    if kind == "reward":
+        from training.reward import check_reward_inputs, load_reward_config
+
+        config = load_reward_config(args.config)
+        check_output_dir(config, RunFolder(config.output_dir))
+        check_reward_inputs(config)  # the base must load as a classifier, not as a causal LM
+        print(json.dumps(config_record(config), sort_keys=True))
+        return EXIT_OK
     if kind == "dpo":
         from training import snapshot
         from training.dpo import load_dpo_config
@@ -88,13 +96,17 @@ def _config_class(kind: str) -> type:
         from training.dpo import DPORunConfig
 
         return DPORunConfig
+    if kind == "reward":
+        from training.reward import RewardRunConfig
+
+        return RewardRunConfig
     from training.grpo.config import GRPORunConfig
 
     return GRPORunConfig
 
 
 def _trainer_command(kind: str) -> Callable:
-    """`python -m training dpo|grpo --config F [--check] [--help-config]`."""
+    """`python -m training dpo|grpo|reward --config F [--check] [--help-config]`."""
     def run(args) -> int:
         if args.help_config:
             from training.config import config_help
@@ -109,6 +121,10 @@ def _trainer_command(kind: str) -> Callable:
             from training.dpo import dpo_main
 
             return dpo_main(args)
+        if kind == "reward":
+            from training.reward import reward_main
+
+            return reward_main(args)
         from training.grpo.run import grpo_main
 
         return grpo_main(args)
@@ -130,7 +146,7 @@ def _rescore(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training", description="Pairwise training: SFT stand-in, "
-                                     "task files, verification, DPO and GRPO runs.")
+                                     "task files, verification, DPO, GRPO and reward-model runs.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     tiny = commands.add_parser("tiny-sft", help="build a small SFT checkpoint from scratch, offline")
@@ -169,7 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(handler=_verifiers_command("verify_main"))
 
     for kind, what in (("dpo", "DPO on a snapshot from a base checkpoint, into a run folder"),
-                       ("grpo", "GRPO on verifiable tasks from a base checkpoint, into a run folder")):
+                       ("grpo", "GRPO on verifiable tasks from a base checkpoint, into a run folder"),
+                       ("reward", "a reward model (a one-output classifier) on a snapshot from a base checkpoint, "
+                        "into a run folder")):
         trainer = commands.add_parser(kind, help=what)
         trainer.add_argument("--config", help="YAML config file")
         trainer.add_argument("--help-config", action="store_true", help="list every config key and exit")

@@ -44,8 +44,35 @@ def checkpoint_content_hash(checkpoint: str | os.PathLike) -> str:
 
 def check_causal_lm_checkpoint(path: str | os.PathLike, *, key: str = "base_checkpoint") -> Path:
     """Raise PairwiseInputError unless `path` is a local Hugging Face causal-LM checkpoint with a tokenizer."""
-    from transformers import AutoConfig
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config = _checked_checkpoint_config(path, key=key)
+    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        raise PairwiseInputError(f"{key} {path} is a {config.model_type!r} model, not a causal language model; "
+                                 "DPO needs a causal LM (AutoModelForCausalLM)")
+    return _checked_checkpoint_files(path, key=key)
+
+
+def check_sequence_classifier_checkpoint(path: str | os.PathLike, *, key: str = "base_checkpoint") -> Path:
+    """Raise PairwiseInputError unless `path` is a local checkpoint with a tokenizer that
+    AutoModelForSequenceClassification loads with one output (a causal LM gets a new score head)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+
+    config = _checked_checkpoint_config(path, key=key)
+    if config.model_type not in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES:
+        raise PairwiseInputError(f"{key} {path} is a {config.model_type!r} model, which "
+                                 "AutoModelForSequenceClassification cannot load, so it cannot become a reward model; "
+                                 "start from a causal LM or sequence-classifier checkpoint")
+    is_classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
+    if is_classifier and config.num_labels != 1:
+        raise PairwiseInputError(f"{key} {path} is a classifier with {config.num_labels} outputs, but a reward model "
+                                 "has one; start from its causal LM checkpoint instead")
+    return _checked_checkpoint_files(path, key=key)
+
+
+def _checked_checkpoint_config(path: str | os.PathLike, *, key: str):
+    """The config.json of a local checkpoint folder, or PairwiseInputError saying what is missing."""
+    from transformers import AutoConfig
 
     folder = Path(path)
     if not folder.is_dir():
@@ -55,13 +82,15 @@ def check_causal_lm_checkpoint(path: str | os.PathLike, *, key: str = "base_chec
         raise PairwiseInputError(f"{key} {folder} has no config.json, so it is not a Hugging Face checkpoint; "
                                  "save the model with save_pretrained")
     try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        return AutoConfig.from_pretrained(folder, local_files_only=True)
     except Exception as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise PairwiseInputError(f"{key} {folder}: config.json cannot be read ({first_line})") from None
-    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise PairwiseInputError(f"{key} {folder} is a {config.model_type!r} model, not a causal language model; "
-                                 "DPO needs a causal LM (AutoModelForCausalLM)")
+
+
+def _checked_checkpoint_files(path: str | os.PathLike, *, key: str) -> Path:
+    """`path` as a Path once it holds weight files and tokenizer files, or PairwiseInputError."""
+    folder = Path(path)
     if not weight_files(folder):
         raise PairwiseInputError(f"{key} {folder} has no weight files (*.safetensors or *.bin); "
                                  "was save_pretrained interrupted?")
@@ -204,26 +233,30 @@ def weights_unchanged_reason(record: dict, metrics: list[dict]) -> str:
     return "; ".join(reasons)
 
 
-def weights_outcome(record: dict, metrics: list[dict]) -> dict:
+def weights_outcome(record: dict, metrics: list[dict], *, changed: bool | None = None) -> dict:
     """run.json's weights_changed (None when a hash is unknown) and, when the output checkpoint holds the base's
-    very weights (the same content hash), weights_unchanged_reason."""
-    base = (record.get("base_checkpoint") or {}).get("content_hash")
-    output = (record.get("output_checkpoint") or {}).get("content_hash")
-    if not base or not output:
-        return {"weights_changed": None, "weights_unchanged_reason": None}
-    if output != base:
+    very weights (the same content hash), weights_unchanged_reason. `changed` decides instead of the hashes
+    when the output cannot have the base's hash (a reward model: the base with a new score head)."""
+    if changed is None:
+        base = (record.get("base_checkpoint") or {}).get("content_hash")
+        output = (record.get("output_checkpoint") or {}).get("content_hash")
+        if not base or not output:
+            return {"weights_changed": None, "weights_unchanged_reason": None}
+        changed = output != base
+    if changed:
         return {"weights_changed": True, "weights_unchanged_reason": None}
     return {"weights_changed": False, "weights_unchanged_reason": weights_unchanged_reason(record, metrics)}
 
 
 def write_parent_json(checkpoint: Path, *, parent_path: str, parent_hash: str, run: str, kind: str,
-                      snapshot_id: str | None, content_hash: str) -> None:
+                      snapshot_id: str | None, content_hash: str, weights_changed: bool | None = None) -> None:
     """parent.json inside a trained checkpoint: where it came from, by content, and whether it differs from it
-    (a run that changed no weight leaves a copy of its parent, which is no model of its own)."""
+    (a run that changed no weight leaves a copy of its parent, which is no model of its own). `weights_changed`
+    is given when the hashes cannot tell (see weights_outcome)."""
     write_json_atomic(checkpoint / "parent.json", {
         "parent": {"path": str(Path(parent_path).resolve()), "content_hash": parent_hash},
         "content_hash": content_hash,
-        "weights_changed": content_hash != parent_hash,
+        "weights_changed": content_hash != parent_hash if weights_changed is None else weights_changed,
         "run": run,
         "kind": kind,
         "snapshot_id": snapshot_id,

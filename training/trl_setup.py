@@ -1,4 +1,4 @@
-"""What the DPO and GRPO recipes share around a TRL trainer: the trainer's own arguments, the run folder's
+"""What the DPO, GRPO and reward recipes share around a TRL trainer: the trainer's own arguments, the run folder's
 callbacks (metrics.jsonl, TensorBoard), LoRA, resuming, and saving the trained checkpoint.
 
 The config object a user wrote is a subclass of TRL's config (training/config.py); the trainer gets a
@@ -96,8 +96,9 @@ def run_callbacks(config, run) -> list:
     return callbacks
 
 
-def lora_config(config):
-    """peft's LoraConfig from the use_peft / lora_* keys, or None."""
+def lora_config(config, *, task_type: str = "CAUSAL_LM"):
+    """peft's LoraConfig from the use_peft / lora_* keys, or None. With task_type SEQ_CLS peft also trains and
+    saves the classifier's score head."""
     if not config.use_peft:
         return None
     from peft import LoraConfig
@@ -108,7 +109,7 @@ def lora_config(config):
         lora_alpha=config.lora_alpha,
         lora_dropout=config.lora_dropout,
         target_modules=targets[0] if targets == ["all-linear"] else targets,
-        task_type="CAUSAL_LM",
+        task_type=task_type,
     )
 
 
@@ -211,18 +212,21 @@ def recorded_outcome(run, *, is_main: bool):
         raise
 
 
-def record_lineage(run, *, kind: str, base_path: Path, base_hash: str, snapshot_id: str | None) -> str:
+def record_lineage(run, *, kind: str, base_path: Path, base_hash: str, snapshot_id: str | None,
+                   weights_changed: bool | None = None) -> str:
     """checkpoint/parent.json for the trained checkpoint; returns the checkpoint's content hash."""
     from training.run_folder import checkpoint_content_hash, write_parent_json
 
     out_hash = checkpoint_content_hash(run.checkpoint)
     write_parent_json(run.checkpoint, parent_path=str(base_path), parent_hash=base_hash, run=run.path.name,
-                      kind=kind, snapshot_id=snapshot_id, content_hash=out_hash)
+                      kind=kind, snapshot_id=snapshot_id, content_hash=out_hash, weights_changed=weights_changed)
     return out_hash
 
 
-def record_completed(run, trainer, train_output, *, wall_s: float, out_hash: str, **fields) -> dict:
-    """run.json's final state after a finished run, saying whether the weights changed; returns the record."""
+def record_completed(run, trainer, train_output, *, wall_s: float, out_hash: str,
+                     weights_changed: bool | None = None, **fields) -> dict:
+    """run.json's final state after a finished run, saying whether the weights changed (from the content hashes
+    unless `weights_changed` is given); returns the record."""
     from training.run_folder import utc_now, weights_outcome
 
     final = dict(
@@ -234,5 +238,5 @@ def record_completed(run, trainer, train_output, *, wall_s: float, out_hash: str
         output_checkpoint={"path": str(run.checkpoint.resolve()), "content_hash": out_hash},
         **fields,
     )
-    run.update(**final, **weights_outcome({**run.record, **final}, run.read_metrics()))
+    run.update(**final, **weights_outcome({**run.record, **final}, run.read_metrics(), changed=weights_changed))
     return run.record
