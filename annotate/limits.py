@@ -90,6 +90,23 @@ def whole_number(name: str, value, *, low: int, high: int, error=UserMistake, hi
     return number
 
 
+def share_number(name: str, value, *, low: float = 0.0, high: float = 1.0, error=UserMistake, hint: str = "") -> float:
+    """A number from low to high (a share, a rate, a pass mark) from JSON or a form's text: never true/false, NaN
+    or an infinity. The one rule for every such setting and filter, and its one message."""
+    span = f"a number from {low:g} to {high:g}" + (f" ({hint})" if hint else "")
+    number = None
+    if not isinstance(value, bool) and isinstance(value, int | float | str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+    shown = repr(number) if number is not None else repr(value)
+    shown = shown if len(shown) <= 42 else f"{shown[:40]}... ({len(str(value))} characters)"
+    if number is None or not low <= number <= high:  # the comparison also refuses NaN
+        raise error(f"{name}: {shown} must be {span}")
+    return number
+
+
 def json_too_deep(value) -> bool:
     """Whether parsed JSON nests arrays or objects more than MAX_JSON_DEPTH levels (a walk without
     recursion, which stops at the first one too deep)."""

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from annotate.errors import UserMistake
-from annotate.limits import MAX_INT32, whole_number
+from annotate.limits import MAX_INT32, share_number, whole_number
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
 GOLD_CHOICES = ("include", "exclude", "only")
@@ -94,15 +94,7 @@ def _int(name: str, value: Any, *, low: int, high: int = MAX_INT32) -> int:
 
 
 def _share(name: str, value: Any, *, low: float, high: float) -> float:
-    if isinstance(value, bool):
-        raise ExportError(f"{name}: {value!r} must be a number from {low} to {high}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ExportError(f"{name}: {value!r} must be a number from {low} to {high}") from None
-    if not low <= number <= high:  # also refuses NaN
-        raise ExportError(f"{name}: {number} must be a number from {low} to {high}")
-    return number
+    return share_number(name, value, low=low, high=high, error=ExportError)
 
 
 def _bool(name: str, value: Any) -> bool:

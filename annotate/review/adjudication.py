@@ -32,7 +32,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from annotate.limits import MAX_RATIONALE_CHARS, text_within, whole_number
+from annotate.limits import MAX_RATIONALE_CHARS, share_number, text_within, whole_number
 from annotate.quality.consensus import NO_CONSENSUS, strict_majority
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
 from annotate.review.models import (
@@ -85,13 +85,8 @@ def queue_filter_parse(params: Mapping[str, str], *, project: Project) -> QueueF
     max_share = None
     raw = params.get("max_share")
     if raw not in (None, ""):
-        try:
-            max_share = float(raw)
-        except ValueError:
-            max_share = float("nan")
-        if not 0.0 <= max_share <= 1.0:
-            raise ReviewError(f"max_share: {raw!r} must be a number from 0 to 1 (the largest majority share "
-                              "that still goes to adjudication)")
+        max_share = share_number("max_share", raw, error=ReviewError,
+                                 hint="the largest majority share that still goes to adjudication")
     tag = params.get("tag") or None
     return QueueFilter(min_judgments=min_judgments, max_share=max_share, tag=tag)
 

@@ -21,7 +21,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from annotate.errors import UserMistake
-from annotate.limits import MAX_CRITERIA, MAX_RATIONALE_CHARS, text_within, whole_number
+from annotate.limits import MAX_CRITERIA, MAX_RATIONALE_CHARS, share_number, text_within, whole_number
 from annotate.review import import_sql, queue_sql
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
 from annotate.review.import_sql import ImportSummary
@@ -92,9 +92,10 @@ def _quality_settings_checked(
                                                        hint=meaning)
 
     def share(name: str, value, meaning: str) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or not 0.0 <= value <= 1.0):  # also refuses NaN
-            raise ReviewError(f"{name} {value!r} must be a number from 0 to 1 ({meaning})")
+        if value is not None:
+            if isinstance(value, str):  # a JSON string is not a number, even one that reads as one
+                raise ReviewError(f"{name}: {value!r} must be a number from 0 to 1 ({meaning})")
+            share_number(name, value, error=ReviewError, hint=meaning)
 
     rationale_flag_chars = whole("rationale flag length", rationale_flag_chars, 0, 2000,
                                  "0 turns the too_short flag off")
@@ -249,8 +250,8 @@ def project_create_or_update(
         overlap=overlap, min_overlap=min_overlap, max_overlap=max_overlap, overlap_stop_rule=overlap_stop_rule,
         leaderboard_priority=leaderboard_priority,
     )
-    if retest_rate is not None and not 0.0 <= retest_rate <= 1.0:
-        raise ReviewError(f"retest rate {retest_rate} must be between 0 and 1")
+    if retest_rate is not None:
+        share_number("retest rate", retest_rate, error=ReviewError, hint="the share of judged pairs shown again")
     settings = {
         "overlap": overlap, "retest_rate": retest_rate, "max_pairs_per_prompt": max_pairs_per_prompt,
         "min_rationale_chars": min_rationale_chars, **quality_settings,

@@ -124,7 +124,7 @@ def test_a_tampered_file_is_refused_by_name(voted_project, tmp_path):
 
 
 def test_bad_input_is_one_line_and_writes_nothing(voted_project, tmp_path):
-    with pytest.raises(CommandError, match=r"^--min-agreement: 1.5 must be a number from 0.0 to 1.0$"):
+    with pytest.raises(CommandError, match=r"^--min-agreement: 1.5 must be a number from 0 to 1$"):
         export("voted", tmp_path / "a", "--min-agreement", "1.5")
     # The error names the option as typed, not the filter's plural field name.
     with pytest.raises(CommandError, match=r"^--criteria-version: "):

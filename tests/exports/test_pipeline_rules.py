@@ -38,7 +38,7 @@ def test_split_is_by_prompt_key_and_seed_only():
 
 def test_filters_are_checked_with_one_line_naming_the_field():
     for raw, message in [
-        ({"min_agreement": "lots"}, "min_agreement: 'lots' must be a number from 0.0 to 1.0"),
+        ({"min_agreement": "lots"}, "min_agreement: 'lots' must be a number from 0 to 1"),
         ({"min_judgment": 2}, "min_judgment: unknown filter"),
         ({"gold": "maybe"}, "gold: 'maybe' must be one of include, exclude, only"),
         ({"judged_since": "2025-02-01", "judged_until": "2025-01-01"}, "judged_until: 2025-01-01 is before"),

@@ -231,7 +231,7 @@ def test_a_filter_widens_or_narrows_the_queue(make_project, make_user, client_fo
 
 
 @pytest.mark.parametrize("query, words", [
-    ("?max_share=1.5", "max_share: '1.5' must be a number from 0 to 1"),
+    ("?max_share=1.5", "max_share: 1.5 must be a number from 0 to 1"),
     ("?max_share=lots", "max_share: 'lots' must be a number from 0 to 1"),
     ("?min_judgments=1", "min_judgments: '1' must be a whole number from 2 to 1000"),
     ("?min_votes=2", "min_votes: unknown parameter"),

@@ -229,9 +229,9 @@ def test_the_import_keeps_the_gold_reason_and_refuses_a_bad_one(make_project):
 
 
 @pytest.mark.parametrize("option, value, words", [
-    ("--pass-mark", "1.5", "qualification pass mark 1.5 must be a number from 0 to 1"),
-    ("--pass-mark", "-0.1", "qualification pass mark -0.1 must be a number from 0 to 1"),
-    ("--gold-rate", "2", "gold rate 2.0 must be a number from 0 to 1"),
+    ("--pass-mark", "1.5", "qualification pass mark: 1.5 must be a number from 0 to 1"),
+    ("--pass-mark", "-0.1", "qualification pass mark: -0.1 must be a number from 0 to 1"),
+    ("--gold-rate", "2", "gold rate: 2.0 must be a number from 0 to 1"),
     ("--qualification-attempts", "0", "qualification attempts: 0 must be a whole number from 1 to 100"),
     ("--qualification-items", "-3", "qualification items: -3 must be a whole number from 0 to 1000"),
     ("--rationale-flag-chars", "-1", "rationale flag length: -1 must be a whole number from 0 to 2000"),
@@ -262,9 +262,9 @@ def test_good_settings_are_kept(db, tmp_path):
 
 
 @pytest.mark.parametrize("body, words", [
-    ({"qualification_pass_mark": 1.5}, "qualification pass mark 1.5 must be a number from 0 to 1"),
-    ({"qualification_pass_mark": "high"}, "qualification pass mark 'high' must be a number from 0 to 1"),
-    ({"gold_rate": -0.2}, "gold rate -0.2 must be a number from 0 to 1"),
+    ({"qualification_pass_mark": 1.5}, "qualification pass mark: 1.5 must be a number from 0 to 1"),
+    ({"qualification_pass_mark": "high"}, "qualification pass mark: 'high' must be a number from 0 to 1"),
+    ({"gold_rate": -0.2}, "gold rate: -0.2 must be a number from 0 to 1"),
     ({"qualification_attempts": 0}, "qualification attempts: 0 must be a whole number from 1 to 100"),
     ({"standing_min_judgments": 2.5}, "standing minimum: 2.5 must be a whole number from 1 to 100000"),
     ({"qualification_items": 4, "min_overlap": 4}, "min overlap 4 is above max overlap 3"),

@@ -243,3 +243,23 @@ def test_add_user_refuses_a_bad_username_in_one_line(username):
     assert str(refused.value).startswith(f"username {username[:160]!r}: ")
     assert "\n" not in str(refused.value)
     assert not get_user_model().objects.filter(username=username).exists()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    (True, "gold rate: True must be a number from 0 to 1"),
+    ("nan", "gold rate: nan must be a number from 0 to 1"),
+    (float("inf"), "gold rate: inf must be a number from 0 to 1"),
+    ("1e309", "gold rate: inf must be a number from 0 to 1"),
+    ("half", "gold rate: 'half' must be a number from 0 to 1"),
+    ([0.5], "gold rate: [0.5] must be a number from 0 to 1"),
+    (-0.0001, "gold rate: -0.0001 must be a number from 0 to 1"),
+])
+def test_every_share_setting_refuses_what_is_not_a_number_in_its_range_in_one_line(value, message):
+    from annotate.errors import UserMistake
+    from annotate.limits import share_number
+
+    with pytest.raises(UserMistake) as refused:
+        share_number("gold rate", value)
+    assert str(refused.value) == message
+    assert share_number("gold rate", "0.25") == share_number("gold rate", 0.25) == 0.25
+    assert share_number("test_ratio", 0.9, high=0.9) == 0.9
