@@ -204,9 +204,11 @@ def profile_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, step
     code, *_ = run_child([sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "training", trainer,
                           "--config", str(config)])
     # cProfile swallows the command's SystemExit, so its exit code says nothing: the run record does.
+    from training.run_folder import RecordStatus
+
     record = run_dir / "run.json"
     status = json.loads(record.read_text()).get("status") if record.is_file() else None
-    if code != 0 or status != "completed":
+    if code != 0 or status != RecordStatus.COMPLETED:
         raise SystemExit(f"python -m training {trainer} under cProfile did not complete (exit {code}, run status "
                          f"{status}); run it by hand with {config}")
     # {(file, line, name): (primitive calls, calls, own s, cumulative s, {caller: (calls, primitive, own s, cumulative s)})}

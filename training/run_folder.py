@@ -19,6 +19,15 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin", "adapter
 RUN_FORMAT = "pairwise.run/1"
 
 
+class RecordStatus:
+    """run.json's `status`, as the training commands write it and the app reads it (annotate/runs/folder.py)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # stopped by a signal (a cancel, Ctrl-C); resumable from its last checkpoint
+
+
 def utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

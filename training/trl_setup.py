@@ -151,7 +151,7 @@ def start_run_record(run, config, *, kind: str, base_path: Path, base_hash: str 
     record and start time and notes the resume. `fields` are the recipe's own (snapshot, tasks, ...).
     Returns the record the run had before, if it is resumed."""
     from training.config import config_record
-    from training.run_folder import RUN_FORMAT, hardware, library_versions, utc_now
+    from training.run_folder import RUN_FORMAT, RecordStatus, hardware, library_versions, utc_now
     from training.snapshot import code_version
 
     run.create()
@@ -161,7 +161,7 @@ def start_run_record(run, config, *, kind: str, base_path: Path, base_hash: str 
         format=RUN_FORMAT,
         run=run.path.name,
         kind=kind,
-        status="running",
+        status=RecordStatus.RUNNING,
         config=config_record(config),
         base_checkpoint={"path": str(base_path.resolve()), "content_hash": base_hash},
         code_version=code_version(),
@@ -198,17 +198,17 @@ def trainer_setup(run, config, *, recipe: str, fresh: bool, is_main: bool):
 @contextmanager
 def recorded_outcome(run, *, is_main: bool):
     """An interrupted or failed run says so in run.json (status and error) before the error goes on."""
-    from training.run_folder import utc_now
+    from training.run_folder import RecordStatus, utc_now
 
     try:
         yield
     except KeyboardInterrupt:
         if is_main:
-            run.update(status="interrupted", ended_at=utc_now(), error="interrupted")
+            run.update(status=RecordStatus.INTERRUPTED, ended_at=utc_now(), error="interrupted")
         raise
     except BaseException as error:
         if is_main:
-            run.update(status="failed", ended_at=utc_now(), error=f"{type(error).__name__}: {error}")
+            run.update(status=RecordStatus.FAILED, ended_at=utc_now(), error=f"{type(error).__name__}: {error}")
         raise
 
 
@@ -227,10 +227,10 @@ def record_completed(run, trainer, train_output, *, wall_s: float, out_hash: str
                      weights_changed: bool | None = None, **fields) -> dict:
     """run.json's final state after a finished run, saying whether the weights changed (from the content hashes
     unless `weights_changed` is given); returns the record."""
-    from training.run_folder import utc_now, weights_outcome
+    from training.run_folder import RecordStatus, utc_now, weights_outcome
 
     final = dict(
-        status="completed",
+        status=RecordStatus.COMPLETED,
         ended_at=utc_now(),
         wall_s=round(wall_s, 2),
         steps=trainer.state.global_step,

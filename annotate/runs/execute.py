@@ -29,6 +29,7 @@ from annotate.runs.folder import FolderReader, last_error_line, sidecar
 from annotate.runs.launch import training_command, training_env
 from annotate.runs.models import Run
 from annotate.runs.services import run_apply_folder, run_finish
+from training.run_folder import RecordStatus
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +170,7 @@ def _ended(run: Run, code: int | None) -> Run:
                           "was stopped")
     if code == 0:
         return _after_success(run)
-    if code is None and record_status == "completed":
+    if code is None and record_status == RecordStatus.COMPLETED:
         return run_finish(run, status=Run.Status.SUCCEEDED)
     reason = last_error_line(run.log_tail) or (run.record or {}).get("error") or "no output"
     where = f"exit code {code}" if code is not None else f"run.json says {record_status or 'nothing'}"

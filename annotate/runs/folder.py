@@ -10,12 +10,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.run_folder import RunFolder, metrics_rows
+from training.run_folder import RecordStatus, RunFolder, metrics_rows
 
 LOG_TAIL_CHARS = 6000
 
 # run.json's status -> the Run's status once the command has ended.
-STATUS_OF_RECORD = {"completed": "succeeded", "failed": "failed", "interrupted": "cancelled"}
+STATUS_OF_RECORD = {RecordStatus.COMPLETED: "succeeded", RecordStatus.FAILED: "failed",
+                    RecordStatus.INTERRUPTED: "cancelled"}
 
 
 def sidecar(folder: str | Path, suffix: str) -> Path:
