@@ -2,7 +2,7 @@
 
 import re
 
-import yaml
+from training.config import ConfigError, yaml_config
 
 KEY_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 
@@ -23,11 +23,9 @@ def _unquoted_comma_keys(item: dict) -> list[str]:
 def criteria_parse(text: str, *, source: str = "criteria file") -> tuple[str, list[dict]]:
     """(instructions, items) from a criteria file, or CriteriaRejected saying what to fix."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise CriteriaRejected(f"{source}: not valid YAML{where}") from None
+        data = yaml_config(text, source)  # the one YAML reader (no aliases), whose errors name the line
+    except ConfigError as error:
+        raise CriteriaRejected(str(error)) from None
     if not isinstance(data, dict):
         raise CriteriaRejected(f"{source}: expected a mapping with 'instructions' and 'criteria'")
     unknown = set(data) - {"instructions", "criteria"}

@@ -46,7 +46,7 @@ def test_a_new_criteria_file_makes_a_new_version_and_the_same_file_does_not(tmp_
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ("criteria: [", "not valid YAML"),
+        ("criteria: [", "expected the node content, but found '<stream end>' at line 1; fix the YAML syntax"),
         ("criteria: []", "'criteria' must be a non-empty list"),
         ("criteria:\n  - {key: Correct, text: x}", "key 'Correct' must be lower-case"),
         ("criteria:\n  - {key: a, text: x}\n  - {key: a, text: y}", "criterion key 'a' appears twice"),

@@ -85,3 +85,19 @@ def test_any_trl_key_is_read_without_pairwise_copying_it(tmp_path):
 def test_old_dtype_key_says_what_to_write_instead(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key 'dtype' \(write model_init_kwargs: \{dtype: bfloat16\} instead\)"):
         load_dpo_config(write(tmp_path, "dtype: bfloat16\n"))
+
+
+def test_every_yaml_the_commands_read_is_read_by_one_reader_whose_error_names_the_line(tmp_path):
+    """Config files, criteria files (annotate/review/criteria.py) and rescore's scorer settings: one reader, one
+    message, aliases refused everywhere."""
+    from training.config import ConfigError, yaml_config
+    from training.grpo.rescore import _math_config
+
+    scorer = tmp_path / "scorer.yaml"
+    scorer.write_text("answer_weight: 0.8\nunit_weight: [0.1\n")
+    with pytest.raises(ConfigError) as refused:
+        _math_config(str(scorer))
+    assert str(refused.value).startswith(f"--scorer {scorer}: ") and str(refused.value).endswith(
+        "at line 3; fix the YAML syntax")
+    with pytest.raises(ConfigError, match="line 2 repeats a value with the YAML alias"):
+        yaml_config("a: &x [1, 2]\nb: *x\n", "criteria.yaml")

@@ -32,12 +32,9 @@ def _math_config(spec: str):
     if not path.is_file():
         raise PairwiseInputError(f"--scorer {spec}: no such file; give a YAML file of math scorer settings, "
                                  "a scorer name, or 'current'")
-    import yaml
+    from training.config import yaml_config
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError:
-        raise PairwiseInputError(f"--scorer {spec}: not valid YAML; fix the file") from None
+    data = yaml_config(path.read_text(encoding="utf-8"), f"--scorer {spec}") or {}  # ConfigError: one line
     known = {f.name for f in fields(MathScorerConfig)}
     if not isinstance(data, dict) or set(data) - known:
         unknown = sorted(set(data) - known) if isinstance(data, dict) else data
