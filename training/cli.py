@@ -81,10 +81,10 @@ def _check_run_config(args, kind: str) -> int:
         snapshot.verify(config.snapshot)
     else:
         from training.grpo.config import load_grpo_config
-        from training.grpo.run import _load_tasks
+        from training.tasks import load_tasks
 
         config = load_grpo_config(args.config)
-        _load_tasks(config.tasks)
+        load_tasks(config.tasks)
     check_output_dir(config, RunFolder(config.output_dir))
     check_causal_lm_checkpoint(config.base_checkpoint)
     print(json.dumps(config_record(config), sort_keys=True))

@@ -322,7 +322,7 @@ def _one_line(text: str, limit: int) -> str:
 def eval_main(args) -> int:
     """`python -m training eval --checkpoint A [--checkpoint B ...] --tasks F [--samples K] [--out FILE]`."""
     from training.run_folder import check_causal_lm_checkpoint, write_json_atomic
-    from training.tasks import TaskFileError, load_tasks
+    from training.tasks import load_tasks
     from training.verifiers.task_verifier import TaskVerifier
 
     check_settings(checkpoints=args.checkpoint, samples=args.samples, temperature=args.temperature,
@@ -335,10 +335,7 @@ def eval_main(args) -> int:
     if not Path(args.tasks).is_file():
         raise PairwiseInputError(f"--tasks {args.tasks} is not a file; make one with `python -m training tasks make`")
     with TaskVerifier() as verifier:
-        try:
-            tasks = load_tasks(args.tasks, verifier=verifier)
-        except TaskFileError as exc:
-            raise PairwiseInputError(exc.one_line()) from None
+        tasks = load_tasks(args.tasks, verifier=verifier)  # a TaskFileError is the CLI's one line
         result = evaluate_checkpoints(
             checkpoints=args.checkpoint, tasks=tasks, samples=args.samples, temperature=args.temperature,
             max_new_tokens=args.max_new_tokens, seed=args.seed, scorer=verifier,

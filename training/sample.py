@@ -23,7 +23,7 @@ def read_prompts(path: str | Path) -> list[dict]:
     try:
         rows = list(read_jsonl_lines(Path(path), errors))
     except TaskFileError as error:
-        raise PairwiseInputError(f"prompts file {error}") from None
+        raise PairwiseInputError(f"prompts file {error.listing}") from None
     for line_no, row in rows:
         prompt_id = row.get("prompt_id", row.get("task_id")) if isinstance(row, dict) else None
         if not isinstance(prompt_id, str) or not prompt_id or len(prompt_id) > MAX_PROMPT_ID:

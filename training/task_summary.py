@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 from training.errors import PairwiseInputError
-from training.tasks import TaskFileError, load_tasks
+from training.tasks import load_tasks
 
 
 def scorer_of_kind() -> dict[str, str]:
@@ -38,10 +38,7 @@ def file_sha256(path: Path) -> str:
 
 def summarise_tasks(path: str | Path) -> dict:
     """Every row checked (schema and reference solutions, as a GRPO run loads them), then the summary."""
-    try:
-        tasks = load_tasks(path)
-    except TaskFileError as error:
-        raise PairwiseInputError(error.one_line()) from None
+    tasks = load_tasks(path)  # a TaskFileError is the CLI's one line
     families = Counter(((task.get("meta") or {}).get("family") or task["kind"]) for task in tasks)
     variants = {(task.get("meta") or {}).get("variant") for task in tasks}
     scorers = scorer_of_kind()

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from training.errors import PairwiseInputError
+
 KINDS = ("math", "code", "missing_info", "short_answer")
 # `solution` is a worked answer used as the SFT target; it is never shown in a prompt nor used to score.
 COMMON_KEYS = {"task_id", "kind", "prompt", "meta", "tags", "solution"}
@@ -33,19 +35,27 @@ MAX_TIME_S = 60
 MAX_MEMORY_MB = 8192
 
 
-class TaskFileError(ValueError):
-    """A task file that cannot be used; `errors` holds every problem as "line N: reason"."""
+class TaskFileError(PairwiseInputError):
+    """A task file that cannot be used; `errors` holds every problem as "line N: reason".
+
+    A PairwiseInputError, so a command that meets one prints its one line and exits 2 like any input error; as
+    text it is `one_line()`. A command reading another kind of JSONL file names it with `listing`."""
 
     def __init__(self, path: str | os.PathLike, errors: list[str], *, advice: str = "fix these lines and run again"):
         self.path = str(path)
         self.errors = errors
         self.advice = advice
-        super().__init__(f"{self.path}: " + "; ".join(errors))
+        super().__init__(self.one_line())
+
+    @property
+    def listing(self) -> str:
+        """The file and every problem: "PATH: line N: reason; ..."."""
+        return f"{self.path}: " + "; ".join(self.errors)
 
     def one_line(self) -> str:
         """What a command prints: the file, every problem and what to do, on one line (a reason that quotes
         a multi-line error is joined up)."""
-        return " ".join(f"tasks file {self}; {self.advice}".split())
+        return " ".join(f"tasks file {self.listing}; {self.advice}".split())
 
 
 def _is_number(value: Any) -> bool:

@@ -98,7 +98,7 @@ def grpo_filter_main(args) -> int:
     """`python -m training grpo-filter --checkpoint DIR --tasks F --out F [--samples K] [--min-pass-rate A]
     [--max-pass-rate B] [--temperature T] [--max-new-tokens N] [--seed S]`."""
     from training.run_folder import check_causal_lm_checkpoint, checkpoint_content_hash
-    from training.tasks import TaskFileError, load_tasks, write_tasks
+    from training.tasks import load_tasks, write_tasks
 
     if args.samples < 1:
         raise PairwiseInputError(f"--samples must be at least 1, got {args.samples}")
@@ -113,10 +113,7 @@ def grpo_filter_main(args) -> int:
     if not out.parent.exists():
         raise PairwiseInputError(f"--out {out}: folder {out.parent} does not exist; create it first")
     checkpoint = check_causal_lm_checkpoint(args.checkpoint, key="--checkpoint")
-    try:
-        tasks = load_tasks(args.tasks)
-    except TaskFileError as error:
-        raise PairwiseInputError(error.one_line()) from None
+    tasks = load_tasks(args.tasks)  # a TaskFileError is the CLI's one line
     check_sandbox_for_code(tasks, args.tasks)
     rates = pass_rates(checkpoint=checkpoint, tasks=tasks, samples=args.samples, temperature=args.temperature,
                        max_new_tokens=args.max_new_tokens, seed=args.seed)

@@ -93,7 +93,7 @@ def rescore_run(*, run: str | Path, scorer: str, workers: int | None = None) -> 
     try:
         tasks = {task["task_id"]: task for task in load_tasks(folder.path / "tasks.jsonl")}
     except TaskFileError as error:
-        raise PairwiseInputError(f"the run's task copy {error}") from None
+        raise PairwiseInputError(f"the run's task copy {error.listing}") from None
     rows = table.select(["rollout_id", "task_id", "completion", "status", "reward", "scorer"]).to_pylist()
     missing = sorted({row["task_id"] for row in rows} - set(tasks))
     if missing:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from training.errors import PairwiseInputError
 from training.grpo.config import GRPORunConfig, load_grpo_config
+from training.tasks import load_tasks  # the standard library only; a TaskFileError is the CLI's one line
 from training.trl_setup import (
     check_output_dir,
     is_main_process,
@@ -29,15 +30,6 @@ from training.trl_setup import (
     trainer_arguments,
     trainer_setup,
 )
-
-
-def _load_tasks(path: str | Path) -> list[dict]:
-    from training.tasks import TaskFileError, load_tasks
-
-    try:
-        return load_tasks(path)
-    except TaskFileError as error:
-        raise PairwiseInputError(error.one_line()) from None
 
 
 def _dataset_rows(tasks: list[dict], tokenizer, base_path: Path) -> list[dict]:
@@ -91,7 +83,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
     run = RunFolder(config.output_dir)
     resume_from = check_output_dir(config, run)
     base_path = check_causal_lm_checkpoint(config.base_checkpoint)
-    all_tasks = _load_tasks(config.tasks)
+    all_tasks = load_tasks(config.tasks)
     check_sandbox_for_code(all_tasks, config.tasks)
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
     _dataset_rows(all_tasks, tokenizer, base_path)  # refuses chat prompts without a chat template, before the pre-pass
@@ -124,7 +116,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
                                      f"{difficulty['too_easy']} at or above {config.difficulty_max_pass_rate}); "
                                      "widen the band or use tasks nearer the checkpoint's level")
     elif not fresh and (run.path / "tasks.jsonl").is_file():
-        tasks = _load_tasks(run.path / "tasks.jsonl")  # a resumed run trains on the tasks it started with
+        tasks = load_tasks(run.path / "tasks.jsonl")  # a resumed run trains on the tasks it started with
     rows = _dataset_rows(tasks, tokenizer, base_path)
 
     # 2. The run folder: run.json is kept current so a watcher sees the status.

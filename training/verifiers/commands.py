@@ -46,12 +46,12 @@ def verify_main(args) -> int:
     try:
         tasks = load_tasks(args.tasks)
     except TaskFileError as exc:
-        return _fail(exc.one_line())
+        return _fail(str(exc))  # its one line
     tasks_by_id = {task["task_id"]: task for task in tasks}
     try:
         completions = load_completions(args.completions, tasks_by_id)
     except TaskFileError as exc:
-        return _fail(f"completions file {exc} — each line must be {{\"task_id\": ..., \"completion\": ...}}")
+        return _fail(f"completions file {exc.listing} — each line must be {{\"task_id\": ..., \"completion\": ...}}")
     if args.out is not None and Path(args.out).is_dir():
         return _fail(f"--out {args.out} is a folder; give a file path for the result rows")
 
