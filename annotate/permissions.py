@@ -1,11 +1,10 @@
 """Role checks: Django groups named reviewer, engineer, admin and adjudicator; a superuser counts as admin."""
 
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
 from rest_framework.permissions import BasePermission
 
 from annotate.review.models import Project
-from annotate.review.selectors import user_roles
+from annotate.review.selectors import project_or_404, user_roles
 
 
 class _HasAnyRole(BasePermission):
@@ -43,7 +42,4 @@ def project_for_staff_page(request, slug: str, *, to: str) -> Project:
     """
     if not user_roles(request.user) & IsAdminOrEngineer.roles:
         raise PermissionDenied(f"only admins and engineers can {to}")
-    project = Project.objects.filter(slug=slug).first()
-    if project is None:
-        raise Http404(f"no project {slug!r}")
-    return project
+    return project_or_404(slug)

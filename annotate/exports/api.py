@@ -14,7 +14,7 @@ from annotate.exports.filters import ADJUDICATION_CHOICES, GOLD_CHOICES, filters
 from annotate.exports.models import Export
 from annotate.exports.pipeline import export_preview
 from annotate.permissions import IsAdminOrEngineer
-from annotate.review.models import Project
+from annotate.review.selectors import project_or_404
 from training.snapshot import FILE_FORMATS, MANIFEST, ROW_FORMATS, SnapshotError, read_manifest
 
 
@@ -41,13 +41,6 @@ class ExportFiltersSerializer(serializers.Serializer):
     seed = serializers.IntegerField(required=False, help_text="seed of the split (0)")
     row_format = serializers.ChoiceField(ROW_FORMATS, required=False)
     file_format = serializers.ChoiceField(FILE_FORMATS, required=False)
-
-
-def _project_or_404(slug: str) -> Project:
-    project = Project.objects.filter(slug=slug).first()
-    if project is None:
-        raise Http404(f"no project {slug!r}")
-    return project
 
 
 def _export_or_404(export_id: int) -> Export:
@@ -99,7 +92,7 @@ class ProjectExportsView(APIView):
     @extend_schema(summary="Start a snapshot export", request=ExportFiltersSerializer,
                    responses={202: OpenApiResponse(description="the export: id, status, progress; poll its url")})
     def post(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = project_or_404(slug)
         filters = filters_parse(request.data)
         export = services.export_create(project=project, filters=filters, created_by=request.user)
         export = selectors.export_get(export_id=export.pk)  # with no broker it has already run
@@ -108,7 +101,7 @@ class ProjectExportsView(APIView):
     @extend_schema(summary="The project's exports, newest first",
                    responses={200: OpenApiResponse(description="a list of exports")})
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = project_or_404(slug)
         return Response([export_payload(e, request) for e in selectors.exports_for_project(project=project)])
 
 
@@ -119,7 +112,7 @@ class ExportPreviewView(APIView):
                    request=ExportFiltersSerializer,
                    responses={200: OpenApiResponse(description="train/test rows, prompts, exclusions by reason")})
     def post(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = project_or_404(slug)
         filters = filters_parse(request.data)
         return Response(export_preview(project=project, filters=filters))
 

@@ -1,6 +1,5 @@
 """Agreement report over the API (admins and engineers): the stored report, or a fresh one on request."""
 
-from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
@@ -10,7 +9,7 @@ from annotate.limits import whole_number
 from annotate.permissions import IsAdminOrEngineer
 from annotate.quality import services
 from annotate.quality.selectors import agreement_report_for_project
-from annotate.review.models import Project
+from annotate.review.selectors import project_or_404
 
 MAX_BOOTSTRAP = 5000
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
@@ -36,9 +35,7 @@ class AgreementReportView(APIView):
         responses={200: OpenApiResponse(description="the agreement report and how current it is")},
     )
     def get(self, request, slug: str):
-        project = Project.objects.filter(slug=slug).first()
-        if project is None:
-            raise Http404(f"no project {slug!r}")
+        project = project_or_404(slug)
         bootstrap = whole_number("bootstrap", request.query_params.get("bootstrap", str(services.STORED_BOOTSTRAP)),
                                  low=0, high=MAX_BOOTSTRAP)
         raw_fresh = request.query_params.get("fresh", "false").lower()

@@ -1,7 +1,6 @@
 """Admin API for a project's settings: overlap (fixed or adaptive), leaderboard priority, the qualification
 round, gold checks, the rationale flag length and when reviewers see their standing."""
 
-from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -11,6 +10,7 @@ from annotate.permissions import IsAdmin
 from annotate.review import services
 from annotate.review.models import Project
 from annotate.review.overlap import STOP_RULES
+from annotate.review.selectors import project_or_404
 
 QUEUE_SETTINGS = ("overlap", "min_overlap", "max_overlap", "overlap_stop_rule", "leaderboard_priority")
 SETTINGS = (*QUEUE_SETTINGS, *services.QUALITY_SETTINGS)
@@ -49,20 +49,14 @@ _SETTINGS_SCHEMA = inline_serializer("ProjectSettings", {
 class ProjectSettingsView(APIView):
     permission_classes = [IsAdmin]
 
-    def _project(self, slug: str) -> Project:
-        project = Project.objects.filter(slug=slug).first()
-        if project is None:
-            raise Http404(f"no project {slug!r}")
-        return project
-
     @extend_schema(summary="The project's settings", responses={200: _SETTINGS_SCHEMA})
     def get(self, request, slug: str):
-        return Response(project_settings_payload(self._project(slug)))
+        return Response(project_settings_payload(project_or_404(slug)))
 
     @extend_schema(summary="Change the project's settings", request=_SETTINGS_SCHEMA,
                    responses={200: _SETTINGS_SCHEMA, 400: OpenApiResponse(description='{"detail": "one line"}')})
     def patch(self, request, slug: str):
-        project = self._project(slug)
+        project = project_or_404(slug)
         data = request.data
         if not isinstance(data, dict) or not data:
             raise services.ReviewError(f"send a JSON object with any of {', '.join(SETTINGS)}")

@@ -8,6 +8,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, Exists, F, Max, OuterRef, Q
+from django.http import Http404
 
 from annotate.exports.models import Export
 from annotate.review import queue_sql
@@ -44,6 +45,16 @@ def user_roles(user: AbstractBaseUser) -> set[str]:
             roles.add("admin")
         cache.set(roles_cache_key(user.pk), roles, ROLES_CACHE_SECONDS)
     return roles
+
+
+def project_or_404(slug: str, *, only: tuple[str, ...] = ()) -> Project:
+    """The project a page or an API path names, or 404 (Http404, which the API answers as JSON); `only` loads just
+    those fields, for pages that show a few."""
+    projects = Project.objects.filter(slug=slug)
+    project = (projects.only(*only) if only else projects).first()
+    if project is None:
+        raise Http404(f"no project {slug!r}")
+    return project
 
 
 def project_for_reviewer(*, slug: str) -> Project | None:
