@@ -6,7 +6,7 @@ import pytest
 from annotate.review import services
 from annotate.review.selectors import STANDING_STEP
 from tests.conftest import import_rows, judge_until_done, make_items
-from tests.review.test_standing import judge
+from tests.review.helpers import judge
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"

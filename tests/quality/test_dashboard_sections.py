@@ -8,7 +8,7 @@ from annotate.review import services
 from annotate.review.models import QualificationAttempt
 from annotate.review.rationale import TypingSignals
 from tests.conftest import answer_gold, import_rows, make_items
-from tests.quality.test_dashboard_page import read_page
+from tests.quality.helpers import read_page
 
 pytestmark = pytest.mark.django_db
 

@@ -8,13 +8,9 @@ from django.core.management import call_command
 
 from annotate.quality.selectors import judgment_table_for_project
 from tests.conftest import import_rows, judge_until_done, make_items
+from tests.quality.helpers import prefers_model_0
 
 pytestmark = pytest.mark.django_db
-
-
-def prefers_model_0(assignment) -> str:
-    """Always the answer of model-0 (response a of every imported pair), wherever it is shown."""
-    return "left" if assignment.a_on_left else "right"
 
 
 @pytest.fixture

@@ -20,8 +20,8 @@ from annotate.quality.models import StoredAgreementReport
 from annotate.quality.services import STORED_BOOTSTRAP, stored_report_refresh
 from annotate.review.models import Assignment
 from tests.conftest import import_rows, judge_until_done, make_items
-from tests.exports.test_worker import REDIS_URL, Worker, configure_celery, needs_redis, wait_for
-from tests.quality.test_report_from_database import prefers_model_0
+from tests.exports.helpers import REDIS_URL, Worker, configure_celery, needs_redis, wait_for
+from tests.quality.helpers import prefers_model_0
 
 
 def prefers_model_0_half_on_left():

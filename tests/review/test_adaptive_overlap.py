@@ -22,7 +22,7 @@ from annotate.review.models import Assignment, Judgment, Pair, Project
 from annotate.review.overlap import first_reviewers_needed, reviewers_needed
 from annotate.review.queue_priority import PRIORITY_MAX, difference_uncertainty, pair_priorities
 from tests.conftest import import_rows, make_items
-from tests.review.test_concurrency import run_at_once
+from tests.review.helpers import run_at_once
 
 pytestmark = pytest.mark.django_db
 

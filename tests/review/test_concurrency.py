@@ -1,42 +1,17 @@
 """Many reviewers at once: the queue never gives a pair to more reviewers than the overlap."""
 
-import threading
 import uuid
 from collections import Counter
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from annotate.review import queue_sql, services
 from annotate.review.models import Assignment, Judgment, Pair
 from tests.conftest import import_rows, make_items
-from tests.review.test_queue_long_history import give_history
+from tests.review.helpers import give_history, run_at_once
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def run_at_once(count: int, work) -> list:
-    """Run work(i) in `count` threads released together; each thread has its own DB connection."""
-    barrier = threading.Barrier(count)
-    results: list = [None] * count
-    errors: list = []
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = work(i)
-        except Exception as exc:  # collected and re-raised in the test, with its thread
-            errors.append((i, exc))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors
-    return results
 
 
 def test_fifty_reviewers_asking_at_once_never_over_assign(make_project, make_user):

@@ -17,7 +17,7 @@ from annotate.review import services
 from annotate.review.selectors import roles_cache_key
 from annotate.runs.models import Checkpoint, Run
 from tests.conftest import answer_gold, import_rows, make_items
-from tests.review.test_qualification import gold_items, live_items
+from tests.review.helpers import gold_items, live_items
 
 pytestmark = pytest.mark.django_db
 

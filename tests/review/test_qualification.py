@@ -10,25 +10,7 @@ from django.core.management import CommandError, call_command
 from annotate.review import services
 from annotate.review.models import Assignment, GoldCheck, Pair, QualificationAttempt
 from tests.conftest import import_rows
-
-REASON = "It divides the total distance by the total time; the other averages the speeds."
-
-
-def gold_items(count: int, *, first: int = 0) -> list[dict]:
-    """Gold prompts g-N: the better answer is listed second for odd N, so 'a' is not always right."""
-    rows = []
-    for i in range(first, first + count):
-        good, bad = f"Good answer {i}: total distance over total time.", f"Poor answer {i}: the mean of the speeds."
-        rows.append({"prompt_id": f"g-{i}", "prompt": f"Gold question {i}: the average speed?",
-                     "responses": [{"text": t, "model": m} for t, m in ((good, "m1"), (bad, "m2"))][:: 1 if i % 2 == 0 else -1],
-                     "gold": {"preferred": 0 if i % 2 == 0 else 1, "reason": f"{REASON} ({i})"}})
-    return rows
-
-
-def live_items(count: int) -> list[dict]:
-    return [{"prompt_id": f"live-{i}", "prompt": f"Live question {i}?",
-             "responses": [{"text": f"One live answer {i}.", "model": "m1"},
-                           {"text": f"Another live answer {i}.", "model": "m2"}]} for i in range(count)]
+from tests.review.helpers import REASON, gold_items, live_items
 
 
 @pytest.fixture

@@ -2,52 +2,11 @@
 
 import uuid
 from collections import Counter
-from datetime import timedelta
-
-from django.db.models import F
-from django.utils import timezone
 
 from annotate.review import queue_sql, selectors, services
-from annotate.review.models import Assignment, Judgment, Pair, ReviewerTally
+from annotate.review.models import Assignment, Pair, ReviewerTally
 from tests.conftest import import_rows, make_items
-
-
-def give_history(project, reviewer, pair_ids: list[int], *, retest_every: int = 0) -> None:
-    """The reviewer has judged these pairs (and a retest of every `retest_every`-th), as the queue would
-    have left it, in a few bulk statements instead of thousands of requests."""
-    criteria = project.criteria_versions.order_by("-version").first()
-    clock = timezone.now() - timedelta(days=30)
-    assignments = []
-    for index, pair_id in enumerate(pair_ids):
-        clock += timedelta(seconds=20)
-        first = Assignment(project=project, pair_id=pair_id, reviewer=reviewer, a_on_left=index % 2 == 0,
-                           status=Assignment.Status.COMPLETED, criteria_version=criteria, served_at=clock,
-                           completed_at=clock)
-        assignments.append(first)
-        if retest_every and index % retest_every == retest_every - 1:
-            assignments.append(Assignment(
-                project=project, pair_id=pair_id, reviewer=reviewer, a_on_left=index % 2 != 0, is_retest=True,
-                status=Assignment.Status.COMPLETED, criteria_version=criteria, served_at=clock, completed_at=clock,
-            ))
-    Assignment.objects.bulk_create(assignments, batch_size=500)
-    originals = {a.pair_id: a for a in assignments if not a.is_retest}
-    retests = [a for a in assignments if a.is_retest]
-    for retest in retests:
-        retest.retest_of = originals[retest.pair_id]
-    Assignment.objects.bulk_update(retests, ["retest_of"], batch_size=500)
-    judgments = Judgment.objects.bulk_create(
-        [Judgment(assignment=a, pair_id=a.pair_id, reviewer=reviewer, revision=1, winner="tie",
-                  criteria={"correct": "tie", "complete": "tie"}, criteria_version=criteria,
-                  rationale="Both answers are equally good here.", client_key=uuid.uuid4())
-         for a in assignments],
-        batch_size=500,
-    )
-    for assignment, judgment in zip(assignments, judgments, strict=True):
-        assignment.current_judgment = judgment
-    Assignment.objects.bulk_update(assignments, ["current_judgment"], batch_size=500)
-    Pair.objects.filter(pk__in=pair_ids).update(assigned_count=F("assigned_count") + 1)
-    ReviewerTally.objects.create(project=project, reviewer=reviewer, judged=len(assignments),
-                                 judged_once=len(pair_ids), retests=len(retests))
+from tests.review.helpers import give_history
 
 
 def judge(assignment, reviewer):

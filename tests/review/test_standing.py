@@ -2,14 +2,13 @@
 nothing in it about what another reviewer chose."""
 
 import json
-import uuid
 
 import pytest
 
 from annotate.quality.selectors import agreement_report_for_project
-from annotate.review import services
 from annotate.review.selectors import STANDING_STEP
 from tests.conftest import import_rows, judge_until_done, make_items
+from tests.review.helpers import judge
 
 
 @pytest.fixture
@@ -102,17 +101,6 @@ def test_nothing_about_another_reviewer_reaches_a_reviewer(judged_project, clien
 def test_only_reviewers_ask_for_their_standing(judged_project, make_user, client_for):
     response = client_for(make_user("eve", role="engineer")).get(f"/api/v1/projects/{judged_project.slug}/standing")
     assert response.status_code == 403
-
-
-def judge(project, reviewer, count: int, *, agree: bool) -> None:
-    """The reviewer judges `count` pairs, picking the first-listed answer (agree) or the other one."""
-    for _ in range(count):
-        assignment = services.assignment_next(project=project, reviewer=reviewer)
-        first = "left" if assignment.a_on_left else "right"
-        choice = first if agree else {"left": "right", "right": "left"}[first]
-        services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
-                                 criteria={"correct": choice, "complete": "tie"},
-                                 rationale="Chosen for being right and clear.", client_key=uuid.uuid4())
 
 
 def test_one_more_judgment_never_moves_the_figures_so_the_others_choice_stays_hidden(make_project, make_user,

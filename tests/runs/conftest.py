@@ -10,7 +10,10 @@ import pytest
 
 from annotate.runs import execute
 from annotate.runs.checkpoints import checkpoint_register
+from annotate.runs.models import Checkpoint, Run
+from tests.runs.helpers import rollout
 from tests.training.conftest import tiny_checkpoint, tiny_snapshot  # noqa: F401 - session fixtures, built once
+from training.grpo.rollouts import write_batch
 
 
 def process_alive(pid: int) -> bool:
@@ -99,3 +102,35 @@ def stand_in_trainer(tmp_path, monkeypatch):
     monkeypatch.setattr(execute, "training_command", lambda *args: [sys.executable, str(script), *args])
     monkeypatch.setattr(execute, "POLL_S", 0.1)
     return script
+
+
+@pytest.fixture
+def slurm(tmp_path, monkeypatch):
+    """sbatch prints a job id (or fails when SBATCH_FAIL is set); every call is appended to calls.log."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    scripts = {
+        "sbatch": f'echo "sbatch $*" >> {calls}\ncp "${{@: -1}}" {tmp_path}/submitted.sbatch\n'
+                  'if [ -n "${SBATCH_FAIL:-}" ]; then echo "sbatch: error: invalid partition specified: gpu" >&2; '
+                  'exit 1; fi\necho "4242;cluster-a"',
+        "scancel": f'echo "scancel $*" >> {calls}',
+        "squeue": f'echo "squeue $*" >> {calls}\necho RUNNING',
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+@pytest.fixture
+def grpo_run(base_checkpoint, tmp_path):
+    """A finished GRPO run: 12 answers with the full reward, 3 partly right, 3 wrong; its checkpoint registered."""
+    folder = tmp_path / "grpo-run"
+    rows = ([rollout(i, status="correct", reward=1.0) for i in range(12)]
+            + [rollout(i, status="wrong", reward=0.5) for i in range(12, 15)]
+            + [rollout(i, status="wrong", reward=0.0) for i in range(15, 18)])
+    write_batch(folder / "rollouts", 0, 0, rows[::-1])
+    run = Run.objects.create(kind="grpo", status="succeeded", base_checkpoint=base_checkpoint, folder=str(folder))
+    Checkpoint.objects.create(name="tiny-grpo", uri=str(folder / "checkpoint"), parent=base_checkpoint, run=run)
+    return run

@@ -7,35 +7,11 @@ from pathlib import Path
 import pytest
 
 from annotate.runs.audit import audit_create, audit_next, audit_results
-from annotate.runs.models import AuditItem, Checkpoint, Run
+from annotate.runs.models import AuditItem, Run
+from tests.runs.helpers import rollout
 from training.grpo.rollouts import write_batch
 
 pytestmark = pytest.mark.django_db
-
-
-def rollout(index: int, *, status: str, reward: float) -> dict:
-    return {
-        "rollout_id": f"0-{index}-0", "batch": 0, "group_id": f"0-{index}", "member": 0, "task_id": f"speed-{index}",
-        "prompt": json.dumps([{"role": "user", "content": f"A car goes {60 + index} km in 1 h. Its speed?"}]),
-        "completion": f"{60 + index} / 1 = {60 + index}\nAnswer: {60 + index} km/h", "completion_token_ids": [1],
-        "logprobs": [-0.5], "logprobs_source": "policy forward in the update", "finish_reason": "stopped",
-        "length": 1, "status": status, "reward": reward, "components": "{}", "component_scores": {},
-        "reason": "", "scorer": "math@2", "advantage": 0.0, "in_batch": True, "policy_step": index % 3,
-        "policy_weights_sha256": None, "process_index": 0,
-    }
-
-
-@pytest.fixture
-def grpo_run(base_checkpoint, tmp_path):
-    """A finished GRPO run: 12 answers with the full reward, 3 partly right, 3 wrong; its checkpoint registered."""
-    folder = tmp_path / "grpo-run"
-    rows = ([rollout(i, status="correct", reward=1.0) for i in range(12)]
-            + [rollout(i, status="wrong", reward=0.5) for i in range(12, 15)]
-            + [rollout(i, status="wrong", reward=0.0) for i in range(15, 18)])
-    write_batch(folder / "rollouts", 0, 0, rows[::-1])
-    run = Run.objects.create(kind="grpo", status="succeeded", base_checkpoint=base_checkpoint, folder=str(folder))
-    Checkpoint.objects.create(name="tiny-grpo", uri=str(folder / "checkpoint"), parent=base_checkpoint, run=run)
-    return run
 
 
 def test_only_fully_rewarded_answers_are_sampled_the_same_whatever_the_file_order(grpo_run, tmp_path):

@@ -2,52 +2,19 @@
 their lineage, and a checkpoint's origin is written once (the admin cannot change it either); bad input is one
 line and a non-zero exit."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from annotate.runs.models import Checkpoint, Run
+from tests.runs.helpers import finished_run_folder, register
 from training.run_folder import checkpoint_content_hash
 
 pytestmark = pytest.mark.django_db
 REPO = Path(__file__).resolve().parents[2]
-
-
-def register(*args: str) -> str:
-    from io import StringIO
-
-    out = StringIO()
-    call_command(*args, stdout=out)
-    return out.getvalue()
-
-
-def finished_run_folder(tmp_path: Path, base: Path, snapshot: Path, *, status: str = "completed",
-                        learning_rate: float = 1e-3, weights: bytes = b"weights after two steps") -> Path:
-    """A run folder as `python -m training dpo` leaves it (run.json, metrics, ledger, checkpoint/)."""
-    folder = tmp_path / "dpo-run"
-    (folder / "checkpoint").mkdir(parents=True)
-    (folder / "checkpoint" / "model.safetensors").write_bytes(weights)
-    trained_hash = checkpoint_content_hash(folder / "checkpoint")
-    (folder / "checkpoint" / "parent.json").write_text(json.dumps(
-        {"parent": {"path": str(base), "content_hash": checkpoint_content_hash(base)}, "content_hash": trained_hash}))
-    manifest = json.loads((snapshot / "manifest.json").read_text())
-    (folder / "run.json").write_text(json.dumps({
-        "format": "pairwise.run/1", "run": "dpo-run", "kind": "dpo", "status": status,
-        "config": {"max_steps": 2, "beta": 0.1, "output_dir": str(folder)},
-        "base_checkpoint": {"path": str(base), "content_hash": checkpoint_content_hash(base)},
-        "snapshot": {"path": str(snapshot), "snapshot_id": manifest["snapshot_id"]},
-        "started_at": "2026-01-01T10:00:00Z", "ended_at": "2026-01-01T10:05:00Z", "error": None,
-        "results": {"test": {"base": {"preference_accuracy": 0.5}, "trained": {"preference_accuracy": 0.75}}},
-        "output_checkpoint": {"path": str(folder / "checkpoint"), "content_hash": trained_hash},
-    }))
-    (folder / "metrics.jsonl").write_text("".join(json.dumps({"event": "train", "step": s, "loss": 0.7 - s / 10,
-                                                              "learning_rate": learning_rate}) + "\n" for s in (1, 2)))
-    (folder / "ledger.json").write_text(json.dumps({"consumed": {"optimizer_steps": 2, "wall_s": 4.2}}))
-    return folder
 
 
 def test_register_checkpoint_hashes_the_folder_and_refuses_the_same_weights_twice(tiny_checkpoint, tmp_path):

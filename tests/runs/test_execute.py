@@ -13,19 +13,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from annotate.runs import execute
-from annotate.runs.launch import execute_in_thread, run_cancel, run_folder_for, run_launch
+from annotate.runs.launch import execute_in_thread, run_cancel, run_launch
 from annotate.runs.models import Checkpoint, Run
-from tests.exports.test_worker import wait_for
+from tests.exports.helpers import wait_for
 from tests.runs.conftest import process_alive
-from tests.training.test_grpo import write_unlearnable_tasks
-
-
-def queued_run(base_checkpoint, behave: str, seed: int = 0) -> Run:
-    run = Run.objects.create(kind="dpo", base_checkpoint=base_checkpoint, folder="")
-    run.folder = str(run_folder_for(run.pk))
-    run.config = {"base_checkpoint": base_checkpoint.uri, "output_dir": run.folder, "behave": behave, "seed": seed}
-    run.save()
-    return run
+from tests.runs.helpers import queued_run
+from tests.training.helpers import write_unlearnable_tasks
 
 
 @pytest.mark.django_db

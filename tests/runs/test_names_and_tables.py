@@ -10,8 +10,7 @@ import pytest
 from annotate.runs import execute
 from annotate.runs.evaluation import TOO_FEW_TO_JUDGE
 from annotate.runs.models import Checkpoint, Run
-from tests.runs.test_commands import finished_run_folder, register
-from tests.runs.test_execute import queued_run
+from tests.runs.helpers import finished_run_folder, queued_run, register
 
 pytestmark = pytest.mark.django_db
 

@@ -3,7 +3,6 @@ the rendered job script is valid bash naming this run's config and log, the job 
 scancel, and the run ends when its run.json says so."""
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -11,38 +10,12 @@ import pytest
 import yaml
 
 from annotate.runs import execute
-from annotate.runs.launch import run_cancel, run_folder_for
+from annotate.runs.launch import run_cancel
 from annotate.runs.models import Run
 from annotate.runs.slurm import slurm_refresh
+from tests.runs.helpers import slurm_run
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def slurm(tmp_path, monkeypatch):
-    """sbatch prints a job id (or fails when SBATCH_FAIL is set); every call is appended to calls.log."""
-    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
-    bin_dir.mkdir()
-    scripts = {
-        "sbatch": f'echo "sbatch $*" >> {calls}\ncp "${{@: -1}}" {tmp_path}/submitted.sbatch\n'
-                  'if [ -n "${SBATCH_FAIL:-}" ]; then echo "sbatch: error: invalid partition specified: gpu" >&2; '
-                  'exit 1; fi\necho "4242;cluster-a"',
-        "scancel": f'echo "scancel $*" >> {calls}',
-        "squeue": f'echo "squeue $*" >> {calls}\necho RUNNING',
-    }
-    for name, body in scripts.items():
-        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    return calls
-
-
-def slurm_run(base_checkpoint, kind: str = "dpo") -> Run:
-    run = Run.objects.create(kind=kind, backend="slurm", base_checkpoint=base_checkpoint, folder="")
-    run.folder = str(run_folder_for(run.pk))
-    run.config = {"base_checkpoint": base_checkpoint.uri, "output_dir": run.folder, "max_steps": 2}
-    run.save()
-    return run
 
 
 @pytest.mark.parametrize("kind", ["dpo", "grpo"])

@@ -17,8 +17,8 @@ from annotate.runs import execute, sweeps
 from annotate.runs.launch import execute_in_thread, run_cancel, run_folder_for
 from annotate.runs.models import Run
 from annotate.runs.slurm import slurm_refresh
-from tests.exports.test_worker import wait_for
-from tests.runs.test_slurm import slurm, slurm_run  # noqa: F401 - the stand-in sbatch/scancel/squeue
+from tests.exports.helpers import wait_for
+from tests.runs.helpers import slurm_run
 
 LONG_AGO = dt.datetime(2024, 3, 1, 9, 30, 0, tzinfo=dt.UTC)
 
@@ -45,7 +45,7 @@ def squeue_lists_nothing(tmp_path) -> None:
 
 
 @pytest.mark.django_db
-def test_the_poll_ends_a_slurm_run_whose_run_json_says_completed(base_checkpoint, slurm):  # noqa: F811
+def test_the_poll_ends_a_slurm_run_whose_run_json_says_completed(base_checkpoint, slurm):
     run = submitted(base_checkpoint)
     folder = Path(run.folder)
     (folder / "metrics.jsonl").write_text('{"event": "train", "step": 1, "loss": 0.69}\n')
@@ -62,7 +62,7 @@ def test_the_poll_ends_a_slurm_run_whose_run_json_says_completed(base_checkpoint
 
 
 @pytest.mark.django_db
-def test_the_poll_fails_a_slurm_run_once_squeue_stops_listing_its_job(base_checkpoint, slurm, tmp_path):  # noqa: F811
+def test_the_poll_fails_a_slurm_run_once_squeue_stops_listing_its_job(base_checkpoint, slurm, tmp_path):
     run = submitted(base_checkpoint)
     Path(run.folder + ".log").write_text("srun: error: node gpu-7 lost\n")
     assert sweeps.slurm_runs_poll() == []
@@ -76,7 +76,7 @@ def test_the_poll_fails_a_slurm_run_once_squeue_stops_listing_its_job(base_check
 
 
 @pytest.mark.django_db
-def test_a_cancel_recorded_while_the_poll_held_an_old_copy_stands(base_checkpoint, slurm, tmp_path):  # noqa: F811
+def test_a_cancel_recorded_while_the_poll_held_an_old_copy_stands(base_checkpoint, slurm, tmp_path):
     run = submitted(base_checkpoint)
     old_copy = Run.objects.get(pk=run.pk)
     run_cancel(run)

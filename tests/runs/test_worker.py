@@ -12,7 +12,7 @@ from annotate.celery import app as celery_app
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.tasks import QUEUE
 from tests.exports.conftest import voted_project  # noqa: F401 - judged pairs to export
-from tests.exports.test_worker import REDIS_URL, Worker, configure_celery, needs_redis, wait_for
+from tests.exports.helpers import REDIS_URL, Worker, configure_celery, needs_redis, wait_for
 from tests.runs.conftest import process_alive
 
 TWO_STEPS = {"learning_rate": 1e-3, "max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1,

@@ -12,16 +12,9 @@ from rest_framework.views import APIView
 from annotate import urls
 from annotate.review.models import Judgment
 from tests.conftest import make_items
+from tests.security.helpers import assert_one_json_line
 
 pytestmark = pytest.mark.django_db
-
-
-def assert_one_json_line(response, status: int) -> dict:
-    assert response.status_code == status, response.content[:300]
-    assert response["Content-Type"] == "application/json"
-    assert b"\n" not in response.content and b"<html" not in response.content.lower()
-    assert len(response["X-Request-ID"]) == 32
-    return json.loads(response.content)
 
 
 @pytest.mark.parametrize("url", [

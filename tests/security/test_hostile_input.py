@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 from annotate import limits
 from annotate.review.importing import ImportRejected, items_parse
 from annotate.review.models import Judgment, Prompt
-from tests.security.test_api_errors import assert_one_json_line
+from tests.security.helpers import assert_one_json_line
 
 pytestmark = pytest.mark.django_db
 

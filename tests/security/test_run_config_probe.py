@@ -19,9 +19,14 @@ from django.core.management.base import CommandError
 from annotate.runs import execute, launch
 from annotate.runs.audit import audit_create
 from annotate.runs.models import AuditItem, AuditJudgment, Checkpoint, Run
-from tests.runs.conftest import base_checkpoint, engineer_api, run_root, second_checkpoint  # noqa: F401 - fixtures
-from tests.runs.test_audit import grpo_run  # noqa: F401 - a finished GRPO run with rewarded answers
-from tests.security.test_api_errors import assert_one_json_line
+from tests.runs.conftest import (  # noqa: F401 - fixtures
+    base_checkpoint,
+    engineer_api,
+    grpo_run,
+    run_root,
+    second_checkpoint,
+)
+from tests.security.helpers import assert_one_json_line
 from tests.training.conftest import tiny_checkpoint, tiny_snapshot  # noqa: F401 - session fixtures
 
 pytestmark = pytest.mark.django_db

@@ -11,6 +11,7 @@ import random
 import pytest
 import yaml
 
+from tests.training.helpers import write_unlearnable_tasks
 from training.cli import main
 from training.run_folder import checkpoint_content_hash
 
@@ -218,16 +219,6 @@ def test_rescore_stores_new_scores_beside_the_original(smoke_run, tmp_path):
     unknown = run_training_cli("rescore", "--run", str(run), "--scorer", "math@99", timeout=120)
     assert unknown.returncode == 2 and "math@99 is not installed here" in unknown.stderr
     assert "Traceback" not in unknown.stderr + again.stderr
-
-
-def write_unlearnable_tasks(path):
-    """Missing-information tasks answered in at most four characters: too few to say what is missing ("unknown")
-    or to mark an answer ("Answer:"), so every answer of every group is wrong with reward 0, whatever the model."""
-    from training.task_families import make_tasks
-    from training.tasks import write_tasks
-
-    write_tasks(path, make_tasks("missing", n=6, seed=0))
-    return path
 
 
 def test_a_run_whose_groups_all_score_alike_says_its_weights_did_not_change(tmp_path, tiny_checkpoint):
