@@ -56,6 +56,12 @@ def _eval(args) -> int:
     return eval_main(args)
 
 
+def _reward_eval(args) -> int:
+    from training.reward_eval import reward_eval_main
+
+    return reward_eval_main(args)
+
+
 def _check_run_config(args, kind: str) -> int:
     """--check: the config, base checkpoint and snapshot or task file checked as the run checks them first;
     nothing is written, and the resolved config is printed as JSON (the web app validates a launch this way)."""
@@ -227,6 +233,20 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     evaluate.add_argument("--out", default=None, help="also write the figures as JSON to this file")
     evaluate.set_defaults(handler=_eval)
+
+    reward_eval = commands.add_parser("reward-eval", help="a reward model's accuracy on a snapshot's test split, "
+                                      "beside a DPO child's implicit reward and the reviewers' own agreement")
+    reward_eval.add_argument("--reward-checkpoint", required=True,
+                             help="a reward model's checkpoint folder (a reward run's RUN/checkpoint)")
+    reward_eval.add_argument("--snapshot", required=True, help="snapshot folder with a test split")
+    reward_eval.add_argument("--dpo-checkpoint", default=None, help="also score this DPO child's implicit reward")
+    reward_eval.add_argument("--dpo-reference", default=None,
+                             help="the DPO run's base checkpoint (default: the one the child's parent.json names)")
+    reward_eval.add_argument("--beta", type=float, default=None,
+                             help="DPO beta (default: the one in the DPO run's run.json beside the child)")
+    reward_eval.add_argument("--batch-size", type=int, default=8, help="pairs scored per batch (default 8)")
+    reward_eval.add_argument("--out", default=None, help="also write the figures as JSON to this file")
+    reward_eval.set_defaults(handler=_reward_eval)
 
     sample = commands.add_parser("sample", help="answers of two or more checkpoints to the same prompts, as a "
                                  "review import file (compare checkpoints blind)")

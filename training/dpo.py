@@ -67,7 +67,7 @@ def load_dpo_config(path: str | Path) -> DPORunConfig:
 # --- scoring the test split --------------------------------------------------------------------------
 
 
-def _tokenize_pair(tokenizer, row: dict, max_length: int | None) -> dict:
+def tokenize_pair(tokenizer, row: dict, max_length: int | None) -> dict:
     """Token ids of prompt+chosen and prompt+rejected with the number of prompt tokens, as TRL builds them."""
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -199,7 +199,7 @@ def run_dpo(config: DPORunConfig) -> dict:
     with trainer_setup(run, config, recipe="DPO", fresh=fresh, is_main=is_main):
         trainer = _build_trainer(config, run, splits, tokenizer, base_path)
         test_rows = list(splits["test"])
-        tokenized = [_tokenize_pair(tokenizer, row, config.max_length) for row in test_rows]
+        tokenized = [tokenize_pair(tokenizer, row, config.max_length) for row in test_rows]
         pad_id = tokenizer.pad_token_id
         can_score = bool(tokenized) and not is_zero3(trainer)
         base_logps = None
