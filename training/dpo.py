@@ -16,9 +16,7 @@ from typing import ClassVar
 from trl import DPOConfig
 
 from training.config import PairwiseConfigMixin, key_error, load_config
-from training.errors import PairwiseInputError
 from training.trl_setup import (
-    check_output_dir,
     is_main_process,
     is_zero3,
     lora_config,
@@ -28,6 +26,8 @@ from training.trl_setup import (
     recorded_outcome,
     run_callbacks,
     save_checkpoint,
+    snapshot_record,
+    snapshot_run_inputs,
     start_run_record,
     trainer_arguments,
     trainer_setup,
@@ -158,28 +158,13 @@ def format_comparison(results: dict) -> str:
 
 def run_dpo(config: DPORunConfig) -> dict:
     """Train; return the final run record. Raises PairwiseInputError for bad input before writing anything."""
-    import torch
 
-    from training import snapshot as snapshot_format
-    from training.run_folder import RunFolder, check_causal_lm_checkpoint, checkpoint_content_hash
+    from training.run_folder import check_causal_lm_checkpoint, checkpoint_content_hash
 
     # 1. Everything a user can get wrong is checked before the run folder exists.
-    run = RunFolder(config.output_dir)
-    resume_from = check_output_dir(config, run)
-    base_path = check_causal_lm_checkpoint(config.base_checkpoint)
-    splits = snapshot_format.load(config.snapshot)  # verifies the version and every hash first
-    manifest = snapshot_format.read_manifest(config.snapshot)
-    if len(splits["train"]) == 0:
-        raise PairwiseInputError(f"snapshot {config.snapshot} has no train rows; export it with looser filters")
-
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
-    if manifest.get("row_format", "conversational") == "conversational" and not tokenizer.chat_template:
-        raise PairwiseInputError(f"base_checkpoint {base_path} has no chat template but snapshot {config.snapshot} "
-                                 "is conversational; export with --format standard or use a chat checkpoint")
-    if config.torch_threads is not None:
-        torch.set_num_threads(config.torch_threads)
+    inputs = snapshot_run_inputs(config, check_base=check_causal_lm_checkpoint)
+    run, resume_from, base_path = inputs.run, inputs.resume_from, inputs.base_path
+    splits, manifest, tokenizer = inputs.splits, inputs.manifest, inputs.tokenizer
 
     is_main = is_main_process()
     base_hash = checkpoint_content_hash(base_path) if is_main else None  # only the main process records it
@@ -190,8 +175,7 @@ def run_dpo(config: DPORunConfig) -> dict:
     if is_main:
         start_run_record(
             run, config, kind="dpo", base_path=base_path, base_hash=base_hash, resume_from=resume_from,
-            snapshot={"path": str(Path(config.snapshot).resolve()), "snapshot_id": manifest.get("snapshot_id"),
-                      "files": manifest["files"], "counts": manifest.get("counts")},
+            snapshot=snapshot_record(config, manifest),
             tasks_hash=None,
             scorers={},  # DPO trains on human judgments; no scorer is involved
         )

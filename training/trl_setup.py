@@ -11,6 +11,7 @@ import math
 import os
 import shutil
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from training.errors import PairwiseInputError
@@ -175,6 +176,51 @@ def start_run_record(run, config, *, kind: str, base_path: Path, base_hash: str 
     if resume_from is not None:
         run.update(resumed=[*run.record.get("resumed", []), {"at": utc_now(), "from": str(resume_from)}])
     return previous
+
+
+@dataclass
+class SnapshotRunInputs:
+    """What a trainer on a snapshot (DPO, reward) has checked before its run folder exists."""
+
+    run: object  # training.run_folder.RunFolder
+    resume_from: str | None
+    base_path: Path
+    splits: dict  # "train", "test": datasets.Dataset
+    manifest: dict
+    tokenizer: object
+
+
+def snapshot_run_inputs(config, *, check_base) -> SnapshotRunInputs:
+    """Everything a user can get wrong in a snapshot run, checked before anything is written: the output folder
+    (or the run to resume), the base checkpoint (`check_base`: as a causal LM, or as a classifier), the snapshot's
+    version and hashes, a train split with rows, and a chat template when the rows are conversational. Also sets
+    torch_threads."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from training import snapshot as snapshot_format
+    from training.run_folder import RunFolder
+
+    run = RunFolder(config.output_dir)
+    resume_from = check_output_dir(config, run)
+    base_path = check_base(config.base_checkpoint)
+    splits = snapshot_format.load(config.snapshot)  # verifies the version and every hash first
+    manifest = snapshot_format.read_manifest(config.snapshot)
+    if len(splits["train"]) == 0:
+        raise PairwiseInputError(f"snapshot {config.snapshot} has no train rows; export it with looser filters")
+    tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
+    if manifest.get("row_format", "conversational") == "conversational" and not tokenizer.chat_template:
+        raise PairwiseInputError(f"base_checkpoint {base_path} has no chat template but snapshot {config.snapshot} "
+                                 "is conversational; export with --format standard or use a chat checkpoint")
+    if config.torch_threads is not None:
+        torch.set_num_threads(config.torch_threads)
+    return SnapshotRunInputs(run, resume_from, base_path, splits, manifest, tokenizer)
+
+
+def snapshot_record(config, manifest: dict) -> dict:
+    """The snapshot as run.json records it."""
+    return {"path": str(Path(config.snapshot).resolve()), "snapshot_id": manifest.get("snapshot_id"),
+            "files": manifest["files"], "counts": manifest.get("counts")}
 
 
 @contextmanager
