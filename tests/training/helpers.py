@@ -9,3 +9,31 @@ def write_unlearnable_tasks(path):
 
     write_tasks(path, make_tasks("missing", n=6, seed=0))
     return path
+
+
+def write_snapshot_run_config(tmp_path, checkpoint, snapshot, *, name: str, **overrides):
+    """A two-step CPU config of a trainer on a snapshot (dpo, reward) as `name`.yaml; overrides replace keys."""
+    import yaml
+
+    config = {
+        "base_checkpoint": str(checkpoint),
+        "snapshot": str(snapshot),
+        "output_dir": str(tmp_path / "run"),
+        "learning_rate": 1e-3,
+        "max_steps": 2,
+        "per_device_train_batch_size": 4,
+        "per_device_eval_batch_size": 8,
+        "logging_steps": 1,
+        "torch_threads": 2,
+        "use_cpu": True,
+        **overrides,
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def load_weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")

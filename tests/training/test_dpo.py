@@ -3,8 +3,8 @@
 import json
 
 import pytest
-import yaml
 
+from tests.training.helpers import load_weights, write_snapshot_run_config
 from training.cli import main
 from training.run_folder import checkpoint_content_hash
 
@@ -14,28 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def write_config(tmp_path, checkpoint, snapshot, **overrides):
-    config = {
-        "base_checkpoint": str(checkpoint),
-        "snapshot": str(snapshot),
-        "output_dir": str(tmp_path / "run"),
-        "learning_rate": 1e-3,
-        "max_steps": 2,
-        "per_device_train_batch_size": 4,
-        "per_device_eval_batch_size": 8,
-        "logging_steps": 1,
-        "torch_threads": 2,
-        "use_cpu": True,
-        **overrides,
-    }
-    path = tmp_path / "dpo.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def load_weights(folder):
-    from safetensors.torch import load_file
-
-    return load_file(folder / "model.safetensors")
+    return write_snapshot_run_config(tmp_path, checkpoint, snapshot, name="dpo", **overrides)
 
 
 def test_two_dpo_steps_change_the_weights_and_record_the_lineage(tmp_path, tiny_checkpoint, tiny_snapshot):
