@@ -6,6 +6,7 @@ which carries these same charts, and swaps them in.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -69,6 +70,39 @@ def axis_ranges(xs: list[float], ys: list[float]) -> tuple[float, float, list[fl
     return x0, x1, ticks, y0, y1
 
 
+@dataclass(frozen=True)
+class PlotArea:
+    """Where a chart plots: the data's ranges (steps x0..x1, values y0..y1) mapped onto the drawing's box."""
+
+    x0: float
+    x1: float
+    y0: float
+    y1: float
+    left: float
+    top: float
+    width: float
+    height: float
+
+    def x(self, value: float) -> float:
+        return self.left + (value - self.x0) / (self.x1 - self.x0) * self.width
+
+    def y(self, value: float) -> float:
+        return self.top + (1 - (value - self.y0) / (self.y1 - self.y0)) * self.height
+
+    def axes(self, ticks: list[float]) -> list:
+        """Grid lines with their values (as few decimals as write each exactly), step ticks and the base line."""
+        digits, bottom, right = tick_digits(ticks), self.top + self.height, self.left + self.width
+        body: list = []
+        for tick in ticks:
+            body.append(svg_line(self.left, self.y(tick), right, self.y(tick), color=GRID))
+            body.append(svg_text(self.left - 6, self.y(tick) + 4, number(tick, digits), anchor="end", color=MUTED))
+        for tick in nice_ticks(self.x0, self.x1, 5):
+            if self.x0 <= tick <= self.x1:
+                body.append(svg_text(self.x(tick), bottom + 18, f"{tick:g}", anchor="middle", color=MUTED))
+        body.append(svg_line(self.left, bottom, right, bottom, color=LINE))
+        return body
+
+
 def line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label: str) -> SafeString:
     """One or two lines against the optimizer step; hovering a point shows its value."""
     xs = [x for _, points in lines for x, _ in points]
@@ -77,22 +111,9 @@ def line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label: str
     width, height = 460.0, 220.0
     left, right, top, bottom = 56.0, 12.0, 28.0, 30.0
     plot_w, plot_h = width - left - right, height - top - bottom
-
-    def x_of(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * plot_w
-
-    def y_of(y: float) -> float:
-        return top + (1 - (y - y0) / (y1 - y0)) * plot_h
-
-    digits = 3 if y1 - y0 < 1 else 2
-    body: list = []
-    for tick in ticks:
-        body.append(svg_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID))
-        body.append(svg_text(left - 6, y_of(tick) + 4, number(tick, digits), anchor="end", color=MUTED))
-    for tick in nice_ticks(x0, x1, 5):
-        if x0 <= tick <= x1:
-            body.append(svg_text(x_of(tick), top + plot_h + 18, f"{tick:g}", anchor="middle", color=MUTED))
-    body.append(svg_line(left, top + plot_h, left + plot_w, top + plot_h, color=LINE))
+    area = PlotArea(x0, x1, y0, y1, left=left, top=top, width=plot_w, height=plot_h)
+    x_of, y_of = area.x, area.y
+    body: list = area.axes(ticks)
     legend_x = left
     for (name, points), color in zip(lines, (ACCENT, SECOND_SERIES), strict=False):
         if len(points) > 1:
@@ -217,23 +238,10 @@ def runs_line_chart(lines: list[tuple[str, list[tuple[float, float]]]], *, label
     height = top + 190.0 + bottom
     x0, x1, ticks, y0, y1 = axis_ranges(xs, ys)
     plot_w, plot_h = width - left - right, height - top - bottom
-
-    def x_of(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * plot_w
-
-    def y_of(y: float) -> float:
-        return top + (1 - (y - y0) / (y1 - y0)) * plot_h
-
-    digits = tick_digits(ticks)
-    body: list = []
-    for tick in ticks:
-        body.append(svg_line(left, y_of(tick), left + plot_w, y_of(tick), color=GRID))
-        body.append(svg_text(left - 6, y_of(tick) + 4, number(tick, digits), anchor="end", color=MUTED))
-    for tick in nice_ticks(x0, x1, 5):
-        if x0 <= tick <= x1:
-            body.append(svg_text(x_of(tick), top + plot_h + 18, f"{tick:g}", anchor="middle", color=MUTED))
+    area = PlotArea(x0, x1, y0, y1, left=left, top=top, width=plot_w, height=plot_h)
+    x_of, y_of = area.x, area.y
+    body: list = area.axes(ticks)
     body.append(svg_text(left - 6, top + plot_h + 18, "step", anchor="end", color=MUTED))
-    body.append(svg_line(left, top + plot_h, left + plot_w, top + plot_h, color=LINE))
     for index, name, points in drawn:
         style = run_style(index)
         if len(points) > 1:
