@@ -42,6 +42,7 @@ from training.trl_setup import (
     start_run_record,
     trainer_arguments,
     trainer_setup,
+    write_snapshot_run_ledger,
 )
 
 NO_TEST_SPLIT = "not scored: the snapshot has no test split"
@@ -320,21 +321,8 @@ def run_reward(config: RewardRunConfig) -> dict:
         out_hash = record_lineage(run, kind="reward", base_path=base_path, base_hash=base_hash,
                                   snapshot_id=manifest.get("snapshot_id"), weights_changed=weights_changed)
         wall_s = time.perf_counter() - started
-        run.write_ledger({
-            "inputs": [
-                {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
-                {"kind": "snapshot", "snapshot_id": manifest.get("snapshot_id"), "files": manifest["files"]},
-            ],
-            "outputs": [{"kind": "checkpoint", "path": "checkpoint", "content_hash": out_hash}],
-            "consumed": {
-                "optimizer_steps": trainer.state.global_step,
-                "epochs": round(trainer.state.epoch or 0.0, 4),
-                "train_pairs": len(splits["train"]),
-                "pairs_seen": trainer.state.global_step * config.per_device_train_batch_size
-                * config.gradient_accumulation_steps * trainer.accelerator.num_processes,
-                "wall_s": round(wall_s, 2),
-            },
-        })
+        write_snapshot_run_ledger(run, trainer, config, base_path=base_path, base_hash=base_hash, manifest=manifest,
+                                  out_hash=out_hash, train_pairs=len(splits["train"]), wall_s=wall_s)
         test = {"test": results} if results else {"test": None, "note": _score_note(test_rows, trainer, config)}
         return record_completed(run, trainer, train_output, wall_s=wall_s, out_hash=out_hash,
                                 weights_changed=weights_changed, results=test)

@@ -217,6 +217,26 @@ def snapshot_run_inputs(config, *, check_base) -> SnapshotRunInputs:
     return SnapshotRunInputs(run, resume_from, base_path, splits, manifest, tokenizer)
 
 
+def write_snapshot_run_ledger(run, trainer, config, *, base_path: Path, base_hash: str, manifest: dict,
+                              out_hash: str, train_pairs: int, wall_s: float) -> None:
+    """ledger.json of a trainer on a snapshot: its inputs, its checkpoint, and what it consumed."""
+    run.write_ledger({
+        "inputs": [
+            {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
+            {"kind": "snapshot", "snapshot_id": manifest.get("snapshot_id"), "files": manifest["files"]},
+        ],
+        "outputs": [{"kind": "checkpoint", "path": "checkpoint", "content_hash": out_hash}],
+        "consumed": {
+            "optimizer_steps": trainer.state.global_step,
+            "epochs": round(trainer.state.epoch or 0.0, 4),
+            "train_pairs": train_pairs,
+            "pairs_seen": trainer.state.global_step * config.per_device_train_batch_size
+            * config.gradient_accumulation_steps * trainer.accelerator.num_processes,
+            "wall_s": round(wall_s, 2),
+        },
+    })
+
+
 def snapshot_record(config, manifest: dict) -> dict:
     """The snapshot as run.json records it."""
     return {"path": str(Path(config.snapshot).resolve()), "snapshot_id": manifest.get("snapshot_id"),
