@@ -150,6 +150,12 @@ def _rescore(args) -> int:
     return rescore_main(args)
 
 
+def _reward_score(args) -> int:
+    from training.reward_model_scorer import reward_score_main
+
+    return reward_score_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m training", description="Pairwise training: SFT stand-in, "
                                      "task files, verification, DPO, GRPO and reward-model runs.")
@@ -247,6 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     reward_eval.add_argument("--batch-size", type=int, default=8, help="pairs scored per batch (default 8)")
     reward_eval.add_argument("--out", default=None, help="also write the figures as JSON to this file")
     reward_eval.set_defaults(handler=_reward_eval)
+
+    reward_score = commands.add_parser("reward-score", help="score answers with a trained reward model, each answer "
+                                       "alone, as GRPO's reward_model reward scores them")
+    reward_score.add_argument("--reward-model", required=True,
+                              help="a reward model's checkpoint folder (a reward run's RUN/checkpoint)")
+    reward_score.add_argument("--answers", required=True,
+                              help='JSONL, one {"id", "prompt", "answer"} a line (prompt: text or chat messages)')
+    reward_score.add_argument("--out", required=True, help="JSON file to write the scores to")
+    reward_score.add_argument("--batch-size", type=int, default=8, help="answers scored per batch (default 8)")
+    reward_score.set_defaults(handler=_reward_score)
 
     sample = commands.add_parser("sample", help="answers of two or more checkpoints to the same prompts, as a "
                                  "review import file (compare checkpoints blind)")

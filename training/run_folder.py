@@ -79,6 +79,19 @@ def check_sequence_classifier_checkpoint(path: str | os.PathLike, *, key: str = 
     return _checked_checkpoint_files(path, key=key)
 
 
+def check_reward_model_checkpoint(path: str | os.PathLike, *, key: str = "reward_model") -> Path:
+    """Raise PairwiseInputError unless `path` is a trained reward model: a local sequence classifier with one
+    output. A causal LM is refused, because loading it as a classifier gives a new, untrained score head whose
+    numbers mean nothing."""
+    check_sequence_classifier_checkpoint(path, key=key)
+    architectures = _checked_checkpoint_config(path, key=key).architectures or []
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise PairwiseInputError(f"{key} {path} is not a trained reward model (its architectures are "
+                                 f"{', '.join(architectures) or 'not given'}, not a sequence classifier); train one "
+                                 "with python -m training reward and give its RUN/checkpoint")
+    return Path(path)
+
+
 def _checked_checkpoint_config(path: str | os.PathLike, *, key: str):
     """The config.json of a local checkpoint folder, or PairwiseInputError saying what is missing."""
     from transformers import AutoConfig

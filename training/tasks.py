@@ -62,7 +62,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _check_prompt(prompt: Any) -> list[str]:
+def check_prompt(prompt: Any) -> list[str]:
     if isinstance(prompt, str):
         return [] if prompt.strip() else ["prompt is empty"]
     if isinstance(prompt, list) and prompt:
@@ -206,7 +206,7 @@ def validate_task(task: Any) -> list[str]:
     if "prompt" not in task:
         errors.append("prompt is missing")
     else:
-        errors += _check_prompt(task["prompt"])
+        errors += check_prompt(task["prompt"])
     errors += _CHECKS_BY_KIND[kind](task)
     return errors
 

@@ -1,0 +1,168 @@
+"""A trained reward model as a scorer: one number per (prompt, answer), with the model's identity beside it.
+
+Used wherever a reward model's judgment is needed after training: GRPO's `reward_model` reward
+(training.grpo.rewards), `python -m training rescore --reward-model` and the app's model reviewer
+(`python -m training reward-score`). Each answer is scored alone, built into a sequence exactly as
+`python -m training reward` trained on it (training.reward.sequence_ids): a chat prompt through the chat
+template with the answer as the assistant's message, a plain prompt followed by the answer and the
+end-of-sequence token.
+
+The identity is `reward_model@sha256:...`, the content hash of the checkpoint's weight files: a rollout
+scored by one reward model is never mistaken for one scored by another, as a verifier's `name@version`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from training.errors import PairwiseInputError
+
+DEFAULT_MAX_LENGTH = 1024  # RewardConfig's default, used when the checkpoint's run.json says nothing
+DEFAULT_BATCH_SIZE = 8
+
+
+def reward_model_identity(content_hash: str) -> str:
+    """What rollouts and scores record as their scorer: `reward_model@sha256:...`."""
+    return f"reward_model@{content_hash}"
+
+
+def _trained_max_length(folder: Path) -> int | None:
+    """The max_length the checkpoint's reward run trained under (run.json beside checkpoint/), else the default."""
+    record = folder.parent / "run.json"
+    try:
+        value = (json.loads(record.read_text()).get("config") or {}).get("max_length", DEFAULT_MAX_LENGTH)
+    except (OSError, ValueError, AttributeError):
+        return DEFAULT_MAX_LENGTH
+    return value if isinstance(value, int) and value > 0 else None
+
+
+class RewardModelScorer:
+    """Loads a reward-model checkpoint once; `score(prompts, answers)` returns one float per answer.
+
+    An answer whose sequence is longer than the length the model was trained on is cut to its last
+    `max_length` tokens (the classifier reads the final token, so the end of the answer is what it must see).
+    `seconds` adds up the time spent scoring."""
+
+    def __init__(self, checkpoint: str | os.PathLike, *, batch_size: int = DEFAULT_BATCH_SIZE, key: str = "reward_model",
+                 device: str | None = None):
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from training.run_folder import check_reward_model_checkpoint, checkpoint_content_hash
+
+        self.path = check_reward_model_checkpoint(checkpoint, key=key)
+        self.content_hash = checkpoint_content_hash(self.path)
+        self.identity = reward_model_identity(self.content_hash)
+        self.batch_size = batch_size
+        self.max_length = _trained_max_length(self.path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForSequenceClassification.from_pretrained(self.path, local_files_only=True, num_labels=1)
+        if self.model.config.pad_token_id is None:  # the classifier reads the last token that is not padding
+            self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        if device is not None:
+            self.model.to(device)
+        self.model.eval()
+        self.seconds = 0.0
+
+    def sequence(self, prompt: str | list[dict], answer: str) -> list[int]:
+        """Token ids of the prompt and the answer as the reward run built them (training.reward.sequence_ids)."""
+        from training.reward import sequence_ids
+
+        if isinstance(prompt, list):
+            row = {"prompt": prompt, "answer": [{"role": "assistant", "content": answer}]}
+        else:
+            row = {"prompt": prompt, "answer": answer}
+        ids = sequence_ids(self.tokenizer, row, "answer")
+        return ids[-self.max_length:] if self.max_length is not None else ids
+
+    def check_prompts(self, prompts: list[str | list[dict]], *, where: str) -> None:
+        """One line naming the first prompt the model cannot tokenize (a chat prompt for a checkpoint without a
+        chat template, text the tokenizer refuses), before any scoring starts."""
+        for number, prompt in enumerate(prompts, start=1):
+            try:
+                self.sequence(prompt, "")
+            except Exception as error:
+                reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise PairwiseInputError(f"{where}: prompt {number} cannot be tokenized by reward model {self.path} "
+                                         f"({reason}); use prompts in the form the reward model was trained on "
+                                         "(plain text, or chat messages for a checkpoint with a chat template)") from None
+
+    def score(self, prompts: list[str | list[dict]], answers: list[str]) -> list[float]:
+        import time
+
+        from training.reward import sequence_rewards
+
+        if len(prompts) != len(answers):
+            raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
+        started = time.perf_counter()
+        sequences = [self.sequence(prompt, answer) for prompt, answer in zip(prompts, answers, strict=True)]
+        rewards = sequence_rewards(self.model, sequences, batch_size=self.batch_size,
+                                   pad_id=self.tokenizer.pad_token_id)
+        self.seconds += time.perf_counter() - started
+        return rewards
+
+
+# --- `python -m training reward-score` ---------------------------------------------------------------------
+
+
+def read_answers_file(path: str | os.PathLike) -> list[dict]:
+    """JSONL rows {"id": str, "prompt": str | chat messages, "answer": str}; every bad line named in one line."""
+    from training.tasks import check_prompt
+
+    source = Path(path)
+    try:
+        lines = source.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise PairwiseInputError(f"answers file {source} cannot be read ({error}); give a UTF-8 JSONL file") from None
+    rows, errors, seen = [], [], set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError as error:
+            errors.append(f"line {number}: not JSON ({error.msg})")
+            continue
+        if not isinstance(row, dict) or set(row) != {"id", "prompt", "answer"}:
+            errors.append(f"line {number}: needs exactly the keys id, prompt, answer")
+            continue
+        problems = check_prompt(row["prompt"])
+        if not isinstance(row["id"], str) or not row["id"]:
+            problems.append("id must be a non-empty string")
+        elif row["id"] in seen:
+            problems.append(f"id {row['id']!r} appears twice")
+        if not isinstance(row["answer"], str):
+            problems.append("answer must be a string")
+        if problems:
+            errors.append(f"line {number}: " + ", ".join(problems))
+            continue
+        seen.add(row["id"])
+        rows.append(row)
+    if errors:
+        raise PairwiseInputError(" ".join(f"answers file {source}: {'; '.join(errors)}; fix these lines and run "
+                                          "again".split()))
+    return rows
+
+
+def reward_score_main(args) -> int:
+    """`python -m training reward-score --reward-model CKPT --answers IN.jsonl --out OUT.json`: every answer's
+    score under one reward model, written aside and renamed, so a reader never sees half a file."""
+    from training.run_folder import write_json_atomic
+
+    rows = read_answers_file(args.answers)
+    if not rows:
+        raise PairwiseInputError(f"answers file {args.answers} holds no answers; write one JSON row per answer")
+    scorer = RewardModelScorer(args.reward_model, batch_size=args.batch_size)
+    scorer.check_prompts([row["prompt"] for row in rows], where=f"answers file {args.answers}")
+    scores = scorer.score([row["prompt"] for row in rows], [row["answer"] for row in rows])
+    write_json_atomic(Path(args.out), {
+        "format": "pairwise.reward_scores/1",
+        "reward_model": {"path": str(scorer.path.resolve()), "content_hash": scorer.content_hash,
+                         "identity": scorer.identity, "max_length": scorer.max_length},
+        "scores": [{"id": row["id"], "score": score} for row, score in zip(rows, scores, strict=True)],
+    })
+    print(f"scored {len(rows)} answers with {scorer.identity[:36]}... into {args.out} ({scorer.seconds:.1f} s)")
+    return 0
