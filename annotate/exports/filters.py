@@ -45,6 +45,7 @@ class ExportFilters:
     test_ratio, seed       the share of prompts in the test split; the split hashes prompt_id with seed
     row_format             conversational (chat messages) or standard (plain strings)
     file_format            jsonl or parquet
+    model_scores           each row's meta carries the attached model reviewers' scores of its two answers
     """
 
     min_judgments: int = 1
@@ -63,9 +64,13 @@ class ExportFilters:
     seed: int = 0
     row_format: str = "conversational"
     file_format: str = "jsonl"
+    model_scores: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        if not self.model_scores:
+            # Recorded only when asked for: an export without it records (and hashes) what it did before.
+            del data["model_scores"]
         data["criteria_versions"] = list(self.criteria_versions)
         data["tags"] = list(self.tags)
         for key in ("judged_since", "judged_until"):
@@ -147,7 +152,7 @@ def filters_parse(data: Mapping[str, Any]) -> ExportFilters:
         values["min_judgments"] = _int("min_judgments", given["min_judgments"], low=1)
     if "min_agreement" in given:
         values["min_agreement"] = _share("min_agreement", given["min_agreement"], low=0.0, high=1.0)
-    for name in ("exclude_ties", "exclude_flagged", "exclude_flagged_rationales"):
+    for name in ("exclude_ties", "exclude_flagged", "exclude_flagged_rationales", "model_scores"):
         if name in given:
             values[name] = _bool(name, given[name])
     if "adjudications" in given:

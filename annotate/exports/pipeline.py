@@ -254,6 +254,20 @@ def _flagged_reviewers(*, project: Project) -> list[dict]:
     return flagged_reviewers_current(project=project)
 
 
+def _model_scores(*, project: Project) -> dict[int, dict[str, tuple[float, float]]]:
+    """The attached model reviewers' scores by pair (annotate/quality/model_reviewers.py); read only for an export
+    that asks for them."""
+    from annotate.quality.model_reviewers import model_scores_by_pair
+
+    return model_scores_by_pair(project=project)
+
+
+def model_scores_of_row(scores: dict[str, tuple[float, float]], *, winner: str) -> dict[str, dict[str, float]]:
+    """A row's meta.model_scores: {identity: {"chosen": x, "rejected": y}} from each model's (score of a, of b)."""
+    return {identity: dict(zip(("chosen", "rejected"), (a, b) if winner == "a" else (b, a), strict=True))
+            for identity, (a, b) in sorted(scores.items())}
+
+
 def agreement_summary(*, votes: array, flagged: list[dict] | None) -> dict:
     """Agreement of the votes this export counted (flat a, b, tie, both_bad per pair), by the quality
     module's own estimators: the same figures as the agreement report's headline for the same votes,
@@ -314,12 +328,16 @@ def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, c
         tally = Tally(qualification_answers_left_out=qualification_answers_left_out(
             project=project, filters=filters, excluded_reviewers=excluded_reviewers))
         rulings = latest_rulings(project=project)
+        model_scores = _model_scores(project=project) if filters.model_scores else None
         stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers)
         for row in _plan(stream, filters, tally, on_progress, rulings):
             pair = row.pair
             chosen, rejected = (pair.text_a, pair.text_b) if row.winner == "a" else (pair.text_b, pair.text_a)
+            meta = row.meta
+            if model_scores is not None:
+                meta["model_scores"] = model_scores_of_row(model_scores.get(pair.pair_id, {}), winner=row.winner)
             try:
-                writer.add_pair(row.split, prompt=pair.messages, chosen=chosen, rejected=rejected, meta=row.meta)
+                writer.add_pair(row.split, prompt=pair.messages, chosen=chosen, rejected=rejected, meta=meta)
             except ValueError as error:
                 raise ExportError(f"prompt {pair.prompt_id} (pair {pair.pair_id}): {error}") from None
         stage("finishing")

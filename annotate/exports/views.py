@@ -13,7 +13,7 @@ from annotate.exports.pipeline import export_preview
 from annotate.permissions import project_for_staff_page
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
-CHECKBOXES = ("exclude_ties", "exclude_flagged", "exclude_flagged_rationales")
+CHECKBOXES = ("exclude_ties", "exclude_flagged", "exclude_flagged_rationales", "model_scores")
 ADJUDICATION_TEXT = (("ignore", "ignore them"), ("split", "decide split pairs"), ("all", "decide every ruled pair"))
 
 

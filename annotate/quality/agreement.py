@@ -211,7 +211,7 @@ def alpha_from_coincidences(*, coincidences: np.ndarray, level: Level) -> np.nda
     return np.where(expected > 0, alpha, np.nan)
 
 
-def _percentile_ci(replicates: np.ndarray, confidence: float) -> tuple[float, float] | None:
+def percentile_ci(replicates: np.ndarray, confidence: float) -> tuple[float, float] | None:
     """Percentile interval of (B,) replicates, ignoring undefined ones; None if most are undefined."""
     finite = replicates[np.isfinite(replicates)]
     if finite.size < max(2, replicates.size // 2):
@@ -221,7 +221,7 @@ def _percentile_ci(replicates: np.ndarray, confidence: float) -> tuple[float, fl
     return float(low), float(high)
 
 
-def _resampled_pattern_frequencies(
+def resampled_pattern_frequencies(
     *, frequency: np.ndarray, n_resamples: int, rng: np.random.Generator
 ) -> np.ndarray:
     """(B, G) pattern counts of B bootstrap resamples of the units (with replacement)."""
@@ -258,9 +258,9 @@ def krippendorff_alpha(
         return Estimate(None, None, "alpha is undefined for these data")
     if n_resamples <= 0:
         return Estimate(value, None, None)
-    resampled = _resampled_pattern_frequencies(frequency=frequency, n_resamples=n_resamples, rng=rng)
+    resampled = resampled_pattern_frequencies(frequency=frequency, n_resamples=n_resamples, rng=rng)
     replicates = (resampled @ per_pattern).reshape(n_resamples, v, v)
-    ci = _percentile_ci(alpha_from_coincidences(coincidences=replicates, level=level), confidence)
+    ci = percentile_ci(alpha_from_coincidences(coincidences=replicates, level=level), confidence)
     if ci is None:
         return Estimate(value, None, "bootstrap interval undefined: most resamples had one value only")
     return Estimate(value, ci, None)
@@ -287,9 +287,9 @@ def percent_agreement_with_ci(
     value = float(frequency.astype(np.float64) @ per_pattern / frequency.sum())
     if n_resamples <= 0:
         return Estimate(value, None, None)
-    resampled = _resampled_pattern_frequencies(frequency=frequency, n_resamples=n_resamples, rng=rng)
+    resampled = resampled_pattern_frequencies(frequency=frequency, n_resamples=n_resamples, rng=rng)
     replicates = resampled @ per_pattern / frequency.sum()
-    return Estimate(value, _percentile_ci(replicates, confidence), None)
+    return Estimate(value, percentile_ci(replicates, confidence), None)
 
 
 def fleiss_kappa_complete(

@@ -60,7 +60,7 @@ class StoredReportState:
         }
 
 
-def _project_judgment_watermark(*, project: Project) -> int:
+def project_judgment_watermark(*, project: Project) -> int:
     """Id of the project's newest Judgment row, 0 when there is none.
 
     Written as "newest first, one row" rather than MAX(): PostgreSQL then walks the primary key
@@ -84,7 +84,7 @@ def stored_report_refresh(*, project: Project) -> StoredAgreementReport:
     computation that started earlier never overwrites a newer stored report.
     """
     started = time.perf_counter()
-    watermark = _project_judgment_watermark(project=project)
+    watermark = project_judgment_watermark(project=project)
     report = agreement_report_for_project(project=project, bootstrap=STORED_BOOTSTRAP)
     seconds = time.perf_counter() - started
     StoredAgreementReport.objects.get_or_create(project=project)

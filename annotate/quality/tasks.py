@@ -17,3 +17,12 @@ def recompute_agreement_report(project_id: int) -> str:
         return f"{project.slug}: {stored.judgments_covered} judgments in {stored.compute_seconds:.1f} s"
     finally:
         services.stored_report_recompute_done(project_id=project_id)
+
+
+@shared_task
+def score_model_reviewer(reviewer_id: int, attempt: int) -> str:
+    """Score a model reviewer's judged pairs (annotate/quality/model_reviewers.py); a stale delivery does nothing."""
+    from annotate.quality.model_reviewers import model_reviewer_run
+
+    reviewer = model_reviewer_run(reviewer_id=reviewer_id, attempt=attempt)
+    return reviewer.status if reviewer is not None else "skipped"

@@ -9,11 +9,12 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
-from django.urls import reverse
+from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
+from annotate.errors import UserMistake
 from annotate.permissions import IsAdmin, project_for_staff_page
 from annotate.quality.charts import (
     charts_for_report,
@@ -23,6 +24,16 @@ from annotate.quality.charts import (
     p_value,
     percent,
     rationale_flags_chart,
+)
+from annotate.quality.model_agreement import LEFT_OUT_REASONS, TIE_BELOW, TOO_FEW_TO_JUDGE_UNDER
+from annotate.quality.model_reviewers import (
+    attached_model_reviewers,
+    model_reviewer_attach,
+    model_reviewer_change,
+    model_reviewer_detach,
+    model_reviewer_score_again,
+    model_reviewer_summaries,
+    reward_model_checkpoints,
 )
 from annotate.quality.report import REVIEWER_NULL_REASONS
 from annotate.quality.reviewers import (
@@ -262,13 +273,64 @@ def _rationale_section(project, report: dict | None) -> dict:
             "flag_bar": project.rationale_flag_chars, "flag_text": RATIONALE_FLAG_TEXT}
 
 
+def _rate_figure(block: dict, noun: str) -> Figure:
+    """A model reviewer's rate: its value, interval and n, or "too few to judge" under the limit."""
+    if block["too_few_to_judge"]:
+        return Figure(value="too few to judge", detail=f"{block['n']} {noun}",
+                      missing_reason="" if block["n"] else f"no {noun}")
+    return Figure(value=_percent_1(block["value"]), detail=_spread(block["ci"], block["n"], noun))
+
+
+def _model_reviewer_rows(summaries: list[dict]) -> list[dict]:
+    rows = []
+    for summary in summaries:
+        figures = summary["figures"]
+        agreement = figures["agreement"]
+        kappa = agreement["cohen_kappa"]
+        kappa_figure = (
+            Figure(value="too few to judge", detail=f"{agreement['n']} pairs") if agreement["too_few_to_judge"]
+            else _figure(kappa["value"], _number_3, detail=_ci(kappa["ci"], number),
+                         reason="the people and the model used one category throughout"))
+        rows.append({
+            **summary,
+            "share": _rate_figure(agreement["share"], "pairs with a majority for a or b"),
+            "kappa": kappa_figure,
+            "order": _rate_figure(figures["order_consistency"], "scored pairs"),
+            "left": _rate_figure(figures["left_rate"], "a/b choices"),
+            "left_out": [(LEFT_OUT_REASONS[key], count) for key, count in figures["left_out"].items() if count],
+        })
+    return rows
+
+
+def _routed(name: str, *args) -> str | None:
+    try:
+        return reverse(name, args=args)
+    except NoReverseMatch:  # the model reviewers' routes are not in this deployment's URLs
+        return None
+
+
+def _model_reviewer_section(project, *, is_admin: bool) -> dict | None:
+    if _routed("model-reviewer-attach-page", project.slug) is None:
+        return None
+    return {
+        "rows": _model_reviewer_rows(model_reviewer_summaries(project=project)),
+        "checkpoints": reward_model_checkpoints() if is_admin else [],
+        "can_change": is_admin,
+        "adaptive": project.overlap_is_adaptive,
+        "too_few_under": TOO_FEW_TO_JUDGE_UNDER,
+        "tie_below": TIE_BELOW,
+    }
+
+
 def quality_dashboard(request, slug: str):
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
     now = timezone.now()
     state = stored_report_read(project=project, now=now)
+    is_admin = bool(user_roles(request.user) & IsAdmin.roles)
     sections = {
-        "qualification": _qualification_section(project, can_release=bool(user_roles(request.user) & IsAdmin.roles)),
+        "qualification": _qualification_section(project, can_release=is_admin),
         "rationale": _rationale_section(project, state.report),
+        "model_reviewers": _model_reviewer_section(project, is_admin=is_admin),
     }
     if state.report is None:
         # Before the first report exists (a worker is computing it): say so instead of a blank page.
@@ -315,3 +377,61 @@ def qualification_release_page(request, slug: str):
             verb = "passed" if attempt.status == attempt.Status.PASSED else f"may start attempt {attempt.number}"
             messages.success(request, f"{reviewer.get_username()} {verb}.")
     return redirect(reverse("quality-dashboard", args=[project.slug]) + "#qualification")
+
+
+def _admin_page_project(request, slug: str):
+    project = project_for_staff_page(request, slug, to="see the quality dashboard")
+    if not user_roles(request.user) & IsAdmin.roles:
+        raise PermissionDenied("only admins can attach, score or detach a model reviewer")
+    return project
+
+
+def _back_to_model_reviewers(project):
+    return redirect(reverse("quality-dashboard", args=[project.slug]) + "#model-reviewers")
+
+
+@require_POST
+def model_reviewer_attach_page(request, slug: str):
+    """The dashboard's form: attach a reward-model checkpoint as a model reviewer (admins only)."""
+    project = _admin_page_project(request, slug)
+    try:
+        reviewer = model_reviewer_attach(
+            project=project, checkpoint=request.POST.get("checkpoint", ""), created_by=request.user,
+            offer_disagreements=request.POST.get("offer_disagreements", "off"),
+            disagreement_threshold=request.POST.get("disagreement_threshold") or None)
+    except UserMistake as exc:
+        messages.error(request, str(exc))
+        return _back_to_model_reviewers(project)
+    reviewer.refresh_from_db()
+    messages.success(request, f"{reviewer.checkpoint.name} attached: scoring {reviewer.status}.")
+    return _back_to_model_reviewers(project)
+
+
+MODEL_REVIEWER_ACTIONS = ("score", "settings", "detach")
+
+
+@require_POST
+def model_reviewer_action_page(request, slug: str, reviewer_id: int, action: str):
+    """The dashboard's buttons on one model reviewer: score again, change its settings, detach (admins only)."""
+    project = _admin_page_project(request, slug)
+    reviewer = attached_model_reviewers(project).filter(pk=reviewer_id).first()
+    if reviewer is None or action not in MODEL_REVIEWER_ACTIONS:
+        messages.error(request, f"no attached model reviewer {reviewer_id} with an action {action!r} in this project")
+        return _back_to_model_reviewers(project)
+    name = reviewer.checkpoint.name
+    try:
+        if action == "score":
+            reviewer = model_reviewer_score_again(reviewer=reviewer)
+            reviewer.refresh_from_db()
+            messages.success(request, f"{name}: scoring {reviewer.status}.")
+        elif action == "settings":
+            model_reviewer_change(reviewer=reviewer,
+                                  offer_disagreements=request.POST.get("offer_disagreements", "off"),
+                                  disagreement_threshold=request.POST.get("disagreement_threshold") or None)
+            messages.success(request, f"{name}: settings saved.")
+        else:
+            model_reviewer_detach(reviewer=reviewer)
+            messages.success(request, f"{name} detached; its scores are kept.")
+    except UserMistake as exc:
+        messages.error(request, str(exc))
+    return _back_to_model_reviewers(project)

@@ -113,3 +113,13 @@ def first_reviewers_needed(*, min_overlap: int, max_overlap: int, stop_rule: str
     """What a pair without votes needs: where the queue starts every pair."""
     return int(reviewers_needed(np.zeros((1, N_CHOICES)), min_overlap=min_overlap, max_overlap=max_overlap,
                                 stop_rule=stop_rule)[0])
+
+
+def reviewers_with_one_more(*, assigned, needed, max_overlap: int) -> np.ndarray:
+    """What each pair needs once it is offered one more reviewer (a model reviewer confidently disagrees with its
+    majority: annotate/quality/model_reviewers.py): a pair that has the reviewers it needs (``assigned`` at least
+    ``needed``) needs one more than it has, never above the maximum; an open pair keeps what it needs, since it
+    gets more reviewers anyway. When that reviewer's judgment lands, reviewers_needed decides the pair again
+    from its votes, as for any judgment."""
+    assigned, needed = np.asarray(assigned, dtype=np.int64), np.asarray(needed, dtype=np.int64)
+    return np.where((assigned >= needed) & (assigned < max_overlap), assigned + 1, needed)

@@ -43,6 +43,8 @@ class Command(BaseCommand):
         parser.add_argument("--parquet", action="store_true", help="write train.parquet/test.parquet instead of JSONL")
         parser.add_argument("--test-ratio", type=float, help="share of prompts in the test split (default 0.1)")
         parser.add_argument("--seed", type=int, help="seed of the train/test split (default 0)")
+        parser.add_argument("--model-scores", action="store_true", dest="model_scores",
+                            help="each row's meta gets the attached model reviewers' scores of its two answers")
         parser.add_argument("--preview", action="store_true", help="print the counts as JSON and write nothing")
         # A filter's error names the option the user typed (--criteria-version, not --criteria-versions).
         self.option_of = {action.dest: action.option_strings[0] for action in parser._actions if action.option_strings}

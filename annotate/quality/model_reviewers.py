@@ -1,0 +1,420 @@
+"""Model reviewers: a reward model attached to a project, scoring its judged pairs beside the people.
+
+An admin attaches a registered reward-model checkpoint (a sequence classifier: annotate/runs/checkpoints.py
+is_reward_model) to a project. Scoring runs as a Celery task on the training queue (in-process on the embedded
+defaults): every judged pair's answers, each distinct response once, go to `python -m training reward-score`
+in a subprocess, as the app runs every training command, so the web process never loads a model. The scores
+are stored per attachment (ModelPairScore); the attachment is known by the checkpoint's content hash, and a new
+attachment never rewrites an old one's scores. A failed scoring keeps the command's one `error:` line; scoring
+again (after a failure, or after new judgments) is one call.
+
+Model reviewers never count in the people's figures (the agreement report never reads them), never reach a
+reviewer's page or the reviewer API, and reach an export only when it asks for them (`model_scores`). With
+`offer_disagreements` on, pairs whose people's majority the model confidently contradicts get one more
+reviewer through the adaptive overlap (annotate/review/overlap.py: reviewers_with_one_more).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import tempfile
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Exists, OuterRef
+from django.utils import timezone
+
+from annotate.errors import UserMistake
+from annotate.limits import share_number
+from annotate.quality.model_agreement import (
+    LEFT,
+    confident_disagreements,
+    model_reviewer_figures,
+    screen_choice,
+    winner_of_screen_choice,
+)
+from annotate.quality.models import ModelPairScore, ModelReviewer
+from annotate.quality.services import project_judgment_watermark
+from annotate.review.choices import WINNERS
+from annotate.review.models import Assignment, Pair, Project, live_assignment
+from annotate.review.overlap import reviewers_with_one_more
+from annotate.review.services import votes_of_pairs
+from annotate.runs.checkpoints import checkpoint_resolve, is_reward_model
+from annotate.runs.launch import training_command, training_env
+from annotate.runs.models import Checkpoint
+from training.reward_model_scorer import reward_model_identity
+
+logger = logging.getLogger(__name__)
+
+SCORE_TIMEOUT_S = 6 * 3600  # thousands of answers on a CPU worker take a while; a hung one must end
+MAX_THRESHOLD = 1000.0
+WRITE_BATCH = 2000
+
+
+class ModelReviewerMistake(UserMistake):
+    """A model reviewer request the user can fix; the message says what and how."""
+
+
+# --- what may be attached -----------------------------------------------------------------------------
+
+
+def reward_model_checkpoints() -> list[Checkpoint]:
+    """Registered checkpoints that are reward models in a local folder: what the attach form offers."""
+    return [c for c in Checkpoint.objects.select_related("run").order_by("name")
+            if c.content_hash and Path(c.uri).is_dir() and is_reward_model(c)]
+
+
+def _judged_pairs(project: Project):
+    """The project's pairs with at least one current live judgment (retests included)."""
+    judged = Assignment.objects.filter(live_assignment(), pair=OuterRef("pk"), current_judgment__isnull=False)
+    return Pair.objects.filter(Exists(judged), project=project)
+
+
+def _threshold(value) -> float:
+    return share_number("disagreement_threshold", value, low=0.0, high=MAX_THRESHOLD,
+                        error=ModelReviewerMistake, hint="a difference of reward scores")
+
+
+def _flag(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        return value.lower() in ("true", "1", "yes", "on")
+    raise ModelReviewerMistake(f"{name}: {value!r} must be true or false")
+
+
+def model_reviewer_attach(*, project: Project, checkpoint, created_by: AbstractBaseUser | None,
+                          offer_disagreements=False, disagreement_threshold=None) -> ModelReviewer:
+    """Attach a registered reward-model checkpoint (id or name) to the project and queue its scoring; one line
+    (400) for a checkpoint that is unknown or no reward model, a project with no judged pairs, or weights
+    attached already."""
+    found = checkpoint_resolve(checkpoint, key="checkpoint")
+    if not (found.content_hash and Path(found.uri).is_dir() and is_reward_model(found)):
+        raise ModelReviewerMistake(
+            f"checkpoint {found.name!r} is not a reward model (its config.json names no architecture ending in "
+            "ForSequenceClassification, or it is not a local folder); attach a checkpoint made by "
+            "python -m training reward")
+    offer = _flag("offer_disagreements", offer_disagreements)
+    threshold = _threshold(1.0 if disagreement_threshold in (None, "") else disagreement_threshold)
+    if not _judged_pairs(project).exists():
+        raise ModelReviewerMistake(f"project {project.slug!r} has no judged pairs yet, so there is nothing to "
+                                   "score; attach a model reviewer once reviewers have judged some pairs")
+    same = (ModelReviewer.objects.filter(project=project, content_hash=found.content_hash, detached_at__isnull=True)
+            .select_related("checkpoint").first())
+    if same is not None:
+        what = ("is attached to this project already" if same.checkpoint_id == found.pk
+                else f"has the same weights as checkpoint {same.checkpoint.name!r}, attached already")
+        raise ModelReviewerMistake(f"checkpoint {found.name!r} {what}; score it again instead, or detach it first")
+    try:
+        with transaction.atomic():
+            reviewer = ModelReviewer.objects.create(
+                project=project, checkpoint=found, content_hash=found.content_hash,
+                identity=reward_model_identity(found.content_hash), offer_disagreements=offer,
+                disagreement_threshold=threshold, created_by=created_by)
+            transaction.on_commit(partial(_send, reviewer.pk, reviewer.attempt))
+    except IntegrityError:
+        raise ModelReviewerMistake(f"checkpoint {found.name!r} was attached to this project just now by someone "
+                                   "else; reload the page") from None
+    return reviewer
+
+
+def model_reviewer_score_again(*, reviewer: ModelReviewer) -> ModelReviewer:
+    """Queue a new scoring of every judged pair (after a failure, or after new judgments)."""
+    with transaction.atomic():
+        reviewer = ModelReviewer.objects.select_for_update().get(pk=reviewer.pk)
+        if reviewer.detached_at is not None:
+            raise ModelReviewerMistake("this model reviewer is detached; attach its checkpoint again")
+        if reviewer.status in (ModelReviewer.Status.QUEUED, ModelReviewer.Status.SCORING):
+            raise ModelReviewerMistake(f"this model reviewer is {reviewer.status} now; wait until it is done",
+                                       status=409)
+        reviewer.attempt += 1
+        reviewer.status = ModelReviewer.Status.QUEUED
+        reviewer.error = ""
+        reviewer.save(update_fields=["attempt", "status", "error"])
+        transaction.on_commit(partial(_send, reviewer.pk, reviewer.attempt))
+    reviewer.refresh_from_db()
+    return reviewer
+
+
+def model_reviewer_change(*, reviewer: ModelReviewer, offer_disagreements=None,
+                          disagreement_threshold=None) -> ModelReviewer:
+    """Change whether (and above which score difference) its confident disagreements get one more reviewer;
+    turning it on offers the pairs already scored."""
+    if reviewer.detached_at is not None:
+        raise ModelReviewerMistake("this model reviewer is detached; attach its checkpoint again")
+    if offer_disagreements is not None:
+        reviewer.offer_disagreements = _flag("offer_disagreements", offer_disagreements)
+    if disagreement_threshold is not None:
+        reviewer.disagreement_threshold = _threshold(disagreement_threshold)
+    reviewer.save(update_fields=["offer_disagreements", "disagreement_threshold"])
+    if reviewer.status == ModelReviewer.Status.DONE:
+        offer_confident_disagreements(reviewer=reviewer)
+    return reviewer
+
+
+def model_reviewer_detach(*, reviewer: ModelReviewer) -> ModelReviewer:
+    """Take it off the project: it leaves the page and exports; its scores are kept."""
+    ModelReviewer.objects.filter(pk=reviewer.pk, detached_at__isnull=True).update(
+        detached_at=timezone.now(), attempt=reviewer.attempt + 1)  # a queued scoring of it then does nothing
+    reviewer.refresh_from_db()
+    return reviewer
+
+
+def attached_model_reviewers(project: Project):
+    return ModelReviewer.objects.filter(project=project, detached_at__isnull=True).select_related("checkpoint")
+
+
+# --- scoring -------------------------------------------------------------------------------------------
+
+
+def _send(reviewer_id: int, attempt: int) -> None:
+    """Hand the scoring to Celery (after commit) on the training queue: the worker there has the training stack."""
+    from annotate.quality.tasks import score_model_reviewer
+    from annotate.runs.tasks import QUEUE
+
+    try:
+        score_model_reviewer.apply_async((reviewer_id, attempt), queue=QUEUE)
+    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
+        logger.exception("model reviewer %s could not be queued", reviewer_id)
+        ModelReviewer.objects.filter(pk=reviewer_id, attempt=attempt, status=ModelReviewer.Status.QUEUED).update(
+            status=ModelReviewer.Status.FAILED,
+            error=f"the scoring could not be queued ({type(error).__name__}); check CELERY_BROKER_URL, then score again")
+
+
+def _claim(reviewer_id: int, attempt: int) -> ModelReviewer | None:
+    with transaction.atomic():
+        reviewer = ModelReviewer.objects.select_for_update().filter(pk=reviewer_id).first()
+        if (reviewer is None or reviewer.attempt != attempt or reviewer.status != ModelReviewer.Status.QUEUED
+                or reviewer.detached_at is not None):
+            return None
+        reviewer.status = ModelReviewer.Status.SCORING
+        reviewer.save(update_fields=["status"])
+    return ModelReviewer.objects.select_related("project", "checkpoint").get(pk=reviewer_id)
+
+
+def _pairs_to_score(project: Project) -> list[dict]:
+    """Every judged pair: its responses, prompt, texts and the order reviewers were shown (the first first-time
+    judged assignment's, else the first judged one's)."""
+    shown: dict[int, tuple[bool, bool]] = {}
+    rows = (Assignment.objects.filter(live_assignment(), project=project, current_judgment__isnull=False)
+            .order_by("pk").values_list("pair_id", "a_on_left", "is_retest"))
+    for pair_id, a_on_left, is_retest in rows.iterator(chunk_size=10_000):
+        known = shown.get(pair_id)
+        if known is None or (known[1] and not is_retest):
+            shown[pair_id] = (a_on_left, is_retest)
+    pairs = (Pair.objects.filter(pk__in=list(shown)).order_by("pk")
+             .values("pk", "response_a_id", "response_b_id", "response_a__text", "response_b__text",
+                     "prompt__messages"))
+    return [{**pair, "a_on_left": shown[pair["pk"]][0]} for pair in pairs.iterator(chunk_size=2000)]
+
+
+class ScoringFailed(Exception):
+    """The scoring could not finish; the message is the one line the page shows."""
+
+
+def _run_reward_score(reviewer: ModelReviewer, pairs: list[dict]) -> dict[str, float]:
+    """Scores by response id from `python -m training reward-score`, or ScoringFailed with its one line."""
+    with tempfile.TemporaryDirectory(prefix="pairwise-model-reviewer-") as scratch:
+        answers, out = Path(scratch) / "answers.jsonl", Path(scratch) / "scores.json"
+        seen: set[int] = set()
+        with open(answers, "w", encoding="utf-8") as handle:
+            for pair in pairs:
+                for side in ("a", "b"):
+                    response_id = pair[f"response_{side}_id"]
+                    if response_id not in seen:
+                        seen.add(response_id)
+                        handle.write(json.dumps({"id": str(response_id), "prompt": pair["prompt__messages"],
+                                                 "answer": pair[f"response_{side}__text"]}) + "\n")
+        command = training_command("reward-score", "--reward-model", reviewer.checkpoint.uri,
+                                   "--answers", str(answers), "--out", str(out))
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, cwd=settings.BASE_DIR, env=training_env(),
+                                  timeout=SCORE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise ScoringFailed(f"scoring took over {SCORE_TIMEOUT_S // 3600} hours and was stopped; score again "
+                                "on a worker with a GPU") from None
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        if done.returncode == 2 and lines:
+            # The command names its scratch file; the admin knows the project's pairs, not that file.
+            raise ScoringFailed(lines[-1].removeprefix("error: ").replace(f"answers file {answers}",
+                                                                          "the project's judged pairs"))
+        if done.returncode != 0:
+            logger.error("python -m training reward-score failed:\n%s", done.stderr[-4000:])
+            raise ScoringFailed(f"the reward-score command failed (exit code {done.returncode}): "
+                                f"{lines[-1] if lines else 'no output'}")
+        result = json.loads(out.read_text(encoding="utf-8"))
+    if result.get("format") != "pairwise.reward_scores/1":
+        raise ScoringFailed(f"the reward-score command wrote format {result.get('format')!r}, not "
+                            "pairwise.reward_scores/1; update the worker's code")
+    scored_hash = result["reward_model"]["content_hash"]
+    if scored_hash != reviewer.content_hash:
+        raise ScoringFailed(f"checkpoint {reviewer.checkpoint.name!r} holds other weights than when it was attached "
+                            f"({scored_hash[:19]}… now, {reviewer.content_hash[:19]}… then); register the new "
+                            "weights as a checkpoint and attach that")
+    return {row["id"]: float(row["score"]) for row in result["scores"]}
+
+
+def _score_rows(reviewer: ModelReviewer, pairs: list[dict], scores: dict[str, float]) -> list[ModelPairScore]:
+    rows = []
+    for pair in pairs:
+        score_a, score_b = scores[str(pair["response_a_id"])], scores[str(pair["response_b_id"])]
+        left, right = (score_a, score_b) if pair["a_on_left"] else (score_b, score_a)
+        rows.append(ModelPairScore(
+            model_reviewer=reviewer, pair_id=pair["pk"], score_a=score_a, score_b=score_b, a_on_left=pair["a_on_left"],
+            choice_shown=screen_choice(left_score=left, right_score=right),
+            # Swapped: what was on the right is on the left. A model that scores answers alone gives each the
+            # same score wherever it is shown; the choice is recorded as made, not assumed.
+            choice_swapped=screen_choice(left_score=right, right_score=left)))
+    return rows
+
+
+def model_reviewer_run(*, reviewer_id: int, attempt: int) -> ModelReviewer | None:
+    """Run one scoring; returns the reviewer as it ended, or None for a stale or repeated delivery."""
+    reviewer = _claim(reviewer_id, attempt)
+    if reviewer is None:
+        return None
+    try:
+        watermark = project_judgment_watermark(project=reviewer.project)
+        pairs = _pairs_to_score(reviewer.project)
+        if not pairs:
+            raise ScoringFailed(f"project {reviewer.project.slug!r} has no judged pairs to score")
+        rows = _score_rows(reviewer, pairs, _run_reward_score(reviewer, pairs))
+    except (ScoringFailed, OSError, ValueError, KeyError) as error:
+        message = str(error) if isinstance(error, ScoringFailed) else f"{type(error).__name__}: {error}"
+        ModelReviewer.objects.filter(pk=reviewer.pk, attempt=attempt).update(
+            status=ModelReviewer.Status.FAILED, error=message)
+        reviewer.refresh_from_db()
+        return reviewer
+    with transaction.atomic():
+        # Scores of pairs scored before are replaced by the same model's new ones; the time one was offered
+        # another reviewer stays.
+        ModelPairScore.objects.bulk_create(
+            rows, batch_size=WRITE_BATCH, update_conflicts=True, unique_fields=["model_reviewer", "pair"],
+            update_fields=["score_a", "score_b", "a_on_left", "choice_shown", "choice_swapped"])
+        ModelReviewer.objects.filter(pk=reviewer.pk, attempt=attempt).update(
+            status=ModelReviewer.Status.DONE, error="", pairs_scored=len(rows), judgment_watermark=watermark,
+            scored_at=timezone.now())
+    reviewer.refresh_from_db()
+    offer_confident_disagreements(reviewer=reviewer)
+    return reviewer
+
+
+# --- one more reviewer where the model confidently disagrees ---------------------------------------------
+
+
+def offer_confident_disagreements(*, reviewer: ModelReviewer) -> int:
+    """With the setting on and an adaptive overlap, give one more reviewer to each scored pair whose people's
+    strict majority so far (at least 2 votes) the model contradicts by more than the threshold; each pair once
+    per model reviewer. Returns how many pairs were offered."""
+    project = reviewer.project
+    if not reviewer.offer_disagreements or reviewer.detached_at is not None or not project.overlap_is_adaptive:
+        return 0
+    candidates = list(ModelPairScore.objects.filter(model_reviewer=reviewer, offered_at__isnull=True)
+                      .order_by("pair_id").values_list("pair_id", "score_a", "score_b"))
+    offered = 0
+    for start in range(0, len(candidates), WRITE_BATCH):
+        batch = candidates[start:start + WRITE_BATCH]
+        with transaction.atomic():
+            # The pairs' row locks first, then their votes: a judgment landing meanwhile is counted or decides
+            # its pair after this.
+            pair_ids = [row[0] for row in batch]
+            locked = {pk: (assigned, needed) for pk, assigned, needed in
+                      Pair.objects.select_for_update(no_key=True).filter(pk__in=pair_ids).order_by("pk")
+                      .values_list("pk", "assigned_count", "reviewers_needed")}
+            votes = votes_of_pairs(pair_ids)
+            doubted = confident_disagreements(
+                votes=np.array([votes[pair_id] for pair_id in pair_ids]).reshape(-1, len(WINNERS)),
+                score_a=np.array([row[1] for row in batch]), score_b=np.array([row[2] for row in batch]),
+                threshold=reviewer.disagreement_threshold)
+            chosen = [pair_id for pair_id, doubt in zip(pair_ids, doubted, strict=True) if doubt]
+            if not chosen:
+                continue
+            needed = reviewers_with_one_more(assigned=[locked[p][0] for p in chosen],
+                                             needed=[locked[p][1] for p in chosen], max_overlap=project.overlap)
+            changed = [Pair(pk=pair_id, reviewers_needed=int(new)) for pair_id, new in zip(chosen, needed, strict=True)
+                       if new != locked[pair_id][1]]
+            Pair.objects.bulk_update(changed, ["reviewers_needed"])
+            ModelPairScore.objects.filter(model_reviewer=reviewer, pair_id__in=[p.pk for p in changed]).update(
+                offered_at=timezone.now())
+            offered += len(changed)
+    return offered
+
+
+# --- reading -------------------------------------------------------------------------------------------
+
+
+def _human_votes(project: Project) -> dict[int, list[int]]:
+    """Each judged pair's votes as the export counts them: current judgments of first-time live assignments."""
+    votes: dict[int, list[int]] = {pair_id: [0] * len(WINNERS) for pair_id in _judged_pairs(project)
+                                   .values_list("pk", flat=True)}
+    rows = (Assignment.objects.filter(live_assignment(), project=project, is_retest=False,
+                                      current_judgment__isnull=False)
+            .values_list("pair_id", "current_judgment__winner").annotate(n=Count("id")).order_by())
+    for pair_id, winner, n in rows:
+        votes[pair_id][WINNERS.index(winner)] += n
+    return votes
+
+
+def model_reviewer_summary(*, reviewer: ModelReviewer, votes: dict[int, list[int]] | None = None) -> dict:
+    """What the page and the API show of one model reviewer: who it is, its state and its figures against the
+    people (annotate/quality/model_agreement.py). `votes` (from _human_votes) may be shared between reviewers."""
+    votes = _human_votes(reviewer.project) if votes is None else votes
+    pair_ids = sorted(votes)
+    scores = {pair_id: (a_on_left, shown, swapped) for pair_id, a_on_left, shown, swapped in
+              ModelPairScore.objects.filter(model_reviewer=reviewer).values_list(
+                  "pair_id", "a_on_left", "choice_shown", "choice_swapped")}
+    present = [scores.get(pair_id, (True, "tie", "tie")) for pair_id in pair_ids]
+    a_on_left = np.array([row[0] for row in present], dtype=bool)
+    shown = np.array([row[1] for row in present], dtype=object)
+    swapped = np.array([row[2] for row in present], dtype=object)
+    figures = model_reviewer_figures(
+        votes=np.array([votes[pair_id] for pair_id in pair_ids], dtype=np.int64).reshape(-1, len(WINNERS)),
+        scored=np.array([pair_id in scores for pair_id in pair_ids], dtype=bool),
+        winner_shown=winner_of_screen_choice(shown, a_on_left=a_on_left),
+        # In the swapped order response a is on the left where it was on the right.
+        winner_swapped=winner_of_screen_choice(swapped, a_on_left=~a_on_left),
+        chose_left=shown == LEFT,
+    )
+    offered = ModelPairScore.objects.filter(model_reviewer=reviewer, offered_at__isnull=False).count()
+    return {
+        "id": reviewer.pk,
+        "checkpoint": reviewer.checkpoint.name,
+        "checkpoint_id": reviewer.checkpoint_id,
+        "identity": reviewer.identity,
+        "content_hash": reviewer.content_hash,
+        "status": reviewer.status,
+        "error": reviewer.error or None,
+        "offer_disagreements": reviewer.offer_disagreements,
+        "disagreement_threshold": reviewer.disagreement_threshold,
+        "pairs_offered": offered,
+        "created_by": reviewer.created_by.get_username() if reviewer.created_by_id else None,
+        "created_at": reviewer.created_at.isoformat(),
+        "scored_at": reviewer.scored_at.isoformat() if reviewer.scored_at else None,
+        "figures": figures,
+    }
+
+
+def model_reviewer_summaries(*, project: Project) -> list[dict]:
+    reviewers = list(attached_model_reviewers(project).select_related("project", "created_by"))
+    if not reviewers:
+        return []
+    votes = _human_votes(project)
+    return [model_reviewer_summary(reviewer=reviewer, votes=votes) for reviewer in reviewers]
+
+
+def model_scores_by_pair(*, project: Project) -> dict[int, dict[str, tuple[float, float]]]:
+    """For exports that ask for them: pair id -> {identity: (score of a, score of b)} of every attached model
+    reviewer's scores."""
+    found: dict[int, dict[str, tuple[float, float]]] = {}
+    rows = (ModelPairScore.objects.filter(model_reviewer__project=project, model_reviewer__detached_at__isnull=True)
+            .order_by("model_reviewer_id", "pair_id")
+            .values_list("pair_id", "model_reviewer__identity", "score_a", "score_b"))
+    for pair_id, identity, score_a, score_b in rows.iterator(chunk_size=10_000):
+        found.setdefault(pair_id, {})[identity] = (score_a, score_b)
+    return found

@@ -1,0 +1,248 @@
+"""A reward model as a reviewer on the quality dashboard: attached by an admin, scored by the real
+`python -m training reward-score`, measured against people, and kept out of everything the people's work feeds."""
+
+import json
+import uuid
+
+import numpy as np
+import pytest
+from django.test import Client
+
+from annotate.exports.filters import filters_parse
+from annotate.exports.pipeline import snapshot_write
+from annotate.quality.models import ModelPairScore, ModelReviewer
+from annotate.quality.selectors import agreement_report_for_project
+from annotate.review import services
+from annotate.review.models import Pair
+from annotate.runs.checkpoints import checkpoint_register
+from tests.conftest import import_rows, judge_until_done, make_items
+
+from .helpers import prefers_model_0, read_page
+
+pytestmark = [pytest.mark.slow, pytest.mark.urls("tests.quality.model_reviewer_urls")]
+
+PAIRS = 12
+
+
+@pytest.fixture
+def judged(make_project, make_user):
+    """A project of 12 pairs, each judged by two reviewers who prefer model-0 on every pair but the last three."""
+    project = make_project("scored", overlap=2, retest_rate=0.0)
+    import_rows(project, make_items(PAIRS))
+    dissent = {f"p-{i:04d}" for i in range(PAIRS - 3, PAIRS)}
+
+    def pick(assignment):
+        choice = prefers_model_0(assignment)
+        if assignment.pair.prompt.external_id in dissent:
+            return "right" if choice == "left" else "left"
+        return choice
+
+    for name in ("rev1", "rev2"):
+        judge_until_done(project, make_user(name), pick)
+    return project
+
+
+@pytest.fixture
+def staff(make_user):
+    return {"admin": make_user("boss", role="admin"), "engineer": make_user("eng", role="engineer")}
+
+
+def attach(client_for, user, project, checkpoint, capture, **extra):
+    with capture(execute=True):
+        return client_for(user).post(f"/api/v1/projects/{project.slug}/model-reviewers",
+                                     {"checkpoint": checkpoint, **extra}, format="json")
+
+
+def export_rows(project, tmp_path, name, **filters):
+    manifest = snapshot_write(project=project, filters=filters_parse(filters), out_dir=tmp_path / name,
+                              created_at="2025-01-01T00:00:00Z")
+    return manifest, (tmp_path / name / "train.jsonl").read_bytes() + (tmp_path / name / "test.jsonl").read_bytes()
+
+
+def test_an_attached_reward_model_scores_every_judged_pair_and_is_measured_against_people(
+        judged, staff, client_for, tiny_reward_model, django_capture_on_commit_callbacks, tmp_path):
+    checkpoint = checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-tiny")
+    report_before = agreement_report_for_project(project=judged, bootstrap=50)
+    manifest_before, rows_before = export_rows(judged, tmp_path, "before")
+
+    response = attach(client_for, staff["admin"], judged, "rm-tiny", django_capture_on_commit_callbacks)
+    assert response.status_code == 201, response.json()
+    reviewer = ModelReviewer.objects.get()
+    assert reviewer.status == "done" and reviewer.error == "" and reviewer.content_hash == checkpoint.content_hash
+
+    # Every judged pair scored, with the scores the reward model gives each answer alone.
+    scores = {s.pair_id: s for s in ModelPairScore.objects.filter(model_reviewer=reviewer).select_related(
+        "pair__response_a", "pair__response_b", "pair__prompt")}
+    assert len(scores) == PAIRS
+    from training.reward_model_scorer import RewardModelScorer
+
+    scorer = RewardModelScorer(tiny_reward_model["reward"])
+    sample = next(iter(scores.values()))
+    direct = scorer.score([sample.pair.prompt.messages] * 2, [sample.pair.response_a.text, sample.pair.response_b.text])
+    assert [sample.score_a, sample.score_b] == pytest.approx(direct, abs=1e-4)
+    for score in scores.values():
+        left, right = (score.score_a, score.score_b) if score.a_on_left else (score.score_b, score.score_a)
+        assert score.choice_shown == ("left" if left > right else "right")
+        assert score.choice_swapped == ("right" if left > right else "left")
+
+    # Its figures, worked out here from the stored scores: every pair has a 2-0 majority for a or b.
+    model_a = {pair_id: s.score_a > s.score_b for pair_id, s in scores.items()}
+    people_a = {pair.pk: not pair.prompt.external_id.endswith(("09", "10", "11"))
+                for pair in Pair.objects.filter(project=judged).select_related("prompt")}
+    agree = sum(model_a[pair_id] == people_a[pair_id] for pair_id in scores)
+    [listed] = client_for(staff["engineer"]).get(f"/api/v1/projects/{judged.slug}/model-reviewers").json()
+    figures = listed["figures"]
+    assert figures["agreement"]["n"] == PAIRS and figures["agreement"]["share"]["hits"] == agree
+    assert figures["order_consistency"]["value"] == 1.0
+    assert figures["left_out"] == {"not_scored": 0, "no_majority": 0, "tie_majority": 0, "both_bad_majority": 0}
+    assert listed["identity"] == f"reward_model@{checkpoint.content_hash}"
+
+    # The dashboard shows it apart from the people, and says why order cannot sway it.
+    page = Client()
+    page.force_login(staff["admin"])
+    response = page.get(f"/projects/{judged.slug}/quality/")
+    html = response.content.decode()
+    [row] = read_page(response).tables["model-reviewer-table"][1:]
+    assert row["cells"][0].startswith("rm-tiny") and "done" in row["badges"]
+    assert row["cells"][2].startswith(f"{100 * agree / PAIRS:.1f}%")
+    assert "the order a pair is shown in cannot sway it" in html
+
+    # The people's figures are exactly what they were.
+    assert agreement_report_for_project(project=judged, bootstrap=50) == report_before
+
+    # An export gets model scores only when it asks; without asking, its bytes are the same as before.
+    manifest_after, rows_after = export_rows(judged, tmp_path, "after")
+    assert rows_after == rows_before and manifest_after["snapshot_id"] == manifest_before["snapshot_id"]
+    _, rows_scored = export_rows(judged, tmp_path, "scored", model_scores=True)
+    for line in rows_scored.decode().splitlines():
+        row = json.loads(line)
+        score = scores[row["meta"]["pair_id"]]
+        a_chosen = row["chosen"][0]["content"] == score.pair.response_a.text
+        chosen, rejected = (score.score_a, score.score_b) if a_chosen else (score.score_b, score.score_a)
+        assert row["meta"]["model_scores"] == {reviewer.identity: {"chosen": chosen, "rejected": rejected}}
+
+
+def test_reviewers_never_see_a_model_reviewer(judged, staff, make_user, client_for, tiny_reward_model,
+                                              django_capture_on_commit_callbacks):
+    checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-secret-name")
+    assert attach(client_for, staff["admin"], judged, "rm-secret-name",
+                  django_capture_on_commit_callbacks).status_code == 201
+    identity = ModelReviewer.objects.get().identity
+    judged.overlap = 3  # a third reviewer for every pair, each of them scored by the model
+    judged.save(update_fields=["overlap"])
+    newcomer = make_user("rev3")
+    reviewer_client = client_for(newcomer)
+    next_pair = reviewer_client.get(f"/api/v1/projects/{judged.slug}/assignments/next")
+    assert next_pair.status_code == 200
+    score = ModelPairScore.objects.get(pair__assignments__reviewer=newcomer)
+    page = Client()
+    page.force_login(newcomer)
+    for text in (next_pair.content.decode(), page.get(f"/review/{judged.slug}/").content.decode(),
+                 reviewer_client.get(f"/api/v1/projects/{judged.slug}/standing").content.decode()):
+        for secret in ("rm-secret-name", identity, identity.split(":")[-1][:16], repr(score.score_a)):
+            assert secret not in text
+    assert reviewer_client.get(f"/api/v1/projects/{judged.slug}/model-reviewers").status_code == 403
+
+
+def test_bad_attachments_are_one_line_400s(judged, staff, make_project, client_for, tiny_reward_model,
+                                           django_capture_on_commit_callbacks):
+    checkpoint_register(uri=str(tiny_reward_model["sft"]), name="sft-lm")
+    checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-tiny")
+    empty = make_project("empty")
+    import_rows(empty, make_items(2))
+    cases = [
+        (judged, "sft-lm", "is not a reward model"),
+        (judged, "no-such-checkpoint", "is not a registered checkpoint"),
+        (empty, "rm-tiny", "has no judged pairs yet"),
+    ]
+    for project, checkpoint, expected in cases:
+        response = attach(client_for, staff["admin"], project, checkpoint, django_capture_on_commit_callbacks)
+        assert response.status_code == 400 and expected in response.json()["detail"], response.json()
+        assert "\n" not in response.json()["detail"]
+    assert attach(client_for, staff["admin"], judged, "rm-tiny", django_capture_on_commit_callbacks).status_code == 201
+    again = attach(client_for, staff["admin"], judged, "rm-tiny", django_capture_on_commit_callbacks)
+    assert again.status_code == 400 and "is attached to this project already" in again.json()["detail"]
+    threshold = attach(client_for, staff["admin"], empty, "rm-tiny", django_capture_on_commit_callbacks,
+                       disagreement_threshold="lots")
+    assert threshold.status_code == 400 and threshold.json()["detail"].startswith("disagreement_threshold:")
+    assert attach(client_for, staff["engineer"], judged, "rm-tiny",
+                  django_capture_on_commit_callbacks).status_code == 403
+    assert ModelReviewer.objects.count() == 1
+
+
+def test_a_failed_scoring_shows_its_one_line_with_retry_and_detach(
+        judged, staff, client_for, reward_model_without_chat_template, django_capture_on_commit_callbacks):
+    checkpoint_register(uri=str(reward_model_without_chat_template), name="rm-no-template")
+    assert attach(client_for, staff["admin"], judged, "rm-no-template",
+                  django_capture_on_commit_callbacks).status_code == 201
+    reviewer = ModelReviewer.objects.get()
+    assert reviewer.status == "failed"
+    assert "cannot be tokenized" in reviewer.error and "\n" not in reviewer.error
+    assert "answers.jsonl" not in reviewer.error  # the scratch file is named as what the admin knows
+
+    page = Client()
+    page.force_login(staff["admin"])
+    [row] = read_page(page.get(f"/projects/{judged.slug}/quality/")).tables["model-reviewer-table"][1:]
+    assert "failed" in row["badges"] and "cannot be tokenized" in row["cells"][1]
+    assert "Retry" in row["cells"][-1] and "Detach" in row["cells"][-1]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        retried = page.post(f"/projects/{judged.slug}/quality/model-reviewers/{reviewer.pk}/score")
+    assert retried.status_code == 302
+    reviewer.refresh_from_db()
+    assert reviewer.attempt == 2 and reviewer.status == "failed"
+
+    page.post(f"/projects/{judged.slug}/quality/model-reviewers/{reviewer.pk}/detach")
+    html = page.get(f"/projects/{judged.slug}/quality/").content.decode()
+    assert "No model reviewer is attached to this project." in html
+    assert client_for(staff["admin"]).get(f"/api/v1/projects/{judged.slug}/model-reviewers").json() == []
+
+
+def test_pairs_it_confidently_disagrees_with_get_one_more_reviewer_only_when_asked(
+        make_project, make_user, staff, client_for, tiny_reward_model, django_capture_on_commit_callbacks):
+    from training.reward_model_scorer import RewardModelScorer
+
+    project = make_project("adaptive", min_overlap=2, max_overlap=4, overlap_stop_rule="lead2", retest_rate=0.0)
+    import_rows(project, make_items(PAIRS))
+    scorer = RewardModelScorer(tiny_reward_model["reward"])
+    pairs = list(Pair.objects.filter(project=project).select_related("prompt", "response_a", "response_b"))
+    scored = {pair.pk: scorer.score([pair.prompt.messages] * 2, [pair.response_a.text, pair.response_b.text])
+              for pair in pairs}
+    # On every other pair the people pick the answer the model scores lower: those are its disagreements.
+    against = {pair.pk for number, pair in enumerate(pairs) if number % 2 == 0
+               and abs(scored[pair.pk][0] - scored[pair.pk][1]) > 1e-6}
+    assert against
+
+    def pick(assignment):
+        a_higher = scored[assignment.pair_id][0] > scored[assignment.pair_id][1]
+        wants_a = a_higher != (assignment.pair_id in against)
+        return "left" if wants_a == assignment.a_on_left else "right"
+
+    for name in ("rev1", "rev2"):
+        judge_until_done(project, make_user(name), pick)
+    needed_before = dict(Pair.objects.filter(project=project).values_list("pk", "reviewers_needed"))
+    assert set(needed_before.values()) == {2}  # every pair decided 2-0
+
+    checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-tiny")
+    assert attach(client_for, staff["admin"], project, "rm-tiny", django_capture_on_commit_callbacks,
+                  disagreement_threshold=0).status_code == 201
+    assert dict(Pair.objects.filter(project=project).values_list("pk", "reviewers_needed")) == needed_before
+    third = make_user("rev3")
+    assert services.assignment_next(project=project, reviewer=third) is None
+
+    reviewer = ModelReviewer.objects.get()
+    changed = client_for(staff["admin"]).patch(f"/api/v1/model-reviewers/{reviewer.pk}",
+                                               {"offer_disagreements": True}, format="json")
+    assert changed.status_code == 200 and changed.json()["pairs_offered"] == len(against)
+    offered = []
+    while (assignment := services.assignment_next(project=project, reviewer=third)) is not None:
+        offered.append(assignment.pair_id)
+        services.judgment_submit(assignment_id=assignment.pk, reviewer=third, choice="left", strength=2,
+                                 criteria={"correct": "left", "complete": "tie"},
+                                 rationale="A third look at a pair the model doubted.", client_key=uuid.uuid4())
+    assert sorted(offered) == sorted(against)
+    # Once offered, a pair is not offered again by the same model reviewer.
+    client_for(staff["admin"]).patch(f"/api/v1/model-reviewers/{reviewer.pk}", {"offer_disagreements": True},
+                                     format="json")
+    assert np.all([p.reviewers_needed <= 4 for p in Pair.objects.filter(project=project)])
+    assert ModelPairScore.objects.filter(offered_at__isnull=False).count() == len(against)
