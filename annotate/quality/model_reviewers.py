@@ -45,7 +45,8 @@ from annotate.review.choices import WINNERS
 from annotate.review.models import Assignment, Pair, Project, live_assignment
 from annotate.review.overlap import reviewers_with_one_more
 from annotate.review.services import votes_of_pairs
-from annotate.runs.checkpoints import checkpoint_resolve, is_reward_model
+from annotate.runs.checkpoints import checkpoint_resolve
+from annotate.runs.folder import read_json
 from annotate.runs.launch import training_command, training_env
 from annotate.runs.models import Checkpoint
 from training.reward_model_scorer import reward_model_identity
@@ -64,10 +65,20 @@ class ModelReviewerMistake(UserMistake):
 # --- what may be attached -----------------------------------------------------------------------------
 
 
+def is_local_reward_model(checkpoint: Checkpoint) -> bool:
+    """A registered checkpoint in a local folder whose config.json names an architecture ending in
+    ForSequenceClassification, as `python -m training reward` saves one (a causal LM would be scored by a new,
+    untrained head)."""
+    if not checkpoint.content_hash or not Path(checkpoint.uri).is_dir():
+        return False
+    architectures = (read_json(Path(checkpoint.uri) / "config.json") or {}).get("architectures")
+    return isinstance(architectures, list) and any(
+        isinstance(name, str) and name.endswith("ForSequenceClassification") for name in architectures)
+
+
 def reward_model_checkpoints() -> list[Checkpoint]:
     """Registered checkpoints that are reward models in a local folder: what the attach form offers."""
-    return [c for c in Checkpoint.objects.select_related("run").order_by("name")
-            if c.content_hash and Path(c.uri).is_dir() and is_reward_model(c)]
+    return [c for c in Checkpoint.objects.order_by("name") if is_local_reward_model(c)]
 
 
 def _judged_pairs(project: Project):
@@ -95,7 +106,7 @@ def model_reviewer_attach(*, project: Project, checkpoint, created_by: AbstractB
     (400) for a checkpoint that is unknown or no reward model, a project with no judged pairs, or weights
     attached already."""
     found = checkpoint_resolve(checkpoint, key="checkpoint")
-    if not (found.content_hash and Path(found.uri).is_dir() and is_reward_model(found)):
+    if not is_local_reward_model(found):
         raise ModelReviewerMistake(
             f"checkpoint {found.name!r} is not a reward model (its config.json names no architecture ending in "
             "ForSequenceClassification, or it is not a local folder); attach a checkpoint made by "

@@ -10,7 +10,7 @@ class Migration(migrations.Migration):
     dependencies = [
         ('quality', '0002_reports_without_qualification_answers'),
         ('review', '0008_qualification_attempt_stopped'),
-        ('runs', '0003_reward_runs_and_reward_model'),
+        ('runs', '0002_task_sets_run_inputs_heartbeat'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
