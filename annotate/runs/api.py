@@ -18,24 +18,30 @@ from annotate.runs.models import Checkpoint, Run
 from annotate.runs.present import checkpoint_payload, checkpoint_summary, run_payload
 from annotate.runs.slurm import slurm_refresh
 
-LAUNCH_FIELDS = {"kind", "base_checkpoint", "config", "snapshot", "tasks", "export", "task_set", "backend"}
+LAUNCH_FIELDS = {"kind", "base_checkpoint", "config", "snapshot", "tasks", "export", "task_set", "reward_model",
+                 "backend"}
 
 
 class RunLaunchSerializer(serializers.Serializer):
     """The request body, for the schema; run_launch checks it (and the training CLI checks the config)."""
 
-    kind = serializers.ChoiceField(["dpo", "grpo"])
-    base_checkpoint = serializers.CharField(help_text="a registered checkpoint's name or id")
-    export = serializers.IntegerField(required=False, help_text="a finished export's id: its snapshot (dpo)")
+    kind = serializers.ChoiceField(["dpo", "grpo", "reward"])
+    base_checkpoint = serializers.CharField(help_text="a registered checkpoint's name or id (a causal LM, not a "
+                                            "reward model)")
+    export = serializers.IntegerField(required=False, help_text="a finished export's id: its snapshot (dpo, reward)")
     task_set = serializers.CharField(required=False, help_text="a task set's id or name (grpo)")
-    snapshot = serializers.CharField(required=False, help_text="or a snapshot folder under the run input folders (dpo)")
+    reward_model = serializers.CharField(required=False, help_text="a registered reward model's name or id, to score "
+                                         "a grpo run's answers beside the verifier (open tasks: alone)")
+    snapshot = serializers.CharField(required=False, help_text="or a snapshot folder under the run input folders "
+                                     "(dpo, reward)")
     tasks = serializers.CharField(required=False, help_text="or a task file under the run input folders (grpo)")
     config = serializers.JSONField(required=False, help_text="TRL config keys, as a mapping or YAML text")
     backend = serializers.ChoiceField(["local", "slurm"], required=False, default="local")
 
 
 def run_or_404(run_id: int) -> Run:
-    run = Run.objects.select_related("base_checkpoint", "launched_by").filter(pk=run_id).first()
+    run = (Run.objects.select_related("base_checkpoint", "launched_by", "reward_model__run")
+           .filter(pk=run_id).first())
     if run is None:
         raise Http404(f"no run {run_id}")
     return slurm_refresh(run)
@@ -52,7 +58,8 @@ def launch_from(data, user) -> Run:
     return run_launch(kind=data.get("kind", ""), base_checkpoint=data.get("base_checkpoint"),
                       config=data.get("config"), snapshot=data.get("snapshot") or None,
                       tasks=data.get("tasks") or None, export=data.get("export") or None,
-                      task_set=data.get("task_set") or None, backend=data.get("backend") or "local", launched_by=user)
+                      task_set=data.get("task_set") or None, reward_model=data.get("reward_model") or None,
+                      backend=data.get("backend") or "local", launched_by=user)
 
 
 class RunsView(APIView):
@@ -66,7 +73,7 @@ class RunsView(APIView):
 
     @extend_schema(summary="Runs, newest first", responses={200: OpenApiResponse(description="a list of runs")})
     def get(self, request):
-        runs = Run.objects.select_related("base_checkpoint", "launched_by")[:200]
+        runs = Run.objects.select_related("base_checkpoint", "launched_by", "reward_model__run")[:200]
         return Response([run_payload(run) for run in runs])
 
 

@@ -40,6 +40,51 @@ def checkpoint_resolve(reference, *, key: str = "base_checkpoint") -> Checkpoint
     return found
 
 
+def is_reward_model(checkpoint: Checkpoint) -> bool:
+    """Whether a checkpoint is a reward model (a one-output sequence classifier), not a causal LM that writes text:
+    made by a run of kind reward, or a folder whose config.json names an architecture ending in
+    ForSequenceClassification (as `python -m training reward` saves one). A URI not read here is neither known nor
+    assumed to be one."""
+    if checkpoint.run_id and checkpoint.run.kind == Run.Kind.REWARD:
+        return True
+    architectures = (read_json(Path(checkpoint.uri) / "config.json") or {}).get("architectures")
+    return isinstance(architectures, list) and any(
+        isinstance(name, str) and name.endswith("ForSequenceClassification") for name in architectures)
+
+
+def text_model(checkpoint: Checkpoint, *, key: str, purpose: str) -> Checkpoint:
+    """The checkpoint itself, unless it is a reward model, which scores answers but writes none: one line then."""
+    if is_reward_model(checkpoint):
+        raise UserMistake(f"{key} {checkpoint.name!r} is a reward model (a sequence classifier that scores answers), "
+                          f"not a model that writes text, so it cannot {purpose}; pick a causal LM such as the one it "
+                          "was trained from")
+    return checkpoint
+
+
+def reward_model_resolve(reference) -> Checkpoint:
+    """A registered reward-model checkpoint by id or name, in a local folder, for a GRPO run to be scored by."""
+    checkpoint = checkpoint_resolve(reference, key="reward_model")
+    if not is_reward_model(checkpoint):
+        raise UserMistake(f"reward_model {checkpoint.name!r} is not a reward model (its config.json names no "
+                          "...ForSequenceClassification architecture and no reward run made it); train one with a "
+                          "reward run on a snapshot and pick its checkpoint")
+    if not Path(checkpoint.uri).is_dir():
+        raise UserMistake(f"reward_model {checkpoint.name!r} lies at {checkpoint.uri}, which is not a folder here; a "
+                          "run loads its reward model from a local checkpoint folder")
+    return checkpoint
+
+
+def reward_model_choices() -> list[Checkpoint]:
+    return [checkpoint for checkpoint in Checkpoint.objects.select_related("run").order_by("name")
+            if is_reward_model(checkpoint)]
+
+
+def text_model_choices() -> list[Checkpoint]:
+    """Checkpoints a run may start from or sample answers with: every registered one but the reward models."""
+    return [checkpoint for checkpoint in Checkpoint.objects.select_related("run").order_by("name")
+            if not is_reward_model(checkpoint)]
+
+
 def unique_name(wanted: str) -> str:
     wanted = wanted.replace("=", "-")  # a name is written NAME=PATH on the sample command line
     name, number = wanted[:190] or "checkpoint", 2
@@ -172,9 +217,14 @@ def checkpoint_for_folder(path: str, *, content_hash: str | None = None, name: s
                                    **fields))
 
 
+WRITES_FOR = {"evaluate": "write the answers an evaluation scores", "compare": "write the answers a comparison samples"}
+
+
 def local_checkpoints(references: list, *, at_least: int, purpose: str) -> list[Checkpoint]:
     """Registered checkpoints by name or id, distinct and in local folders, for a command that loads them."""
-    chosen = [checkpoint_resolve(reference, key="checkpoint") for reference in references or []]
+    writes = WRITES_FOR.get(purpose, f"be used to {purpose}")
+    chosen = [text_model(checkpoint_resolve(reference, key="checkpoint"), key="checkpoint", purpose=writes)
+              for reference in references or []]
     if len({c.pk for c in chosen}) < at_least or len({c.pk for c in chosen}) != len(chosen):
         raise UserMistake(f"choose at least {at_least} different checkpoint{'s' if at_least > 1 else ''} to {purpose}")
     for checkpoint in chosen:

@@ -18,12 +18,12 @@ from django.db.models import Q, QuerySet
 
 from annotate.errors import UserMistake
 from annotate.exports.models import Export
-from annotate.runs.launch import SET_BY_LAUNCH
+from annotate.runs.launch import SET_BY_LAUNCH, SNAPSHOT_KINDS
 from annotate.runs.models import Checkpoint, Run, TaskSet
 from annotate.runs.present import is_credential_key
 
 # The trainers a config launches from the page's form; evaluations and comparisons have forms of their own.
-AGAIN_KINDS = (Run.Kind.DPO, Run.Kind.GRPO)
+AGAIN_KINDS = (Run.Kind.DPO, Run.Kind.GRPO, Run.Kind.REWARD)
 
 
 # The selects' labels differ from the launch form's ("Kind", "Base checkpoint"), which shares the page.
@@ -132,23 +132,24 @@ def launch_values_from_run(*, run_id) -> dict[str, str]:
     keys as YAML (without the keys the launch sets, which the form's fields give). A credential-named key a run
     recorded is left out: the page never shows its value, and a launch from the app refuses such keys anyway."""
     text = str(run_id).strip()
-    run = Run.objects.select_related("base_checkpoint").filter(pk=int(text)).first() if text.isdigit() else None
+    run = Run.objects.select_related("base_checkpoint", "reward_model").filter(pk=int(text)).first() if text.isdigit() else None
     if run is None:
         raise UserMistake(f"there is no run {text[:40]!r} to launch again; pick one from the runs table", status=404)
     if run.kind not in AGAIN_KINDS:
-        raise UserMistake(f"run {run.pk} is {run.kind}: only {' and '.join(AGAIN_KINDS)} runs are launched from this "
-                          "form; use the form of its kind below")
+        raise UserMistake(f"run {run.pk} is {run.kind}: only {', '.join(AGAIN_KINDS[:-1])} and {AGAIN_KINDS[-1]} runs "
+                          "are launched from this form; use the form of its kind below")
     own = {key: value for key, value in (run.config or {}).items()
-           if key not in SET_BY_LAUNCH and not is_credential_key(key)}
+           if key not in SET_BY_LAUNCH and key != "reward_model" and not is_credential_key(key)}
     values = {"kind": run.kind, "backend": run.backend,
               "base_checkpoint": run.base_checkpoint.name if run.base_checkpoint else "",
               "config": yaml.safe_dump(own, sort_keys=True, default_flow_style=False, allow_unicode=True) if own else "",
-              "snapshot": "", "tasks": "", "export": "", "task_set": ""}
+              "snapshot": "", "tasks": "", "export": "", "task_set": "",
+              "reward_model": run.reward_model.name if run.reward_model_id else ""}
     if run.export_id:
         values["export"] = str(run.export_id)
     elif run.task_set_id:
         values["task_set"] = str(run.task_set_id)
-    elif run.kind == Run.Kind.DPO:
+    elif run.kind in SNAPSHOT_KINDS:
         values["snapshot"] = run.snapshot_path
     else:
         values["tasks"] = run.tasks_path

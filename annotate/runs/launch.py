@@ -27,7 +27,7 @@ from django.utils import timezone
 from annotate.errors import UserMistake
 from annotate.exports.models import Export
 from annotate.limits import text_within
-from annotate.runs.checkpoints import checkpoint_resolve
+from annotate.runs.checkpoints import checkpoint_resolve, reward_model_resolve, text_model, text_model_choices
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.services import snapshot_manifest
 from training.config import ConfigError, yaml_config
@@ -37,7 +37,8 @@ logger = logging.getLogger(__name__)
 
 # The trainers a config launches. Evaluations and comparisons (eval, sample) are not: they run over registered
 # checkpoints and are queued by annotate/runs/evaluation.py and compare.py with options of their own.
-LAUNCH_KINDS = (Run.Kind.DPO, Run.Kind.GRPO)
+LAUNCH_KINDS = (Run.Kind.DPO, Run.Kind.GRPO, Run.Kind.REWARD)
+SNAPSHOT_KINDS = (Run.Kind.DPO, Run.Kind.REWARD)  # the rest of LAUNCH_KINDS read a task set
 CHECK_TIMEOUT_S = 180
 # Keys the launch sets from its own fields; a config naming them would contradict the form.
 SET_BY_LAUNCH = {"base_checkpoint": "base_checkpoint", "output_dir": "the run folder (chosen by the app)",
@@ -176,7 +177,7 @@ def export_for_training(reference) -> Export:
         raise UserMistake(f"export {text or '(empty)'!r} is not an export of this app; pick one from a project's "
                           "Exports page")
     if export.status != Export.Status.DONE:
-        raise UserMistake(f"export {export.pk} of {export.project.slug} is {export.status}, not done; a DPO run trains "
+        raise UserMistake(f"export {export.pk} of {export.project.slug} is {export.status}, not done; a run trains "
                           "on a finished snapshot")
     if not Path(export.out_dir).is_dir():
         raise UserMistake(f"export {export.pk}'s snapshot folder {export.out_dir} is gone; export the project again")
@@ -184,20 +185,21 @@ def export_for_training(reference) -> Export:
 
 
 def _input_path(kind: str, snapshot: str | None, tasks: str | None, export, task_set) -> tuple[str, str, dict]:
-    """The snapshot (DPO) or task file (GRPO) the kind needs, as an absolute path, with the app's export or task
-    set it is (picked, or found by its path)."""
+    """The snapshot (DPO, reward) or task file (GRPO) the kind needs, as an absolute path, with the app's export or
+    task set it is (picked, or found by its path)."""
     from annotate.runs.task_sets import task_set_for_path, task_set_resolve
 
-    wanted, other = ("snapshot", "tasks") if kind == "dpo" else ("tasks", "snapshot")
+    on_snapshot = kind in SNAPSHOT_KINDS
+    wanted, other = ("snapshot", "tasks") if on_snapshot else ("tasks", "snapshot")
     given = {"snapshot": snapshot or export, "tasks": tasks or task_set}
     if given[other]:
         picked = {"snapshot": "a snapshot", "tasks": "a task set"}
         raise UserMistake(f"a {kind} run takes {picked[wanted]}, not {picked[other]}")
     if snapshot and export or tasks and task_set:
-        raise UserMistake(f"give the {wanted} once: a path or the app's {'export' if kind == 'dpo' else 'task set'}, "
+        raise UserMistake(f"give the {wanted} once: a path or the app's {'export' if on_snapshot else 'task set'}, "
                           "not both")
     if not given[wanted]:
-        what = ("a snapshot (an export of a project, or a snapshot folder)" if kind == "dpo"
+        what = ("a snapshot (an export of a project, or a snapshot folder)" if on_snapshot
                 else "a task set (or a task file, JSONL)")
         raise UserMistake(f"{wanted} is required for a {kind} run: give {what}")
     if export:
@@ -218,33 +220,61 @@ def run_folder_for(run_id: int) -> Path:
     return Path(settings.RUN_ROOT) / f"run-{run_id:06d}"
 
 
+def picked_reward_model(kind: str, reward_model, config: dict) -> Checkpoint | None:
+    """The reward-model checkpoint a GRPO launch picked (by id or name, never a path: the app writes its folder into
+    the config as `reward_model`), or None. A config that names `reward_model` itself must name that very folder."""
+    named = config.get("reward_model")
+    if reward_model in (None, "") and named in (None, ""):
+        return None
+    if kind != Run.Kind.GRPO:
+        raise UserMistake(f"reward_model is for grpo runs (a reward model scores their answers); a {kind} run takes "
+                          "none: leave it out")
+    if reward_model in (None, ""):
+        raise UserMistake("config: reward_model is set by the launch from the reward model you pick (a registered "
+                          "reward-model checkpoint, by name or id); pick it as reward_model and remove it from the "
+                          "config")
+    checkpoint = reward_model_resolve(reward_model)
+    if named not in (None, "") and Path(str(named)).expanduser().resolve() != Path(checkpoint.uri).resolve():
+        raise UserMistake(f"config: reward_model {str(named)[:200]} is not the folder of the reward model picked, "
+                          f"{checkpoint.name!r} ({checkpoint.uri}); remove reward_model from the config")
+    return checkpoint
+
+
 def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None = None, tasks: str | None = None,
-               export=None, task_set=None, backend: str = "local", launched_by: AbstractBaseUser | None = None,
-               enqueue: bool = True) -> Run:
+               export=None, task_set=None, reward_model=None, backend: str = "local",
+               launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
     """Check a launch and record it as queued; with `enqueue`, hand it to the training queue after commit.
 
-    The input is the app's export (DPO) or task set (GRPO), by id, or a path under the run input folders for
-    files that live elsewhere (a cluster's storage); a path that is an export's or task set's is linked to it."""
+    The input is the app's export (DPO, reward) or task set (GRPO), by id, or a path under the run input folders
+    for files that live elsewhere (a cluster's storage); a path that is an export's or task set's is linked to it.
+    A GRPO run may be scored by a registered reward model as well (`reward_model`, by name or id)."""
+    from annotate.runs.slurm import template_path
+
     if kind not in LAUNCH_KINDS:
         raise UserMistake(f"kind must be one of {', '.join(LAUNCH_KINDS)}, got {kind!r}")
     if backend not in Run.Backend.values:
         raise UserMistake(f"backend must be one of {', '.join(Run.Backend.values)}, got {backend!r}")
-    base = checkpoint_resolve(base_checkpoint)
+    if backend == Run.Backend.SLURM and not template_path(kind).is_file():
+        raise UserMistake(f"backend slurm has no job template for {kind} runs (deploy/slurm/{kind}.sbatch); launch it "
+                          "on the local backend")
+    base = text_model(checkpoint_resolve(base_checkpoint), key="base_checkpoint", purpose=f"be the base of a {kind} "
+                      "run")
     if not Path(base.uri).is_dir():
         raise UserMistake(f"base_checkpoint {base.name!r} lies at {base.uri}, which is not a folder here; a run "
                           "starts from a local checkpoint folder")
     user_config = parse_config(config)
+    scorer = picked_reward_model(kind, reward_model, user_config)
     input_key, input_path, picked = _input_path(kind, snapshot, tasks, export, task_set)
     # The check sees the real inputs and a run folder that cannot exist yet; the real one is named after the row.
     placeholder = Path(settings.RUN_ROOT) / f".check-{os.getpid()}-{threading.get_ident()}" / "run"
-    full_config = {**user_config, "base_checkpoint": base.uri, input_key: input_path,
-                   "output_dir": str(placeholder)}
+    set_here = {"base_checkpoint": base.uri, input_key: input_path, "output_dir": str(placeholder),
+                **({"reward_model": str(Path(scorer.uri).resolve())} if scorer else {})}
+    full_config = {**user_config, **set_here}
     resolved = check_config(kind, full_config)
-    check_launch_keys(resolved, {"output_dir": str(placeholder), "base_checkpoint": base.uri, input_key: input_path,
-                                 "resume_from_checkpoint": full_config.get("resume_from_checkpoint")})
+    check_launch_keys(resolved, {**set_here, "resume_from_checkpoint": full_config.get("resume_from_checkpoint")})
     with transaction.atomic():
         run = Run.objects.create(
-            kind=kind, backend=backend, base_checkpoint=base, launched_by=launched_by, folder="",
+            kind=kind, backend=backend, base_checkpoint=base, reward_model=scorer, launched_by=launched_by, folder="",
             snapshot_path=input_path if input_key == "snapshot" else "",
             snapshot_manifest=snapshot_manifest(input_path) if input_key == "snapshot" else None,
             tasks_path=input_path if input_key == "tasks" else "", **picked,
@@ -325,4 +355,5 @@ def run_cancel(run: Run) -> Run:
 
 
 def checkpoint_choices() -> list[Checkpoint]:
-    return list(Checkpoint.objects.order_by("name"))
+    """What the page offers as a base or as a model to evaluate and compare: no reward model, which writes no text."""
+    return text_model_choices()

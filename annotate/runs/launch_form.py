@@ -1,13 +1,13 @@
-"""What the runs page's forms offer: the app's own snapshots and task sets to pick from, a starting config per
-kind that runs on a CPU, and the form's values from a link ("Train DPO on this snapshot", "Train GRPO on this task
-set") or a submitted form. Paths stay possible through the API only (docs/runs.md, "Launching")."""
+"""What the runs page's forms offer: the app's own snapshots, task sets and reward models to pick from, a starting
+config per kind that runs on a CPU, and the form's values from a link ("Train DPO on this snapshot", "Train a reward
+model on this snapshot", "Train GRPO on this task set") or a submitted form. Paths stay possible through the API only (docs/runs.md, "Launching")."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from annotate.exports.models import Export
-from annotate.runs.models import Checkpoint, TaskSet
+from annotate.runs.models import Checkpoint, Run, TaskSet
 from annotate.runs.services import snapshot_manifest
 from training.task_families import FAMILIES, VARIANTS
 
@@ -16,8 +16,11 @@ DEFAULT_CONFIGS = {
     "dpo": "learning_rate: 5.0e-6\nmax_steps: 40\nper_device_train_batch_size: 4\nlogging_steps: 1\n",
     "grpo": ("learning_rate: 1.0e-4\nmax_steps: 40\nnum_generations: 4\nper_device_train_batch_size: 8\n"
              "max_completion_length: 48\nlogging_steps: 1\n"),
+    "reward": "learning_rate: 1.0e-4\nmax_steps: 20\nper_device_train_batch_size: 4\nlogging_steps: 1\n",
 }
-FORM_FIELDS = ("kind", "base_checkpoint", "export", "task_set", "backend", "config")
+FORM_FIELDS = ("kind", "base_checkpoint", "export", "task_set", "reward_model", "backend", "config")
+# The links that open the form with an input chosen, by the kind they launch.
+LINK_KINDS = {"dpo_on_export": "dpo", "reward_on_export": "reward", "grpo_on_task_set": "grpo"}
 
 
 @dataclass(frozen=True)
@@ -54,26 +57,28 @@ def task_set_choices() -> list[tuple[int, str]]:
 
 def launch_values(query) -> dict:
     """The launch form's starting values: a link may choose what to train on ("Train DPO on this snapshot":
-    `dpo_on_export`, "Train GRPO on this task set": `grpo_on_task_set`). Its own names, apart from the runs
-    table's filters (kind, export, task_set), so a link never narrows the table or a filter the form."""
-    kind = "grpo" if query.get("grpo_on_task_set") else "dpo"
+    `dpo_on_export`, "Train a reward model on this snapshot": `reward_on_export`, "Train GRPO on this task set":
+    `grpo_on_task_set`). Its own names, apart from the runs table's filters (kind, export, task_set), so a link never
+    narrows the table or a filter the form."""
+    kind = next((kind for link, kind in LINK_KINDS.items() if query.get(link)), "dpo")
     return {"kind": kind, "backend": "local", "config": DEFAULT_CONFIGS[kind], "base_checkpoint": default_base_name(),
-            "export": query.get("dpo_on_export", ""), "task_set": query.get("grpo_on_task_set", "")}
+            "export": query.get("reward_on_export") or query.get("dpo_on_export", ""),
+            "task_set": query.get("grpo_on_task_set", ""), "reward_model": ""}
 
 
 def default_base_name() -> str:
     """The base a new run most likely starts from: the newest checkpoint with no parent (an SFT checkpoint such as
     the demo's), not whichever trained child sorts first by name."""
-    root = Checkpoint.objects.filter(parent__isnull=True).order_by("-id").first()
+    root = Checkpoint.objects.filter(parent__isnull=True).exclude(run__kind=Run.Kind.REWARD).order_by("-id").first()
     return root.name if root else ""
 
 
 def launch_inputs(values: dict) -> dict:
     """The input the chosen kind reads, from the form: the other picker keeps its value for the next launch but is
-    not sent (a DPO run reads a snapshot, a GRPO run a task set)."""
-    if values["kind"] == "dpo":
+    not sent (a DPO or reward run reads a snapshot, a GRPO run a task set and, if one is picked, a reward model)."""
+    if values["kind"] in ("dpo", "reward"):
         return {"export": values.get("export") or None}
-    return {"task_set": values.get("task_set") or None}
+    return {"task_set": values.get("task_set") or None, "reward_model": values.get("reward_model") or None}
 
 
 def compare_prompts_source(value: str) -> dict:

@@ -57,6 +57,7 @@ class TaskSet(models.Model):
     class Source(models.TextChoices):
         MADE = "made"
         UPLOADED = "uploaded"
+        PROMPTS = "prompts"  # open tasks from a project's prompts
 
     name = models.CharField(max_length=200, unique=True)
     path = models.CharField(max_length=1000, help_text="The JSONL file, under the run input folders.")
@@ -66,7 +67,8 @@ class TaskSet(models.Model):
     families = models.JSONField(default=dict, help_text="Tasks per family (or per kind where a row names none).")
     scorers = models.JSONField(default=dict, help_text="The scorer version of each kind of task in it.")
     source = models.CharField(max_length=10, choices=Source.choices)
-    recipe = models.JSONField(null=True, blank=True, help_text="How a made set was drawn: families, variant, n, seed.")
+    recipe = models.JSONField(null=True, blank=True, help_text="How a made set was drawn: families, variant, n, seed "
+                                                               "(or project, variant, test_ratio, seed).")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -85,6 +87,7 @@ class Run(models.Model):
         EVAL = "eval"
         SAMPLE = "sample"
         SFT = "sft"
+        REWARD = "reward"
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -110,11 +113,14 @@ class Run(models.Model):
                                          help_text="The snapshot's manifest: id, counts, criteria version, filters.")
     tasks_path = models.CharField(max_length=1000, blank=True)
     export = models.ForeignKey("exports.Export", null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
-                               help_text="The app's export whose snapshot a DPO run trains on, when it was picked.")
+                               help_text="The app's export whose snapshot a DPO or reward run trains on, when picked.")
     task_set = models.ForeignKey("TaskSet", null=True, blank=True, on_delete=models.PROTECT, related_name="runs",
                                  help_text="The app's task set a GRPO run or an evaluation reads, when it was picked.")
     base_checkpoint = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.PROTECT,
                                         related_name="runs_from")
+    reward_model = models.ForeignKey(Checkpoint, null=True, blank=True, on_delete=models.PROTECT,
+                                     related_name="runs_scored",
+                                     help_text="The reward-model checkpoint a GRPO run was scored by, when picked.")
     folder = models.CharField(max_length=1000, help_text="The run folder (the config's output_dir).")
     record = models.JSONField(null=True, blank=True, help_text="run.json as last read.")
     metrics = models.JSONField(default=list, blank=True, help_text="metrics.jsonl rows read so far.")

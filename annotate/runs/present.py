@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from annotate.runs.audit import audit_results
 from annotate.runs.charts import run_charts, zero_variance_share
+from annotate.runs.checkpoints import is_reward_model
 from annotate.runs.evaluation import TOO_FEW_TO_JUDGE, eval_side_by_side, too_few_to_judge
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.services import why_no_checkpoint_made
@@ -103,6 +104,69 @@ def eval_table(run: Run) -> list[dict]:
              "trained": None if nothing else trained.get(key), "pairs": pairs,
              "too_few_to_judge": too_few_to_judge(pairs)}
             for key, text in names.items() if key in base or key in trained]
+
+
+# A reward run's test-split figures (run.json results.test, training/reward.py reward_summary): each row with the
+# pairs it stands on; the length split's rows stand on their own subsets, so one can be too few while the rest are not.
+REWARD_ROWS = (("accuracy", "accuracy (chosen scored above rejected)"),
+               ("chosen_shorter", "accuracy, chosen answer shorter"),
+               ("chosen_longer", "accuracy, chosen answer longer"),
+               ("mean_margin", "mean margin (chosen − rejected)"),
+               ("length_correlation", "reward vs answer length (Pearson r)"))
+
+
+def reward_table(run: Run) -> list[dict]:
+    """A reward run's held-out figures: {"metric", "key", "pairs", "value", "interval", "too_few_to_judge"} per row
+    (accuracy with its 95% Wilson interval, the same for pairs whose chosen answer is the shorter or the longer one,
+    mean margin, reward-length correlation). Under TOO_FEW_TO_JUDGE pairs a row says so; over none it has no value."""
+    if run.kind != Run.Kind.REWARD:
+        return []
+    test = ((run.record or {}).get("results") or {}).get("test")
+    if not isinstance(test, dict) or not isinstance(test.get("n"), int):
+        return []
+    rows = []
+    for key, text in REWARD_ROWS:
+        figure = test.get(key)
+        if isinstance(figure, dict) and "accuracy" in figure:  # a length split: a subset with its own count
+            pairs, value, interval = figure.get("n"), figure.get("accuracy"), figure.get("interval")
+        elif key == "length_correlation":
+            pairs, value, interval = test["n"], (figure or {}).get("pearson"), None
+        else:
+            pairs, value, interval = test["n"], figure, test.get("interval") if key == "accuracy" else None
+        nothing = not pairs
+        rows.append({"metric": text, "key": key, "pairs": pairs, "value": None if nothing else value,
+                     "interval": None if nothing else interval, "too_few_to_judge": too_few_to_judge(pairs)})
+    return rows
+
+
+def reward_model_mismatch(run: Run) -> str | None:
+    """For a finished GRPO run scored by a picked reward model: one line when run.json's reward_model is not the
+    checkpoint picked (another content hash, or none recorded). Neither record is ever rewritten; pages show it."""
+    scorer = run.reward_model
+    if scorer is None or run.status != Run.Status.SUCCEEDED or not run.record:
+        return None
+    recorded = run.record.get("reward_model") or {}
+    if not recorded:
+        return (f"run.json records no reward model, though {scorer.name!r} was picked: its answers were not scored "
+                "by that reward model")
+    if scorer.content_hash and recorded.get("content_hash") != scorer.content_hash:
+        return (f"run.json's reward model {recorded.get('path')} has content hash {recorded.get('content_hash')}, "
+                f"not {scorer.content_hash} of the picked checkpoint {scorer.name!r}: the run was scored by other "
+                "weights than the ones registered under that name")
+    return None
+
+
+def reward_model_summary(run: Run) -> dict | None:
+    """The reward model that scored a GRPO run: the checkpoint, the reward run that trained it and that run's
+    snapshot (its lineage), what run.json recorded, and a mismatch between the two."""
+    scorer = run.reward_model
+    if scorer is None:
+        return None
+    trained_by = scorer.run
+    return {**checkpoint_summary(scorer),
+            "trained_by": {"id": trained_by.pk, "page": reverse("run-page", args=[trained_by.pk]),
+                           "snapshot": snapshot_summary(trained_by)} if trained_by else None,
+            "recorded": (run.record or {}).get("reward_model"), "mismatch": reward_model_mismatch(run)}
 
 
 def eval_note(run: Run) -> str | None:
@@ -220,6 +284,7 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
         "base_checkpoint": checkpoint_summary(run.base_checkpoint),
         "snapshot": snapshot_summary(run),
         "tasks": tasks_summary(run),
+        "reward_model": reward_model_summary(run),
         "output_checkpoint": checkpoint_summary(made),
         "no_output_checkpoint": unmade.reason if unmade else None,
         "weights_unchanged": unmade.weights_unchanged if unmade else False,
@@ -244,6 +309,7 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
             "ledger": run.ledger,
             "eval": eval_table(run),
             "eval_note": eval_note(run),
+            "reward_eval": reward_table(run),
             "too_few_to_judge_under": TOO_FEW_TO_JUDGE,
             "evaluation": eval_side_by_side(run) if run.kind == Run.Kind.EVAL else None,
             "log_tail": run.log_tail,
@@ -271,27 +337,32 @@ def checkpoint_payload(checkpoint: Checkpoint) -> dict:
         "registered_by": checkpoint.registered_by.get_username() if checkpoint.registered_by else None,
         "created_at": checkpoint.created_at,
         "parents": [checkpoint_summary(parent) for parent in ancestry(checkpoint)],
-        "made_by": run_payload(made_by) | {"eval": eval_table(made_by)} if made_by else None,
+        "is_reward_model": is_reward_model(checkpoint),
+        "made_by": run_payload(made_by) | {"eval": eval_table(made_by), "reward_eval": reward_table(made_by)}
+        if made_by else None,
+        "scored_runs": [run.pk for run in checkpoint.runs_scored.order_by("id")],
         "children": {kind: [{"checkpoint": checkpoint_summary(entry["checkpoint"]),
                              "run": entry["run"].pk if entry["run"] else None,
                              "status": entry["run"].status if entry["run"] else None,
-                             "no_output_checkpoint": entry.get("no_output_checkpoint"), "eval": entry["eval"]}
+                             "no_output_checkpoint": entry.get("no_output_checkpoint"), "eval": entry["eval"],
+                             "reward_eval": entry.get("reward_eval", [])}
                             for entry in entries]
                      for kind, entries in children_by_kind(checkpoint).items()},
     }
 
 
 def children_by_kind(checkpoint: Checkpoint) -> dict[str, list[dict]]:
-    """Checkpoints trained from this one, by the kind of run that made them (DPO and GRPO side by side),
-    with the runs from it that made nothing yet (queued, running, failed)."""
-    columns: dict[str, list[dict]] = {"dpo": [], "grpo": []}
+    """Checkpoints trained from this one, by the kind of run that made them (DPO, GRPO and reward models side by
+    side), with the runs from it that made nothing yet (queued, running, failed)."""
+    columns: dict[str, list[dict]] = {"dpo": [], "grpo": [], "reward": []}
     trained = checkpoint.runs_from.filter(kind__in=list(columns))  # evaluations and comparisons train nothing
     for run in trained.select_related("output_checkpoint", "launched_by").order_by("id"):
         unmade = why_no_checkpoint_made(run)
         columns[run.kind].append({"run": run, "checkpoint": run.made_checkpoint,
                                   "no_output_checkpoint": unmade.reason if unmade else None,
                                   "weights_unchanged": unmade.weights_unchanged if unmade else False,
-                                  "eval": eval_table(run), "steps": latest(run.metrics).get("step")})
+                                  "eval": eval_table(run), "reward_eval": reward_table(run),
+                                  "steps": latest(run.metrics).get("step")})
     made_here = {entry["checkpoint"].pk for entries in columns.values() for entry in entries if entry["checkpoint"]}
     for child in checkpoint.children.exclude(pk__in=made_here).order_by("id"):
         columns.setdefault("registered", []).append({"run": None, "checkpoint": child, "eval": [], "steps": None})

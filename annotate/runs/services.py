@@ -119,14 +119,14 @@ def _when(text: str | None) -> dt.datetime | None:
 
 
 def run_register_folder(path: str | Path, *, registered_by: AbstractBaseUser | None = None) -> Run:
-    """A run folder made by `python -m training dpo|grpo` outside the app, as a Run with its checkpoints."""
+    """A run folder made by `python -m training dpo|grpo|reward` outside the app, as a Run with its checkpoints."""
     folder = Path(path).resolve()
     record = read_json(folder / "run.json")
     if record is None:
         raise UserMistake(f"{path} has no readable run.json; give the output_dir of a python -m training dpo or "
                           "grpo run")
-    if record.get("format") != RUN_FORMAT or record.get("kind") not in ("dpo", "grpo"):
-        raise UserMistake(f"{folder / 'run.json'} is not a {RUN_FORMAT} record of a dpo or grpo run "
+    if record.get("format") != RUN_FORMAT or record.get("kind") not in ("dpo", "grpo", "reward"):
+        raise UserMistake(f"{folder / 'run.json'} is not a {RUN_FORMAT} record of a dpo, grpo or reward run "
                           f"(format {record.get('format')!r}, kind {record.get('kind')!r})")
     status = STATUS_OF_RECORD.get(record.get("status"))
     if status is None:
@@ -137,6 +137,7 @@ def run_register_folder(path: str | Path, *, registered_by: AbstractBaseUser | N
     base = record.get("base_checkpoint") or {}
     snapshot = record.get("snapshot") or {}
     tasks = record.get("tasks") or {}
+    scorer_hash = (record.get("reward_model") or {}).get("content_hash")
     with transaction.atomic():
         base_checkpoint = (checkpoint_for_folder(base["path"], content_hash=base.get("content_hash"),
                                                  registered_by=registered_by) if base.get("path") else None)
@@ -146,6 +147,8 @@ def run_register_folder(path: str | Path, *, registered_by: AbstractBaseUser | N
             snapshot_manifest=(snapshot_manifest(snapshot["path"]) if snapshot.get("path") else None) or (
                 snapshot or None),
             tasks_path=tasks.get("path") or "", base_checkpoint=base_checkpoint, folder=str(folder),
+            # the reward model run.json names, when its weights are registered (a GRPO run scored by one)
+            reward_model=Checkpoint.objects.filter(content_hash=scorer_hash).first() if scorer_hash else None,
             launched_by=registered_by, started_at=_when(record.get("started_at")),
         )
         run_apply_folder(run, FolderReader(folder).read())

@@ -1,5 +1,5 @@
-"""Task sets over the API (engineers and admins): list them, make one from the task families (JSON), or upload a
-task file (multipart field `file`). The same services as the runs page (annotate/runs/task_sets.py)."""
+"""Task sets over the API (engineers and admins): list them, make one from the task families (JSON) or from a
+project's prompts as open tasks (JSON with `prompts_project`), or upload a task file (multipart field `file`). The same services as the runs page (annotate/runs/task_sets.py)."""
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -11,9 +11,10 @@ from annotate.errors import UserMistake
 from annotate.parsers import JSONParser
 from annotate.permissions import IsAdminOrEngineer
 from annotate.runs.models import TaskSet
-from annotate.runs.task_sets import task_set_make, task_set_upload
+from annotate.runs.task_sets import task_set_from_prompts, task_set_make, task_set_upload
 
 MAKE_FIELDS = {"families", "variant", "n", "seed", "name"}
+PROMPTS_FIELDS = {"prompts_project", "variant", "seed", "test_ratio", "name"}
 
 
 def task_set_payload(task_set: TaskSet) -> dict:
@@ -43,7 +44,9 @@ class TaskSetsView(APIView):
         return Response([task_set_payload(t) for t in TaskSet.objects.select_related("created_by").order_by("name")])
 
     @extend_schema(
-        summary="Make a task set from the task families (JSON), or upload a task file (multipart `file`, `name`)",
+        summary="Make a task set from the task families (JSON), from a project's prompts as open tasks (JSON with "
+                "`prompts_project`, `variant` all|train|heldout, `seed`, `test_ratio`, `name`), or upload a task file "
+                "(multipart `file`, `name`)",
         request={"application/json": TaskSetMakeSerializer,
                  "multipart/form-data": inline_serializer("TaskSetUpload", {"file": serializers.FileField(),
                                                                              "name": serializers.CharField()})},
@@ -56,11 +59,22 @@ class TaskSetsView(APIView):
             return Response(task_set_payload(task_set), status=status.HTTP_201_CREATED)
         data = request.data
         if not isinstance(data, dict):
-            raise UserMistake("send a JSON object (families, variant, n, seed, name) or a multipart file")
+            raise UserMistake("send a JSON object (families, variant, n, seed, name; or prompts_project, variant, seed, "
+                              "test_ratio, name) or a multipart file")
+        if "prompts_project" in data:
+            unknown = sorted(set(data) - PROMPTS_FIELDS)
+            if unknown:
+                raise UserMistake(f"unknown field {unknown[0]!r}; an open task set from a project's prompts takes "
+                                  f"{', '.join(sorted(PROMPTS_FIELDS))}")
+            task_set = task_set_from_prompts(project=str(data["prompts_project"] or ""),
+                                             variant=str(data.get("variant") or "all"), seed=data.get("seed", 0),
+                                             test_ratio=data.get("test_ratio"), name=data.get("name"),
+                                             created_by=request.user)
+            return Response(task_set_payload(task_set), status=status.HTTP_201_CREATED)
         unknown = sorted(set(data) - MAKE_FIELDS)
         if unknown:
             raise UserMistake(f"unknown field {unknown[0]!r}; a task set is made from {', '.join(sorted(MAKE_FIELDS))}"
-                              ", or uploaded as the multipart field 'file'")
+                              ", from a project's prompts (prompts_project), or uploaded as the multipart field 'file'")
         families = data.get("families")
         if not isinstance(families, list):
             raise UserMistake('families must be a list of task families, such as ["speed", "code"]')

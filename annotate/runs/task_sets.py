@@ -1,7 +1,8 @@
 """Task sets: the task files GRPO runs, evaluations and comparisons read, kept by the app (docs/runs.md).
 
-A task set is made from the task families (`python -m training tasks make`'s families, variant, count and seed)
-or uploaded as JSONL. Either way the file is checked by the training command's own loader in a subprocess
+A task set is made from the task families (`python -m training tasks make`'s families, variant, count and seed),
+made from a project's prompts as open tasks (no verifier: a GRPO run's reward model scores them), or uploaded as
+JSONL. Either way the file is checked by the training command's own loader in a subprocess
 (`python -m training tasks describe`: every row, reference solutions run, errors as `line N: reason`), so the
 web process never imports the verifiers and a set the app lists is one a run can load. The file is stored once
 under PAIRWISE_INPUTS_ROOT/task-sets (a run input folder), named by its content hash, and never changed: the
@@ -22,7 +23,9 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from annotate.errors import UserMistake
-from annotate.limits import MAX_INT32, whole_number
+from annotate.exports.pipeline import prompt_split
+from annotate.limits import MAX_INT32, share_number, whole_number
+from annotate.review.models import Project
 from annotate.runs.launch import input_path, training_command, training_env
 from annotate.runs.models import TaskSet
 from training.errors import PairwiseInputError
@@ -173,6 +176,63 @@ def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBase
                 out.write(chunk)
         return _store(scratch=scratch, name=name, shown_as=shown_as, source=TaskSet.Source.UPLOADED, recipe=None,
                       created_by=created_by)
+    finally:
+        scratch.unlink(missing_ok=True)
+
+
+OPEN_VARIANTS = ("all", "train", "heldout")
+# The export's own default test share: with the same seed, the held-out open tasks are the prompts of a snapshot's
+# test split, which a reward model trained on its train split never saw.
+OPEN_HELDOUT_SHARE = 0.1
+
+
+def open_task_rows(project: Project, *, variant: str, seed: int, test_ratio: float) -> list[dict]:
+    """Each distinct prompt of the project once (the first imported of those with one text, as the export counts
+    "the same prompt"), as an open task: task_id from the prompt's import id, so the same prompt keeps its id in
+    every set. Its side (train or heldout) is the export's split of that prompt under `seed` and `test_ratio`."""
+    rows, seen = [], set()
+    prompts = project.prompts.order_by("id").values_list("external_id", "messages", "content_key", "tags")
+    for external_id, messages, key, tags in prompts.iterator():
+        if key in seen:
+            continue
+        seen.add(key)
+        side = "heldout" if prompt_split(prompt_key=key, seed=seed, test_ratio=test_ratio) == "test" else "train"
+        if variant not in ("all", side):
+            continue
+        row = {"task_id": f"{project.slug}/{external_id}", "kind": "open", "prompt": messages,
+               "meta": {"project": project.slug, "prompt_id": external_id, "variant": side}}
+        if isinstance(tags, list) and tags and all(isinstance(tag, str) for tag in tags):
+            row["tags"] = tags
+        rows.append(row)
+    return rows
+
+
+def task_set_from_prompts(*, project, variant: str = "all", seed=0, test_ratio=None, name: str | None = None,
+                          created_by: AbstractBaseUser | None = None) -> TaskSet:
+    """An open task set from a project's prompts (all of them, or the train or held-out side of the export's split),
+    checked by `python -m training tasks describe` and kept like any other set."""
+    slug = str(project if not isinstance(project, Project) else project.slug).strip()
+    source = Project.objects.filter(slug=slug).first() if slug else None
+    if source is None:
+        raise UserMistake(f"no project {slug[:80] or '(empty)'!r} to take prompts from; give a project's slug")
+    if variant not in OPEN_VARIANTS:
+        raise UserMistake(f"variant must be one of {', '.join(OPEN_VARIANTS)}, got {str(variant)[:40]!r}")
+    seed = whole_number("seed", seed, low=0, high=MAX_INT32)
+    ratio = OPEN_HELDOUT_SHARE if test_ratio in (None, "") else share_number("test_ratio", test_ratio, high=0.9)
+    rows = open_task_rows(source, variant=variant, seed=seed, test_ratio=ratio)
+    if not rows:
+        if not source.prompts.exists():
+            raise UserMistake(f"project {source.slug} has no prompts to make open tasks from; import some first")
+        raise UserMistake(f"none of project {source.slug}'s prompts falls on the {variant} side at test_ratio {ratio:g} "
+                          f"and seed {seed}; choose variant all, or another test_ratio or seed")
+    recipe = {"project": source.slug, "variant": variant, "seed": seed, "test_ratio": ratio, "n": len(rows)}
+    shown = f"{source.slug} prompts · open · {variant}" + ("" if variant == "all" else f" · seed {seed}")
+    name = _checked_name(name, shown)
+    scratch = _scratch_file()
+    try:
+        write_jsonl_atomically(scratch, rows)
+        return _store(scratch=scratch, name=name, shown_as=f"the open tasks of project {source.slug}",
+                      source=TaskSet.Source.PROMPTS, recipe=recipe, created_by=created_by)
     finally:
         scratch.unlink(missing_ok=True)
 

@@ -23,7 +23,7 @@ from annotate.runs.audit import (
     open_items_count,
     served_token,
 )
-from annotate.runs.checkpoints import checkpoint_rename
+from annotate.runs.checkpoints import checkpoint_rename, is_reward_model, reward_model_choices
 from annotate.runs.compare import compare_launch
 from annotate.runs.curves import runs_curves_compare
 from annotate.runs.demo_checkpoint import (
@@ -35,7 +35,7 @@ from annotate.runs.demo_checkpoint import (
 )
 from annotate.runs.evaluation import eval_launch, eval_side_by_side, evals_of
 from annotate.runs.filters import launch_values_from_run, runs_filtered
-from annotate.runs.launch import checkpoint_choices, run_cancel, run_launch
+from annotate.runs.launch import LAUNCH_KINDS, checkpoint_choices, run_cancel, run_launch
 from annotate.runs.launch_form import (
     FAMILY_CHOICES,
     FORM_FIELDS,
@@ -48,7 +48,7 @@ from annotate.runs.launch_form import (
 )
 from annotate.runs.models import AuditJudgment, Checkpoint, Run, TaskSet
 from annotate.runs.present import ancestry, children_by_kind, config_without_secrets, ledger_rows, run_payload
-from annotate.runs.task_sets import task_set_make, task_set_upload
+from annotate.runs.task_sets import OPEN_VARIANTS, task_set_from_prompts, task_set_make, task_set_upload
 
 
 def _staff_only(request, to: str) -> None:
@@ -85,7 +85,8 @@ def runs_page(request):
     return render(request, "runs/list.html", {
         "runs": runs, "run_filters": run_filters, "checkpoints": checkpoint_choices(), "values": values, "error": error,
         "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & IsAdmin.roles),
-        "kinds": ("dpo", "grpo"), "backends": Run.Backend.values,
+        "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_model_choices(),
+        "open_variants": OPEN_VARIANTS,
         "snapshots": snapshot_choices(), "task_sets": TaskSet.objects.order_by("name"),
         "task_set_choices": task_set_choices(), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,
         "sft_build": sft_progress(building) if building else None, "demo_checkpoint": DEMO_CHECKPOINT,
@@ -99,7 +100,11 @@ def task_set_make_page(request):
     _staff_only(request, "make task sets")
     form = request.POST
     try:
-        if form.get("source") == "upload":
+        if form.get("source") == "prompts":
+            task_set = task_set_from_prompts(project=form.get("project", ""), variant=form.get("variant", "all"),
+                                             seed=form.get("seed") or 0, test_ratio=form.get("test_ratio") or None,
+                                             name=form.get("name"), created_by=request.user)
+        elif form.get("source") == "upload":
             task_set = task_set_upload(upload=request.FILES.get("file"), name=form.get("name"),
                                        created_by=request.user)
         else:
@@ -189,14 +194,16 @@ def run_cancel_page(request, run_id: int):
 def checkpoint_page(request, checkpoint_id: int, *, rename_error: str = "", rename_value: str | None = None,
                     status: int = 200):
     _staff_only(request, "see checkpoints")
-    checkpoint = Checkpoint.objects.select_related("parent", "run").filter(pk=checkpoint_id).first()
+    checkpoint = (Checkpoint.objects.select_related("parent", "run__reward_model__run").filter(pk=checkpoint_id)
+                  .first())
     if checkpoint is None:
         raise Http404(f"no checkpoint {checkpoint_id}")
     made_by = checkpoint.run
     return render(request, "runs/checkpoint.html", {
         "checkpoint": checkpoint, "parents": ancestry(checkpoint), "made_by": made_by,
         "made_by_payload": run_payload(made_by, detail=True) if made_by else None,
-        "columns": children_by_kind(checkpoint),
+        "columns": children_by_kind(checkpoint), "is_reward_model": is_reward_model(checkpoint),
+        "scored_runs": checkpoint.runs_scored.select_related("output_checkpoint", "task_set").order_by("id"),
         "audit": audit_results(checkpoint=checkpoint),
         "evaluations": [(run, eval_side_by_side(run)) for run in evals_of(checkpoint)[:5]],
         "rename_error": rename_error, "rename_value": checkpoint.name if rename_value is None else rename_value,

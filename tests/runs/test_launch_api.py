@@ -65,10 +65,10 @@ def test_launch_inputs_the_app_sets_itself_or_the_kind_needs_are_refused(enginee
          "snapshot is required for a dpo run: give a snapshot (an export of a project, or a snapshot folder)"),
         ({"kind": "grpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot)},
          "a grpo run takes a task set, not a snapshot"),
-        ({"kind": "sft", "base_checkpoint": "tiny-sft"}, "kind must be one of dpo, grpo, got 'sft'"),
+        ({"kind": "sft", "base_checkpoint": "tiny-sft"}, "kind must be one of dpo, grpo, reward, got 'sft'"),
         ({"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot), "learning_rate": 1},
-         "unknown field 'learning_rate'; a launch takes backend, base_checkpoint, config, export, kind, snapshot, "
-         "task_set, tasks (TRL keys go inside config)"),
+         "unknown field 'learning_rate'; a launch takes backend, base_checkpoint, config, export, kind, reward_model, "
+         "snapshot, task_set, tasks (TRL keys go inside config)"),
         ({"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot), "config": "max_steps: [1"},
          "config: expected ',' or ']', but got '<stream end>' at line 1; fix the YAML syntax"),
     ]

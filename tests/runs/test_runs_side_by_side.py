@@ -211,6 +211,6 @@ def test_only_trainer_runs_can_be_launched_again(engineer_client, base_checkpoin
     assert 'id="launch-again"' not in engineer_client.get(f"/runs/{evaluation.pk}/").content.decode()
     assert f'href="/runs/?again={trained.pk}#launch"' in engineer_client.get(f"/runs/{trained.pk}/").content.decode()
     page = engineer_client.get("/runs/", {"again": evaluation.pk}).content.decode()
-    assert f"run {evaluation.pk} is eval: only dpo and grpo runs are launched from this form" in page
+    assert f"run {evaluation.pk} is eval: only dpo, grpo and reward runs are launched from this form" in page
     assert "there is no run &#x27;999999&#x27; to launch again" in engineer_client.get(
         "/runs/", {"again": 999999}).content.decode()

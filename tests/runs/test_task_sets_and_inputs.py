@@ -107,8 +107,8 @@ def test_picked_inputs_that_cannot_be_used_are_one_line(base_checkpoint, finishe
     cases = [
         ({"kind": "dpo", "export": 999}, "export '999' is not an export of this app; pick one from a project's "
                                          "Exports page"),
-        ({"kind": "dpo", "export": running.pk}, f"export {running.pk} of speed is running, not done; a DPO run "
-                                                "trains on a finished snapshot"),
+        ({"kind": "dpo", "export": running.pk}, f"export {running.pk} of speed is running, not done; a run trains "
+                                                "on a finished snapshot"),
         ({"kind": "dpo", "export": finished_export.pk, "snapshot": finished_export.out_dir},
          "give the snapshot once: a path or the app's export, not both"),
         ({"kind": "grpo", "export": finished_export.pk}, "a grpo run takes a task set, not a snapshot"),

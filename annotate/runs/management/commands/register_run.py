@@ -5,7 +5,7 @@ from annotate.runs.services import run_register_folder, why_no_checkpoint_made
 
 
 class Command(BaseCommand):
-    help = ("Register a finished run folder made by python -m training dpo|grpo: its config, metrics, ledger and "
+    help = ("Register a finished run folder made by python -m training dpo|grpo|reward: its config, metrics, ledger and "
             "status, its base checkpoint and the checkpoint it made (registered too, with the base as parent; "
             "never an existing checkpoint, such as the base itself when the run changed no weight).")
 
