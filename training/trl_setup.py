@@ -279,13 +279,14 @@ def recorded_outcome(run, *, is_main: bool):
 
 
 def record_lineage(run, *, kind: str, base_path: Path, base_hash: str, snapshot_id: str | None,
-                   weights_changed: bool | None = None) -> str:
+                   weights_changed: bool | None = None, reward_model: dict | None = None) -> str:
     """checkpoint/parent.json for the trained checkpoint; returns the checkpoint's content hash."""
     from training.run_folder import checkpoint_content_hash, write_parent_json
 
     out_hash = checkpoint_content_hash(run.checkpoint)
     write_parent_json(run.checkpoint, parent_path=str(base_path), parent_hash=base_hash, run=run.path.name,
-                      kind=kind, snapshot_id=snapshot_id, content_hash=out_hash, weights_changed=weights_changed)
+                      kind=kind, snapshot_id=snapshot_id, content_hash=out_hash, weights_changed=weights_changed,
+                      reward_model=reward_model)
     return out_hash
 
 

@@ -35,3 +35,22 @@ def run_training_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProc
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run([sys.executable, "-m", "training", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=timeout)
+
+
+
+def train_reward_model(folder: Path, checkpoint: Path, snapshot: Path, *, steps: int) -> Path:
+    """RUN/checkpoint of a reward run of `steps` RewardTrainer steps from `checkpoint` on `snapshot`."""
+    from tests.training.helpers import write_snapshot_run_config
+    from training.reward import load_reward_config, run_reward
+
+    config = write_snapshot_run_config(folder, checkpoint, snapshot, name="reward", max_steps=steps,
+                                       report_to=["none"])
+    run_reward(load_reward_config(config))
+    return folder / "run" / "checkpoint"
+
+
+@pytest.fixture(scope="session")
+def tiny_reward_model(tmp_path_factory, tiny_checkpoint, tiny_snapshot) -> Path:
+    """A reward model from the tiny checkpoint: two steps on the tiny snapshot (a trained classifier, not a good
+    judge: the tests need its identity and its scores, not its taste)."""
+    return train_reward_model(tmp_path_factory.mktemp("reward-model"), tiny_checkpoint, tiny_snapshot, steps=2)

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 ROLLOUT_FIELDS = {
     "rollout_id", "batch", "group_id", "member", "task_id", "prompt", "completion", "completion_token_ids", "logprobs",
     "logprobs_source", "finish_reason", "length", "status", "reward", "components", "component_scores", "reason",
-    "scorer", "advantage", "in_batch", "policy_step", "policy_weights_sha256", "process_index",
+    "scorer", "reward_model_score", "reward_model", "advantage", "in_batch", "policy_step", "policy_weights_sha256",
+    "process_index",
 }
 
 

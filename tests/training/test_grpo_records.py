@@ -49,6 +49,54 @@ def test_recomputed_advantages_match_trls_arithmetic(scale_rewards):
     assert recomputed["0-2-1"] == 0.0 and all(recomputed[f"0-1-{m}"] == 0.0 for m in range(4))
 
 
+def trl_two_function_advantages(verifier: list[list[float | None]], model: list[list[float | None]],
+                                weights: tuple[float, float], aggregation: str) -> list[float]:
+    """TRL's GRPOTrainer._generate_and_score_completions with two reward functions, scale_rewards=group,
+    transcribed line by line onto the same torch calls."""
+    import torch
+    from trl.trainer.utils import nanstd
+
+    size = len(verifier[0])
+    per_func = torch.tensor([[math.nan if v is None else v, math.nan if m is None else m]
+                             for vg, mg in zip(verifier, model, strict=True) for v, m in zip(vg, mg, strict=True)],
+                            dtype=torch.float64)
+    w = torch.tensor(weights, dtype=torch.float64)
+    unscorable = torch.isnan(per_func).all(dim=1)
+    if aggregation == "sum_then_normalize":
+        rewards = (per_func * w.unsqueeze(0)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        mean = torch.nanmean(rewards.view(-1, size), dim=1).repeat_interleave(size)
+        std = nanstd(rewards.view(-1, size), dim=1).repeat_interleave(size)
+        advantages = (rewards - mean) / (std + 1e-4)
+    else:
+        grouped = per_func.view(-1, size, 2)
+        mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+        std_k = nanstd(grouped, dim=1, keepdim=True)
+        reward_k = ((grouped - mean_k) / (std_k + 1e-4)).view(-1, 2)
+        rewards = (reward_k * w.unsqueeze(0)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        advantages = (rewards - torch.nanmean(rewards)) / (nanstd(rewards) + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0).tolist()
+
+
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+@pytest.mark.parametrize("weights", [(1.0, 1.0), (0.0, 1.0), (0.5, 2.0)])
+def test_a_verifier_and_a_reward_model_combine_as_trl_combines_them(aggregation, weights):
+    # Group 0: both functions score; group 1: open tasks (no verifier); group 2: one answer no function scored.
+    verifier = [[1.0, 0.0, 1.0, 0.0], [None, None, None, None], [0.0, 1.0, None, 1.0]]
+    model = [[0.3, -0.2, 0.9, 0.1], [1.5, 0.5, -0.5, 0.5], [0.2, 0.4, None, -0.1]]
+    rows = [{**row, "reward_model_score": score}
+            for row, score in zip(rows_of(verifier), [s for group in model for s in group], strict=True)]
+    recomputed = recompute_advantages(rows, scale_rewards="group", multi_objective_aggregation=aggregation,
+                                      reward_weights=weights)
+    expected = trl_two_function_advantages(verifier, model, weights, aggregation)
+    for row, value in zip(rows, expected, strict=True):
+        assert math.isclose(recomputed[row["rollout_id"]], value, abs_tol=1e-6), (row, value)
+    assert recomputed["0-2-2"] == 0.0  # no function scored it: it teaches nothing
+    # Open tasks carry signal from the reward model alone.
+    assert recomputed["0-1-0"] > 0 > recomputed["0-1-2"]
+
+
 def test_recomputation_does_not_depend_on_row_order():
     rows = rows_of([[1.0, 0.0, 0.5, 0.0], [0.0, 0.1, 0.0, 0.0]]) + rows_of([[1.0, 1.0, 0.0, 0.0]], batch=1)
     forward = recompute_advantages(rows, scale_rewards="batch")

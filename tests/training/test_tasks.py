@@ -116,6 +116,28 @@ def test_reference_solutions_that_fail_their_own_tests_are_rejected_all_at_once(
     assert "written in km, not in m" in errors[3]
     assert "invents 2, 60" in errors[4]
     assert "over the 40-character budget" in errors[5]
-    assert "kind must be one of math, code, missing_info, short_answer, not 'essay'" in errors[6]
+    assert "kind must be one of math, code, missing_info, short_answer, open, not 'essay'" in errors[6]
     # The schema alone does not run anything: the same file passes when solutions are not checked.
     assert len(load_tasks(write_lines(tmp_path / "ok.jsonl", rows[:7] + rows[8:]), check_solutions=False)) == 8
+
+
+def test_open_tasks_have_no_verifier_and_keep_their_worked_solution(tmp_path):
+    from training.task_families import make_tasks, open_tasks
+    from training.verifiers.task_verifier import TaskVerifier
+
+    speed = make_tasks("speed", n=3, seed=1)
+    path = tmp_path / "open.jsonl"
+    write_tasks(path, open_tasks(speed))
+    loaded = load_tasks(path)  # a worked solution is an SFT target: no verifier checks it
+    assert [t["kind"] for t in loaded] == ["open"] * 3
+    assert [t["prompt"] for t in loaded] == [t["prompt"] for t in speed]
+    assert all("answer" not in t and t["meta"]["verifiable_kind"] == "math" for t in loaded)
+    with TaskVerifier() as verifier:
+        result = verifier.verify(loaded[0], speed[0]["solution"])
+    assert result.status == "unverified" and result.reward is None and result.scorer == "none"
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"task_id": "o1", "kind": "open", "prompt": "Explain", "answer": "42"}) + "\n")
+    with pytest.raises(TaskFileError) as refused:
+        load_tasks(bad)
+    assert refused.value.errors == ["line 1: unknown keys for a open task: answer"]

@@ -28,7 +28,8 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
     pairwise_keys: ClassVar[tuple[str, ...]] = (
         "base_checkpoint", "tasks", "output_dir", "dynamic_sampling", "dynamic_sampling_max_rounds",
         "difficulty_filter", "difficulty_samples", "difficulty_min_pass_rate", "difficulty_max_pass_rate",
-        "max_generated_tokens", "verifier_workers", *PairwiseConfigMixin.pairwise_keys[1:])
+        "max_generated_tokens", "verifier_workers", "reward_model", "reward_model_batch_size",
+        *PairwiseConfigMixin.pairwise_keys[1:])
     required_keys: ClassVar[tuple[str, ...]] = ("base_checkpoint", "tasks", "output_dir")
 
     base_checkpoint: str | None = field(default=None, metadata={
@@ -55,6 +56,12 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
                 "null: max_steps / num_train_epochs decide."})
     verifier_workers: int | None = field(default=None, metadata={
         "help": "Processes scoring math answers; null: up to 4."})
+    reward_model: str | None = field(default=None, metadata={
+        "help": "A trained reward model's checkpoint folder (python -m training reward's RUN/checkpoint): a second "
+                "reward function beside the verifier, and the only one for open tasks. TRL's reward_weights then "
+                "takes two weights, [verifier, reward_model]: [0, 1] trains on the reward model alone."})
+    reward_model_batch_size: int = field(default=8, metadata={
+        "help": "Answers the reward model scores per forward pass."})
 
     @classmethod
     def check_values(cls, values: dict, source: str) -> None:
@@ -77,6 +84,16 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
         if not 0.0 <= low < high <= 1.0:
             raise key_error(source, "difficulty_min_pass_rate",
                             f"and difficulty_max_pass_rate must satisfy 0 <= min < max <= 1, got {low} and {high}")
+        if values["reward_model_batch_size"] < 1:
+            raise key_error(source, "reward_model_batch_size",
+                            f"must be at least 1, got {values['reward_model_batch_size']}")
+        functions = ["verifier", "reward_model"] if values["reward_model"] else ["verifier"]
+        weights = values["reward_weights"]
+        if weights is not None and len(weights) != len(functions):
+            raise key_error(source, "reward_weights",
+                            f"has {len(weights)} weights but the run has {len(functions)} reward function"
+                            f"{'s' if len(functions) > 1 else ''} ({', '.join(functions)}); give one weight each, "
+                            "in that order")
         for key in ("max_generated_tokens", "verifier_workers"):
             if values[key] is not None and values[key] < 1:
                 raise key_error(source, key, f"must be at least 1 or null, got {values[key]}")

@@ -1,11 +1,13 @@
 """Where a GRPO run's time and tokens went: ledger.json's figures and the table printed at the end.
 
-Wall time is split into generation (sampling completions), verification (scoring them), update (the
-rest of the training loop: forward and backward passes, the optimizer, reference log-probabilities),
+Wall time is split into generation (sampling completions), verification (scoring them), reward-model
+scoring (when the run has a reward model), update (the rest of the training loop: forward and backward passes, the optimizer, reference log-probabilities),
 loading/switching (loading the model and saving it; pushing weights to vLLM), recording (writing
 rollouts/, Pairwise's own cost) and the difficulty pre-pass when the config asks for one. Counts:
 completions and tokens generated, completion lengths, and the groups whose rewards were all equal (zero
-advantage: nothing to learn).
+advantage: nothing to learn). Per optimizer step: the mean reward, the reward model's mean score, the share the
+verifier calls correct and the mean completion length side by side, so a policy that learns to please a reward
+model by writing longer (reward hacking) shows as length rising with the reward while correctness does not.
 """
 
 import time
@@ -34,6 +36,22 @@ class GroupCounts:
 
 
 @dataclass
+class StepFigures:
+    rewards: list[float] = field(default_factory=list)
+    model_scores: list[float] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+
+    def summary(self, step: int) -> dict:
+        def mean(values) -> float | None:
+            return round(sum(values) / len(values), 4) if values else None
+
+        return {"step": step, "completions": len(self.lengths), "reward": mean(self.rewards),
+                "reward_model": mean(self.model_scores), "correct_share": mean([float(c) for c in self.correct]),
+                "mean_length": mean(self.lengths)}
+
+
+@dataclass
 class Ledger:
     loading_s: float = 0.0
     switching_s: float = 0.0
@@ -47,8 +65,21 @@ class Ledger:
     tokens_generated: int = 0
     max_completion_length: int = 0
     truncated: int = 0
+    reward_model_s: float = 0.0
     groups: GroupCounts = field(default_factory=GroupCounts)
+    steps: dict[int, "StepFigures"] = field(default_factory=dict)
     _loop_started: float | None = None
+
+    def add_step_figures(self, step: int, *, rewards: list[float], model_scores: list[float], correct: list[bool],
+                         lengths: list[int]) -> None:
+        """One generation round's completions, added to the figures of the optimizer step they train
+        (NaN rewards and scores, which no function gave, are left out of the means; `correct` has one flag per
+        completion a verifier checked, none for open tasks)."""
+        figures = self.steps.setdefault(step, StepFigures())
+        figures.rewards += [r for r in rewards if r == r]
+        figures.model_scores += [s for s in model_scores if s == s]
+        figures.correct += correct
+        figures.lengths += lengths
 
     def count_completions(self, lengths: list[int], truncated: int) -> None:
         self.completions += len(lengths)
@@ -58,8 +89,8 @@ class Ledger:
 
     @property
     def update_s(self) -> float:
-        return max(0.0, self.train_loop_s - self.generation_s - self.verification_s - self.switching_s
-                   - self.recording_s)
+        return max(0.0, self.train_loop_s - self.generation_s - self.verification_s - self.reward_model_s
+                   - self.switching_s - self.recording_s)
 
     def loop_started(self) -> None:
         self._loop_started = time.perf_counter()
@@ -75,6 +106,7 @@ class Ledger:
             "time_s": {
                 "generation": round(self.generation_s, 2),
                 "verification": round(self.verification_s, 2),
+                "reward_model": round(self.reward_model_s, 2),
                 "update": round(self.update_s, 2),
                 "loading_switching": round(self.loading_s + self.switching_s, 2),
                 "loading": round(self.loading_s, 2),
@@ -93,6 +125,7 @@ class Ledger:
             "truncated_share": round(self.truncated / self.completions, 4) if self.completions else None,
             "groups": {**asdict(self.groups), "zero_variance_share": self.groups.zero_variance_share},
             "gpu_hours": round(wall_s * gpus / 3600, 4) if gpus else None,
+            "by_step": [figures.summary(step) for step, figures in sorted(self.steps.items())],
         }
 
 
@@ -102,9 +135,10 @@ def format_ledger(summary: dict) -> str:
     wall = time_s["wall"] or 1.0
     lines = [f"{'where the time went':<28}{'seconds':>10}{'share':>8}"]
     for label, key in (("generation", "generation"), ("verification", "verification"),
+                       ("reward-model scoring", "reward_model"),
                        ("update (fwd/bwd/optimizer)", "update"), ("loading / switching", "loading_switching"),
                        ("recording rollouts", "recording"), ("difficulty pre-pass", "difficulty_prepass")):
-        if key == "difficulty_prepass" and not time_s.get(key):
+        if key in ("difficulty_prepass", "reward_model") and not time_s.get(key):
             continue
         lines.append(f"{label:<28}{time_s[key]:>10.1f}{time_s[key] / wall:>8.1%}")
     lines.append(f"{'wall':<28}{time_s['wall']:>10.1f}")
@@ -122,4 +156,26 @@ def format_ledger(summary: dict) -> str:
         f"{groups['refill_rounds']} extra rounds ({groups['surplus']} surplus groups left out)",
         f"GPU-hours {summary['gpu_hours'] if summary['gpu_hours'] is not None else '- (no GPU used)'}",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + format_steps(summary.get("by_step") or []))
+
+
+SHOWN_STEPS = 12
+
+
+def format_steps(by_step: list[dict]) -> list[str]:
+    """Reward, reward-model score, correct share and length per step (at most SHOWN_STEPS rows, evenly spread, the
+    first and last always among them)."""
+    if not by_step:
+        return []
+    if len(by_step) > SHOWN_STEPS:
+        last = len(by_step) - 1
+        by_step = [by_step[round(i * last / (SHOWN_STEPS - 1))] for i in range(SHOWN_STEPS)]
+
+    def cell(value, digits: int = 3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    lines = ["", f"{'step':>6}{'reward':>9}{'reward model':>14}{'correct':>9}{'mean length':>13}"]
+    for row in by_step:
+        lines.append(f"{row['step']:>6}{cell(row['reward']):>9}{cell(row['reward_model']):>14}"
+                     f"{cell(row['correct_share']):>9}{cell(row['mean_length'], 1):>13}")
+    return lines

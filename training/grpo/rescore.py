@@ -1,4 +1,4 @@
-"""`python -m training rescore --run DIR --scorer VERSION`: score a run's saved completions again.
+"""`python -m training rescore --run DIR --scorer VERSION | --reward-model CKPT`: score a run's saved completions again.
 
 A changed exam is not a better model: when the scorer changes, old and new figures must not be mixed up.
 Rescoring reads rollouts/ and the run's own copy of its tasks (tasks.jsonl), scores every completion
@@ -10,6 +10,11 @@ whose scores are already stored is refused rather than overwritten. run.json lis
 a scorer name or its leading part (`math@1`, `code@1`; several separated by commas), or a YAML file of
 math scorer settings (training.verifiers.math_verifier.MathScorerConfig: weights, tolerances), which
 gives the math scorer a version of its own (`...+config-<digest>`).
+
+`--reward-model` scores every completion with another reward model instead (a fixed or retrained one), into
+`rescored/reward_model@sha256_<hash>.parquet`, one row per rollout with the new score next to the score the
+run recorded (and the reward model that gave it, if any); figures: the mean of each, their Pearson correlation
+and how often both pick the same best answer of a group.
 """
 
 import json
@@ -76,20 +81,12 @@ def rescore_run(*, run: str | Path, scorer: str, workers: int | None = None) -> 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from training.grpo.rollouts import read_rollouts
-    from training.run_folder import RunFolder, utc_now, write_json_atomic
+    from training.run_folder import utc_now, write_json_atomic
     from training.tasks import TaskFileError, load_tasks
     from training.verifiers.sandbox import SandboxUnavailable
     from training.verifiers.task_verifier import TaskVerifier
 
-    folder = RunFolder(run)
-    record = folder.read_record()
-    if record is None or record.get("kind") != "grpo":
-        raise PairwiseInputError(f"--run {folder.path} is not a GRPO run folder (no run.json of kind grpo); give "
-                                 "the output_dir of a python -m training grpo run")
-    table = read_rollouts(folder.path)
-    if table.num_rows == 0:
-        raise PairwiseInputError(f"--run {folder.path} has no rollouts to rescore (rollouts/ is empty)")
+    folder, record, table = _rescorable_run(run)
     try:
         tasks = {task["task_id"]: task for task in load_tasks(folder.path / "tasks.jsonl")}
     except TaskFileError as error:
@@ -174,8 +171,124 @@ def format_rescore(comparison: dict) -> str:
     return "\n".join(lines)
 
 
+def rescore_with_reward_model(*, run: str | Path, reward_model: str, batch_size: int = 8) -> dict:
+    """Score every rollout of `run` with `reward_model`; write rescored/<identity>.parquet; return the comparison."""
+    import statistics
+    from collections import defaultdict
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from training.reward_model_scorer import RewardModelScorer
+    from training.run_folder import (
+        check_reward_model_checkpoint,
+        checkpoint_content_hash,
+        utc_now,
+        write_json_atomic,
+    )
+    from training.tasks import TaskFileError, load_tasks
+
+    folder, record, table = _rescorable_run(run)
+    try:
+        tasks = {task["task_id"]: task for task in load_tasks(folder.path / "tasks.jsonl", check_solutions=False)}
+    except TaskFileError as error:
+        raise PairwiseInputError(f"the run's task copy {error.listing}") from None
+    check_reward_model_checkpoint(reward_model, key="--reward-model")
+    identity = f"reward_model@{checkpoint_content_hash(reward_model)}"
+    target = folder.path / RESCORED_DIR / f"{_slug([identity])}.parquet"
+    if target.exists():
+        raise PairwiseInputError(f"{target} already holds this run's scores under {identity[:36]}...; rescoring never "
+                                 "overwrites stored scores (remove that file to score again)")
+    rows = table.select(["rollout_id", "group_id", "task_id", "completion", "reward_model_score",
+                         "reward_model"]).to_pylist()
+    missing = sorted({row["task_id"] for row in rows} - set(tasks))
+    if missing:
+        raise PairwiseInputError(f"{folder.path}/tasks.jsonl lacks tasks {missing[:3]} that rollouts refer to")
+    scorer = RewardModelScorer(reward_model, batch_size=batch_size, key="--reward-model")
+    prompts = [tasks[row["task_id"]]["prompt"] for row in rows]
+    # The policy saw plain prompts as chat messages when its tokenizer had a chat template (training.grpo.run).
+    chat = scorer.tokenizer.chat_template is not None
+    prompts = [[{"role": "user", "content": p}] if chat and isinstance(p, str) else p for p in prompts]
+    scorer.check_prompts(prompts, where=f"{folder.path}/tasks.jsonl")
+    scores = scorer.score(prompts, [row["completion"] for row in rows])
+
+    new_rows = [{"rollout_id": row["rollout_id"], "task_id": row["task_id"], "reward_model_score": score,
+                 "reward_model": identity, "original_reward_model_score": row["reward_model_score"],
+                 "original_reward_model": row["reward_model"]} for row, score in zip(rows, scores, strict=True)]
+    schema = pa.schema([("rollout_id", pa.string()), ("task_id", pa.string()), ("reward_model_score", pa.float64()),
+                        ("reward_model", pa.string()), ("original_reward_model_score", pa.float64()),
+                        ("original_reward_model", pa.string())])
+    target.parent.mkdir(exist_ok=True)
+    tmp = target.with_name(f".{target.name}.part")
+    pq.write_table(pa.Table.from_pylist(new_rows, schema=schema), tmp)
+    tmp.replace(target)
+
+    paired = [(row["reward_model_score"], score) for row, score in zip(rows, scores, strict=True)
+              if row["reward_model_score"] is not None]
+    try:
+        pearson = round(statistics.correlation(*zip(*paired, strict=True)), 4) if len(paired) >= 2 else None
+    except statistics.StatisticsError:  # every score the same on one side
+        pearson = None
+    groups: dict[str, list[tuple[float | None, float]]] = defaultdict(list)
+    for row, score in zip(rows, scores, strict=True):
+        groups[row["group_id"]].append((row["reward_model_score"], score))
+    comparable = [members for members in groups.values() if all(old is not None for old, _ in members)]
+    same_best = sum(max(range(len(m)), key=lambda i: m[i][0]) == max(range(len(m)), key=lambda i: m[i][1])
+                    for m in comparable)
+    originals = [old for old, _ in paired]
+    comparison = {
+        "original": {"reward_models": sorted({r["reward_model"] for r in rows if r["reward_model"]}),
+                     "completions": len(originals),
+                     "mean_score": round(statistics.fmean(originals), 4) if originals else None},
+        "rescored": {"reward_models": [identity], "completions": len(scores),
+                     "mean_score": round(statistics.fmean(scores), 4)},
+        "pearson": pearson,
+        "same_best_answer": {"groups": len(comparable), "same": same_best},
+        "file": str(target.relative_to(folder.path)),
+        "at": utc_now(),
+    }
+    record.setdefault("rescores", []).append(comparison)
+    write_json_atomic(folder.run_json, record)
+    return comparison
+
+
+def format_reward_model_rescore(comparison: dict) -> str:
+    def mean(value) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    lines = [f"{'scores':<10}{'completions':>12}{'mean score':>12}  reward model"]
+    for label in ("original", "rescored"):
+        block = comparison[label]
+        models = ", ".join(m[:36] + "..." for m in block["reward_models"]) or "none (the run had no reward model)"
+        lines.append(f"{label:<10}{block['completions']:>12}{mean(block['mean_score']):>12}  {models}")
+    best = comparison["same_best_answer"]
+    lines.append(f"Pearson r between the two: {mean(comparison['pearson'])}; same best answer in {best['same']} of "
+                 f"{best['groups']} groups; new scores in {comparison['file']} (the original rollouts are unchanged)")
+    return "\n".join(lines)
+
+
+def _rescorable_run(run: str | Path):
+    """The run folder, its record and its rollouts, or PairwiseInputError saying why they cannot be rescored."""
+    from training.grpo.rollouts import read_rollouts
+    from training.run_folder import RunFolder
+
+    folder = RunFolder(run)
+    record = folder.read_record()
+    if record is None or record.get("kind") != "grpo":
+        raise PairwiseInputError(f"--run {folder.path} is not a GRPO run folder (no run.json of kind grpo); give "
+                                 "the output_dir of a python -m training grpo run")
+    table = read_rollouts(folder.path)
+    if table.num_rows == 0:
+        raise PairwiseInputError(f"--run {folder.path} has no rollouts to rescore (rollouts/ is empty)")
+    return folder, record, table
+
+
 def rescore_main(args) -> int:
-    """`python -m training rescore --run DIR --scorer VERSION`."""
+    """`python -m training rescore --run DIR --scorer VERSION | --reward-model CKPT`."""
+    if args.reward_model:
+        print(format_reward_model_rescore(rescore_with_reward_model(run=args.run, reward_model=args.reward_model)))
+        sys.stdout.flush()
+        return 0
     comparison = rescore_run(run=args.run, scorer=args.scorer)
     print(format_rescore(comparison))
     sys.stdout.flush()

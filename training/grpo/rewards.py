@@ -1,4 +1,5 @@
-"""The GRPO reward: training.verifiers' total reward per completion, with each component kept and logged.
+"""The GRPO rewards: training.verifiers' total reward per completion, with each component kept and logged, and,
+with a `reward_model`, a trained reward model's score beside it (TRL's reward_funcs, mixed by its reward_weights).
 
 TRL gets one reward function (the verifier's own weighted total, so a task without a unit is not
 penalised for a unit component it does not have). Its components (math: answer, unit, format; code:
@@ -71,3 +72,27 @@ class VerifierComponentsReward:
 
     def close(self) -> None:
         self._verifier_reward.close()
+
+
+class RewardModelReward:
+    """TRL reward function: a trained reward model's score of each completion to its prompt
+    (training.reward_model_scorer, the prompt in the form the policy saw it: chat messages or text).
+
+    `last` holds the last call's scores, aligned with its completions; `identity` is `reward_model@sha256:...`,
+    recorded in every rollout beside the verifier's scorer version; `seconds` adds up the scoring time."""
+
+    __name__ = "pairwise_reward_model"
+
+    def __init__(self, scorer):
+        self.scorer = scorer
+        self.identity = scorer.identity
+        self.last: list[float] = []
+
+    @property
+    def seconds(self) -> float:
+        return self.scorer.seconds
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, *, log_metric=None, **_):
+        scores = self.scorer.score(list(prompts), [completion_text(c) for c in completions])
+        self.last = scores
+        return scores

@@ -40,7 +40,9 @@ def rollout_schema():
         pa.field("components", pa.string(), nullable=False),     # the verifier's components, as JSON
         pa.field("component_scores", pa.map_(pa.string(), pa.float64()), nullable=False),
         pa.field("reason", pa.string(), nullable=False),
-        pa.field("scorer", pa.string(), nullable=False),         # name@version of the verifier
+        pa.field("scorer", pa.string(), nullable=False),         # name@version of the verifier ("none": open task)
+        pa.field("reward_model_score", pa.float64()),            # the reward model's score; null without one
+        pa.field("reward_model", pa.string()),                   # reward_model@sha256:... of the model that scored it
         pa.field("advantage", pa.float64(), nullable=False),
         pa.field("in_batch", pa.bool_(), nullable=False),        # false: dropped by dynamic sampling, not trained on
         pa.field("policy_step", pa.int64(), nullable=False),     # optimizer steps taken when it was generated
@@ -99,17 +101,29 @@ def _nanstd(values: list[float]) -> float:
     return math.sqrt(sum((v - mean) ** 2 for v in present) / (len(present) - 1))
 
 
-def recompute_advantages(rows: list[dict], *, scale_rewards: str, multi_objective_aggregation: str = "sum_then_normalize",
-                         reward_weight: float = 1.0) -> dict[str, float]:
-    """rollout_id -> advantage, from each row's reward and the rows of its group (or batch).
+def _row_rewards(row: dict, functions: int) -> list[float]:
+    """A row's reward per reward function, NaN where it gave none: the verifier's, then the reward model's."""
+    values = [row["reward"], row.get("reward_model_score")][:functions]
+    return [math.nan if value is None else float(value) for value in values]
 
-    The same arithmetic as TRL's GRPOTrainer with one reward function: group mean baseline; divided by the
-    group's (scale_rewards=group) or the batch's (=batch) standard deviation plus 1e-4, or not divided
-    (=none); a completion the verifier could not score (reward null) gets advantage 0 and is left out of
-    the baseline.
+
+def recompute_advantages(rows: list[dict], *, scale_rewards: str, multi_objective_aggregation: str = "sum_then_normalize",
+                         reward_weights: tuple[float, ...] = (1.0,)) -> dict[str, float]:
+    """rollout_id -> advantage, from each row's rewards and the rows of its group (or batch).
+
+    The same arithmetic as TRL's GRPOTrainer: `reward_weights` has one weight per reward function, the verifier's
+    reward first and the reward model's score second (when the run had one). sum_then_normalize: the weighted sum
+    (NaN sums ignored; a row where every function gave None is left out) minus the group mean, divided by the group's
+    (scale_rewards=group) or the batch's (=batch) standard deviation plus 1e-4, or not divided (=none).
+    normalize_then_sum: each function normalised within its group, weighted and summed, then normalised over the
+    batch. A completion no function could score gets advantage 0.
     """
-    def reward_of(row: dict) -> float:
-        return math.nan if row["reward"] is None else float(row["reward"]) * reward_weight
+    functions = len(reward_weights)
+
+    def weighted_sum(values: list[float]) -> float:
+        if all(math.isnan(v) for v in values):
+            return math.nan
+        return sum(w * v for w, v in zip(reward_weights, values, strict=True) if not math.isnan(v))
 
     groups: dict[str, list[dict]] = defaultdict(list)
     batches: dict[int, list[dict]] = defaultdict(list)
@@ -118,20 +132,31 @@ def recompute_advantages(rows: list[dict], *, scale_rewards: str, multi_objectiv
         batches[row["batch"]].append(row)
     advantages: dict[str, float] = {}
     if multi_objective_aggregation == "normalize_then_sum":
-        # Per group: (r - mean) / (std + eps); then across the batch: (x - mean) / (std + eps).
-        normalised: dict[str, float] = {}
+        # Per group and function: (r - mean) / (std + eps); weighted sum; then over the batch: (x - mean) / (std + eps).
+        summed: dict[str, float] = {}
         for members in groups.values():
-            values = [reward_of(r) for r in members]
-            mean, std = _nanmean(values), _nanstd(values)
-            for row, value in zip(members, values, strict=True):
-                normalised[row["rollout_id"]] = (value - mean) / (std + STD_EPSILON)
+            per_function = [[_row_rewards(r, functions)[k] for r in members] for k in range(functions)]
+            normalised = []
+            for values in per_function:
+                mean, std = _nanmean(values), _nanstd(values)
+                normalised.append([(v - mean) / (std + STD_EPSILON) for v in values])
+            for index, row in enumerate(members):
+                raw = _row_rewards(row, functions)
+                if all(math.isnan(v) for v in raw):
+                    summed[row["rollout_id"]] = math.nan
+                else:
+                    summed[row["rollout_id"]] = weighted_sum([column[index] for column in normalised])
         for members in batches.values():
-            values = [normalised[r["rollout_id"]] for r in members]
+            values = [summed[r["rollout_id"]] for r in members]
             mean, std = _nanmean(values), _nanstd(values)
             for row, value in zip(members, values, strict=True):
                 advantage = (value - mean) / (std + STD_EPSILON)
                 advantages[row["rollout_id"]] = 0.0 if math.isnan(advantage) else advantage
         return advantages
+
+    def reward_of(row: dict) -> float:
+        return weighted_sum(_row_rewards(row, functions))
+
     for members in groups.values():
         values = [reward_of(r) for r in members]
         mean = _nanmean(values)

@@ -1,9 +1,11 @@
 """`python -m training grpo --config FILE.yaml`: GRPO on verifiable tasks, from a base checkpoint, into a run folder.
 
-The recipe: read and check the config, the base checkpoint and the task file before anything is written
-(bad input leaves no run folder); optionally keep only the tasks the base checkpoint solves sometimes
-(the difficulty pre-pass); then TRL's GRPOTrainer (training/grpo/trainer.py) with training.verifiers as
-the reward; then the lineage (run.json, ledger.json, checkpoint/parent.json), with every completion in
+The recipe: read and check the config, the base checkpoint, the task file and the reward model (if any)
+before anything is written (bad input leaves no run folder); optionally keep only the tasks the base checkpoint
+solves sometimes (the difficulty pre-pass); then TRL's GRPOTrainer (training/grpo/trainer.py) with
+training.verifiers as the reward, and with a `reward_model` that model's score as a second reward function
+(TRL's reward_weights mix the two; open tasks have no verifier and are scored by the reward model alone); then
+the lineage (run.json, ledger.json, checkpoint/parent.json), with every completion in
 rollouts/ and the ledger printed as a table.
 
 Generation: transformers' generate, or TRL's vLLM modes when `use_vllm: true` (colocate, or server with
@@ -71,7 +73,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
 
     from training.grpo.difficulty import band_summary, check_sandbox_for_code, keep_in_band, pass_rates
     from training.grpo.ledger import Ledger
-    from training.grpo.rewards import VerifierComponentsReward
+    from training.grpo.rewards import RewardModelReward, VerifierComponentsReward
     from training.grpo.rollouts import ROLLOUT_FORMAT, next_batch_number
     from training.grpo.trainer import PairwiseGRPOTrainer
     from training.run_folder import RunFolder, check_causal_lm_checkpoint, checkpoint_content_hash
@@ -86,7 +88,8 @@ def run_grpo(config: GRPORunConfig) -> dict:
     all_tasks = load_tasks(config.tasks)
     check_sandbox_for_code(all_tasks, config.tasks)
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
-    _dataset_rows(all_tasks, tokenizer, base_path)  # refuses chat prompts without a chat template, before the pre-pass
+    checked_rows = _dataset_rows(all_tasks, tokenizer, base_path)  # refuses chat prompts without a chat template
+    scorer = _reward_model_scorer(config, all_tasks, checked_rows)
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     is_main = is_main_process()
@@ -130,17 +133,20 @@ def run_grpo(config: GRPORunConfig) -> dict:
             tasks_hash=tasks_hash,
             rollouts={"path": "rollouts", "format": ROLLOUT_FORMAT},
             scorers={},
+            reward_model=_reward_model_record(scorer),
+            reward_functions=_reward_functions(config),
             **({"difficulty_filter": difficulty} if fresh else {}),
         )
         if fresh:
             write_tasks(run.path / "tasks.jsonl", tasks)
     ledger = Ledger(prepass_s=difficulty["wall_s"] if difficulty else 0.0)
     reward = VerifierComponentsReward(tasks, workers=config.verifier_workers)
+    model_reward = RewardModelReward(scorer) if scorer is not None else None
     try:
         with trainer_setup(run, config, recipe="GRPO", fresh=fresh, is_main=is_main):
             trainer = PairwiseGRPOTrainer(
                 model=str(base_path),
-                reward_funcs=[reward],
+                reward_funcs=[reward] if model_reward is None else [reward, model_reward],
                 args=trainer_arguments(config, run),
                 train_dataset=Dataset.from_list(rows),
                 processing_class=tokenizer,
@@ -154,6 +160,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
                 dynamic_sampling=config.dynamic_sampling,
                 dynamic_sampling_max_rounds=config.dynamic_sampling_max_rounds,
                 append_metrics=run.append_metrics if is_main else None,
+                reward_model_reward=model_reward,
             )
     except BaseException:
         reward.close()
@@ -166,13 +173,15 @@ def run_grpo(config: GRPORunConfig) -> dict:
             trainer.flush_rollouts()
             reward.close()
         ledger.verification_s = reward.seconds
+        ledger.reward_model_s = model_reward.seconds if model_reward is not None else 0.0
         saving = time.perf_counter()
         save_checkpoint(trainer, config, run, tokenizer)
         trainer.accelerator.wait_for_everyone()
         ledger.loading_s += time.perf_counter() - saving
         if not is_main:
             return {}
-        out_hash = record_lineage(run, kind="grpo", base_path=base_path, base_hash=base_hash, snapshot_id=None)
+        out_hash = record_lineage(run, kind="grpo", base_path=base_path, base_hash=base_hash, snapshot_id=None,
+                                  reward_model=_parent_reward_model(scorer))
         wall_s = time.perf_counter() - started
         gpus = trainer.accelerator.num_processes if torch.cuda.is_available() and not config.use_cpu else 0
         summary = ledger.summary(wall_s=wall_s, gpus=gpus, steps=trainer.state.global_step)
@@ -180,6 +189,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
             "inputs": [
                 {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
                 {"kind": "tasks", "path": str(Path(config.tasks).resolve()), "sha256": tasks_hash},
+                *([{"kind": "reward_model", **_reward_model_record(scorer)}] if scorer is not None else []),
             ],
             "outputs": [{"kind": "checkpoint", "path": "checkpoint", "content_hash": out_hash},
                         {"kind": "rollouts", "path": "rollouts", "format": ROLLOUT_FORMAT}],
@@ -198,11 +208,66 @@ def run_grpo(config: GRPORunConfig) -> dict:
                                 results={"ledger": summary})
 
 
+def _reward_functions(config: GRPORunConfig) -> list[dict]:
+    """The reward functions TRL combines, in order, with their weights (TRL's reward_weights, 1 each by default)."""
+    names = ["verifier", "reward_model"] if config.reward_model else ["verifier"]
+    weights = config.reward_weights or [1.0] * len(names)
+    return [{"name": name, "weight": float(weight)} for name, weight in zip(names, weights, strict=True)]
+
+
+def _reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[dict]):
+    """The reward model, loaded and checked against every prompt before the run folder exists; or None. Open tasks
+    need one: without it nothing would score them."""
+    from training.tasks import OPEN
+
+    open_tasks = [task["task_id"] for task in tasks if task["kind"] == OPEN]
+    if config.reward_model is None:
+        if open_tasks:
+            raise PairwiseInputError(f"tasks {config.tasks} holds {len(open_tasks)} open tasks (first "
+                                     f"{open_tasks[0]!r}), which no verifier scores; set reward_model to a trained "
+                                     "reward model's checkpoint, or use tasks with a verifier")
+        return None
+    from training.reward_model_scorer import RewardModelScorer
+
+    weights = _reward_functions(config)
+    if open_tasks and weights[1]["weight"] == 0:
+        raise PairwiseInputError(f"reward_weights gives the reward model weight 0, but tasks {config.tasks} holds open "
+                                 "tasks that only the reward model scores; give it a weight above 0")
+    scorer = RewardModelScorer(config.reward_model, batch_size=config.reward_model_batch_size)
+    scorer.check_prompts([row["prompt"] for row in rows], where=f"tasks {config.tasks}")
+    return scorer
+
+
+def _reward_model_record(scorer) -> dict | None:
+    """run.json's reward_model: which model scored the completions (null without one)."""
+    if scorer is None:
+        return None
+    return {"path": str(scorer.path.resolve()), "content_hash": scorer.content_hash, "identity": scorer.identity,
+            "max_length": scorer.max_length}
+
+
+def _parent_reward_model(scorer) -> dict | None:
+    """parent.json's reward_model: the reward model's folder and content hash, and the snapshot it learned from
+    (its own parent.json), so the lineage reads snapshot -> reward model -> GRPO run -> checkpoint."""
+    if scorer is None:
+        return None
+    import json
+
+    try:
+        snapshot_id = json.loads((scorer.path / "parent.json").read_text()).get("snapshot_id")
+    except (OSError, ValueError, AttributeError):
+        snapshot_id = None
+    return {"path": str(scorer.path.resolve()), "content_hash": scorer.content_hash, "snapshot_id": snapshot_id}
+
+
 def _scorers_seen(run_path: Path) -> set[str]:
     from training.grpo.rollouts import read_rollouts
 
     table = read_rollouts(run_path)
-    return set(table.column("scorer").to_pylist()) if table.num_rows else set()
+    if not table.num_rows:
+        return set()
+    seen = set(table.column("scorer").to_pylist()) | set(table.column("reward_model").to_pylist())
+    return seen - {None, "none"}
 
 
 def grpo_main(args) -> int:

@@ -31,10 +31,10 @@ from trl import GRPOTrainer
 
 from training.errors import PairwiseInputError
 from training.grpo.ledger import GroupCounts, Ledger
-from training.grpo.rewards import VerifierComponentsReward, component_scores
+from training.grpo.rewards import RewardModelReward, VerifierComponentsReward, component_scores
 from training.grpo.rollouts import prompt_text, write_batch
 from training.trl_setup import is_zero3
-from training.verifiers.results import CORRECT
+from training.verifiers.results import CORRECT, UNVERIFIED
 
 # The overrides below replace private methods of GRPOTrainer (`_generate`, `_generate_and_score_completions`),
 # whose signatures and return values change between TRL releases without notice: they were written and tested
@@ -92,10 +92,12 @@ class PairwiseGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args, pairwise_reward: VerifierComponentsReward, rollouts_dir: Path, ledger: Ledger,
                  task_prompts: dict[str, object], first_batch: int = 0, dynamic_sampling: bool = False,
-                 dynamic_sampling_max_rounds: int = 4, append_metrics=None, **kwargs):
+                 dynamic_sampling_max_rounds: int = 4, append_metrics=None,
+                 reward_model_reward: RewardModelReward | None = None, **kwargs):
         started = time.perf_counter()
         super().__init__(*args, **kwargs)
         self.pairwise_reward = pairwise_reward
+        self.reward_model_reward = reward_model_reward
         self.rollouts_dir = Path(rollouts_dir)
         self.ledger = ledger
         self.ledger.loading_s += time.perf_counter() - started
@@ -182,20 +184,26 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         truncated = [not ids or ids[-1] not in eos_and_pad for ids in completion_ids]
         rewards = [math.nan if r is None else float(r) for r in scored.rewards]
-        local = torch.tensor([[reward, float(result.status == CORRECT), len(ids), float(cut)]
-                              for reward, result, ids, cut in zip(rewards, scored.results, completion_ids, truncated,
-                                                                   strict=True)],
+        model_scores = (list(self.reward_model_reward.last) if self.reward_model_reward is not None
+                        else [math.nan] * len(rewards))
+        local = torch.tensor([[reward, float(result.status == CORRECT), len(ids), float(cut), score,
+                               float(result.status != UNVERIFIED)]
+                              for reward, result, ids, cut, score in zip(rewards, scored.results, completion_ids,
+                                                                          truncated, model_scores, strict=True)],
                              dtype=torch.float64, device=self.accelerator.device)
         everything = self.accelerator.gather(local).cpu()
         self.ledger.count_completions([int(x) for x in everything[:, 2].tolist()], int(everything[:, 3].sum().item()))
 
+        self.ledger.add_step_figures(self.state.global_step + 1,
+                                     rewards=self._total_rewards(everything[:, 0], everything[:, 4]).tolist(),
+                                     model_scores=everything[:, 4].tolist(),
+                                     correct=[bool(x) for x, verified in everything[:, [1, 5]].tolist() if verified],
+                                     lengths=[int(x) for x in everything[:, 2].tolist()])
         counts = GroupCounts()
         teaches_global = []
         for start in range(0, everything.shape[0], group_size):
             group = everything[start : start + group_size]
-            scorable = group[:, 0][~torch.isnan(group[:, 0])]
-            # All equal (or fewer than two scorable answers): every advantage in the group is zero.
-            teaches = scorable.numel() >= 2 and not torch.allclose(scorable, scorable[0].expand_as(scorable))
+            teaches = self._group_teaches(group[:, 0], group[:, 4])
             teaches_global.append(teaches)
             counts.groups += 1
             if not teaches:
@@ -244,6 +252,8 @@ class PairwiseGRPOTrainer(GRPOTrainer):
                 "component_scores": component_scores(result.components),
                 "reason": result.reason,
                 "scorer": result.scorer,
+                "reward_model_score": None if math.isnan(model_scores[i]) else model_scores[i],
+                "reward_model": self.reward_model_reward.identity if self.reward_model_reward is not None else None,
                 "advantage": float(advantages[i]),
                 "in_batch": True,
                 "policy_step": self.state.global_step,
@@ -263,6 +273,31 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         self._write_if_complete(batch)
         self.ledger.recording_s += time.perf_counter() - started
         return _Round(output=output, batch=batch, teaches=teaches_local, counts=counts)
+
+    def _group_teaches(self, verifier: torch.Tensor, reward_model: torch.Tensor) -> bool:
+        """Whether a group's advantages are not all zero, as TRL computes them from its reward functions: under
+        sum_then_normalize the weighted sum (NaN where every function gave None) must differ within the group;
+        under normalize_then_sum any function with a non-zero weight must."""
+        weights = self.reward_weights.tolist()
+        columns = [verifier, reward_model][: len(weights)]
+
+        def varies(values: torch.Tensor) -> bool:
+            scorable = values[~torch.isnan(values)]
+            # All equal (or fewer than two scorable answers): every advantage from these values is zero.
+            return scorable.numel() >= 2 and not torch.allclose(scorable, scorable[0].expand_as(scorable))
+
+        if self.multi_objective_aggregation == "normalize_then_sum":
+            return any(weight != 0 and varies(column) for weight, column in zip(weights, columns, strict=True))
+        return varies(self._total_rewards(verifier, reward_model))
+
+    def _total_rewards(self, verifier: torch.Tensor, reward_model: torch.Tensor) -> torch.Tensor:
+        """The reward TRL logs per completion: its reward functions' outputs weighted and summed, None (NaN) left out;
+        NaN where every function gave None."""
+        weights = self.reward_weights.tolist()
+        stacked = torch.stack([verifier] if len(weights) == 1 else [verifier, reward_model], dim=1)
+        total = torch.nansum(stacked * torch.tensor(weights, dtype=stacked.dtype), dim=1)
+        total[torch.isnan(stacked).all(dim=1)] = math.nan
+        return total
 
     # --- dynamic sampling -----------------------------------------------------------------------------------
 

@@ -1,11 +1,12 @@
 """One entry point for every task kind: routes math tasks to MathVerifier and code to CodeVerifier;
-missing_info and short_answer tasks are scored in this process (see their modules)."""
+missing_info and short_answer tasks are scored in this process (see their modules); open tasks have no
+verifier and come back unverified, with no reward."""
 
 from __future__ import annotations
 
 from training.verifiers.length import score_short_answer
 from training.verifiers.missing_info import score_missing_info
-from training.verifiers.results import VerificationResult, error_result
+from training.verifiers.results import VerificationResult, error_result, unverified_result
 from training.verifiers.unit_exact import require_exact_unit
 
 # Kinds whose scoring is bounded regular-expression work, run here without a worker pool.
@@ -51,6 +52,8 @@ class TaskVerifier:
                 by_kind[kind].append(index)
             elif kind in IN_PROCESS_SCORERS:
                 results[index] = IN_PROCESS_SCORERS[kind](task, completion)
+            elif kind == "open":
+                results[index] = unverified_result(task.get("task_id", ""))
             else:
                 results[index] = error_result(task.get("task_id", ""), "none", f"unknown task kind {kind!r}")
         for kind, indices in by_kind.items():

@@ -1,0 +1,253 @@
+"""Can people's preferences stand in for a verifier? Preferences -> reward model -> GRPO -> held-out verifier success.
+
+The whole loop on CPU where the truth is known. For each seed, from the parent of bench/grpo_learning.py (the
+tiny SFT checkpoint taught a classic wrong method on four in five speed problems):
+
+1. Preferences as reviewers produce them: the parent answers held-in speed problems (training variant), 4 samples
+   each at temperature 1; for each problem where it wrote both a correct and an incorrect answer (the verifier
+   stands in for a careful reviewer), one pair, the correct answer chosen. Problems where it wrote only one kind
+   are left out, so every pair compares two of the model's own answers, as reviewers see them. The pairs become a
+   snapshot (conversational rows, 90% train / 10% test by problem), as the app exports.
+2. A reward model: `python -m training reward` from the parent on that snapshot; its test accuracy (chosen above
+   rejected) with a Wilson interval, and the share of its reward that follows length.
+3. GRPO from the same parent with the reward model as its only reward: `python -m training grpo` with
+   bench/grpo_learning.py's recipe on the same 400 training problems written as open tasks (no verifier exists
+   during training; the verifier never runs).
+4. Parent and child on the same 100 held-out speed problems (new numbers, new wording), scored by the verifier as
+   bench/grpo_learning.py scores them, beside the verifier-trained child of bench/grpo_learning.py on the same
+   parent (from bench/results/grpo_learning.json, when that run used the same parents).
+
+Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the child >= parent + 10 held-out points
+in every seed.
+
+    python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N]
+
+Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
+"""
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from grpo_learning import (
+    PARENT_RECIPE,
+    RECIPE,
+    REPO,
+    TRAIN_TASKS,
+    add_parent_options,
+    evaluate,
+    parent_checkpoint,
+    run_training,
+    write_results,
+    write_tasks,
+)
+
+RESULTS = REPO / "bench" / "results" / "reward_learning.json"
+VERIFIER_RESULTS = REPO / "bench" / "results" / "grpo_learning.json"
+TARGET_GAIN_POINTS = 10.0
+TARGET_REWARD_ACCURACY = 0.85
+REWARD_CPU_MINUTES_LIMIT = 10.0
+PREFERENCE_PROBLEMS = 800   # held-in problems the parent answers to make pairs
+PREFERENCE_SAMPLES = 4
+TEST_SHARE = 0.1
+# The reward model's recipe (TRL's RewardConfig names): the parent's body with a new score head.
+REWARD_RECIPE = {
+    "learning_rate": 1e-4,
+    "lr_scheduler_type": "constant",
+    "num_train_epochs": 2,
+    "per_device_train_batch_size": 16,
+    "per_device_eval_batch_size": 32,
+    "max_length": 256,
+    "logging_steps": 10,
+    "save_strategy": "no",
+    "use_cpu": True,
+    "report_to": ["none"],
+}
+
+
+def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> dict:
+    """Pairs of the parent's own answers (one correct, one wrong, by the verifier) as a snapshot; returns counts."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.snapshot import SnapshotWriter
+    from training.task_families import make_tasks
+    from training.tiny import generate_completions
+    from training.verifiers.task_verifier import TaskVerifier
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    problems = make_tasks("speed", n=PREFERENCE_PROBLEMS, seed=5000 + seed, variant="train")
+    model = AutoModelForCausalLM.from_pretrained(parent)
+    tokenizer = AutoTokenizer.from_pretrained(parent)
+    answers = generate_completions(model, tokenizer, [t["prompt"] for t in problems], samples=PREFERENCE_SAMPLES,
+                                   temperature=1.0, max_new_tokens=RECIPE["max_completion_length"])
+    with TaskVerifier(workers=1) as verifier:
+        verdicts = verifier.verify_many([(task, answer) for task, sampled in zip(problems, answers, strict=True)
+                                         for answer in sampled])
+    rng = random.Random(seed)
+    pairs = []
+    for index, task in enumerate(problems):
+        judged = list(zip(answers[index], verdicts[index * PREFERENCE_SAMPLES:(index + 1) * PREFERENCE_SAMPLES],
+                          strict=True))
+        right = [answer for answer, verdict in judged if verdict.status == "correct"]
+        wrong = [answer for answer, verdict in judged if verdict.status == "wrong"]
+        if right and wrong:
+            pairs.append((task, rng.choice(right), rng.choice(wrong)))
+    rng.shuffle(pairs)
+    test = max(1, round(TEST_SHARE * len(pairs)))
+    with SnapshotWriter(out, project="reward-learning", created_at="2026-01-01T00:00:00Z", criteria_version=1,
+                        filters={"pairs": "parent's correct vs wrong answer", "seed": seed}) as writer:
+        for number, (task, chosen, rejected) in enumerate(pairs):
+            writer.add_pair("test" if number < test else "train", prompt=[{"role": "user", "content": task["prompt"]}],
+                            chosen=chosen, rejected=rejected, meta={"task_id": task["task_id"]})
+    return {"problems": len(problems), "pairs": len(pairs), "train": len(pairs) - test, "test": test,
+            "problems_without_both": len(problems) - len(pairs)}
+
+
+def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
+    import yaml
+
+    from training.task_families import make_tasks, open_tasks
+    from training.tasks import write_tasks as write_task_file
+
+    sft, _ = parent_checkpoint(workdir, seed, args)
+    snapshot = workdir / f"preferences-{seed}"
+    counts = preference_snapshot(snapshot, sft, seed=seed, threads=args.threads)
+
+    reward_run = workdir / f"reward-{seed}"
+    reward_config = workdir / f"reward-{seed}.yaml"
+    reward_config.write_text(yaml.safe_dump({**REWARD_RECIPE, "base_checkpoint": str(sft), "snapshot": str(snapshot),
+                                             "output_dir": str(reward_run), "seed": seed,
+                                             "torch_threads": args.threads}))
+    reward_wall, reward_cpu = run_training("reward", reward_config, args.threads)
+    reward_test = json.loads((reward_run / "run.json").read_text())["results"]["test"]
+
+    # The same training problems bench/grpo_learning.py trains on, as open tasks: no verifier during training.
+    tasks = workdir / f"train-open-{seed}.jsonl"
+    write_task_file(tasks, open_tasks(make_tasks("speed", n=TRAIN_TASKS, seed=seed, variant="train")))
+    run = workdir / f"grpo-rm-{seed}"
+    config = workdir / f"grpo-rm-{seed}.yaml"
+    config.write_text(yaml.safe_dump({**RECIPE, "max_steps": args.steps, "base_checkpoint": str(sft),
+                                      "tasks": str(tasks), "output_dir": str(run), "seed": seed,
+                                      "torch_threads": args.threads,
+                                      "reward_model": str(reward_run / "checkpoint")}))
+    grpo_wall, grpo_cpu = run_training("grpo", config, args.threads)
+    child = run / "checkpoint"
+    sampled = evaluate([sft, child], heldout, samples=args.samples, temperature=RECIPE["temperature"], seed=seed,
+                       threads=args.threads)
+
+    def success(index: int) -> dict:
+        return sampled["checkpoints"][index]["all"]
+
+    ledger = json.loads((run / "ledger.json").read_text())
+    return {
+        "seed": seed,
+        "preferences": counts,
+        "reward_model": {"test": reward_test, "cpu_minutes": round(reward_cpu / 60, 2), "wall_s": round(reward_wall, 1),
+                         "identity": json.loads((run / "run.json").read_text())["reward_model"]["identity"]},
+        "parent": success(0),
+        "child": success(1),
+        "gain_points": round(100 * (success(1)["success_rate"] - success(0)["success_rate"]), 1),
+        "grpo_cpu_minutes": round(grpo_cpu / 60, 2),
+        "grpo_wall_s": round(grpo_wall, 1),
+        "by_step": ledger["by_step"],
+        "completion_length": ledger["completion_length"],
+        "parent_recipe": json.loads((sft / "tiny_sft.json").read_text())["config"],
+        "scorers": sampled["checkpoints"][1]["all"]["scorers"],
+    }
+
+
+def verifier_trained_children(args) -> dict[int, float]:
+    """seed -> held-out success of bench/grpo_learning.py's verifier-trained child, when that run's parents were
+    built with the same recipe and it scored the same held-out problems; else empty."""
+    if not VERIFIER_RESULTS.is_file():
+        return {}
+    results = json.loads(VERIFIER_RESULTS.read_text())
+    settings = results.get("settings", {})
+    if settings.get("heldout") != args.heldout or settings.get("samples") != args.samples:
+        return {}
+    children = {}
+    for row in results.get("runs", []):
+        recipe = row.get("parent_recipe") or {}
+        if all(recipe.get(key) == value for key, value in PARENT_RECIPE.items()):
+            children[row["seed"]] = row["child"]["success_rate"]
+    return children
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--heldout", type=int, default=100, help="held-out problems (default 100)")
+    parser.add_argument("--samples", type=int, default=4, help="sampled answers per held-out problem (default 4)")
+    parser.add_argument("--steps", type=int, default=RECIPE["max_steps"], help="GRPO steps (default: the recipe's)")
+    parser.add_argument("--jobs", type=int, default=1, help="seeds run side by side (default 1)")
+    add_parent_options(parser)
+    args = parser.parse_args()
+
+    sys.path.insert(0, str(REPO))
+    from training.grpo.ledger import format_steps
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="pairwise-reward-learning-") as tmp:
+        workdir = Path(tmp)
+        heldout = write_tasks(workdir / "heldout.jsonl", "speed", args.heldout, 1000, "heldout")
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            for future in [pool.submit(one_seed, workdir, seed, args, heldout) for seed in args.seeds]:
+                row = future.result()
+                rows.append(row)
+                print(f"seed {row['seed']}: reward model accuracy {row['reward_model']['test']['accuracy']:.3f}; "
+                      f"held-out success {row['parent']['success_rate']:.3f} -> {row['child']['success_rate']:.3f} "
+                      f"({row['gain_points']:+.1f} points)", flush=True)
+
+    verifier_children = verifier_trained_children(args)
+    print()
+    print(f"held-out speed: {args.heldout} problems, {args.samples} answers each at temperature "
+          f"{RECIPE['temperature']}, scored by {', '.join(rows[0]['scorers'])}; GRPO saw only the reward model")
+    print(f"{'seed':<6}{'pairs tr/te':>12}{'RM acc':>8}{'RM 95% interval':>18}{'RM CPU-min':>12}{'r(len)':>8}"
+          f"{'parent':>8}{'child':>8}{'gain':>8}{'verifier child':>16}{'behind it':>11}{'GRPO CPU-min':>14}")
+    for row in rows:
+        test, verifier_child = row["reward_model"]["test"], verifier_children.get(row["seed"])
+        behind = "-" if verifier_child is None else f"{100 * (verifier_child - row['child']['success_rate']):+.1f}"
+        print(f"{row['seed']:<6}{row['preferences']['train']:>7}/{row['preferences']['test']:<4}"
+              f"{test['accuracy']:>8.3f}{str(test['interval']):>18}{row['reward_model']['cpu_minutes']:>12.1f}"
+              f"{test['length_correlation']['pearson'] if test['length_correlation']['pearson'] is not None else '-':>8}"
+              f"{row['parent']['success_rate']:>8.3f}{row['child']['success_rate']:>8.3f}{row['gain_points']:>+8.1f}"
+              f"{'-' if verifier_child is None else f'{verifier_child:.3f}':>16}{behind:>11}"
+              f"{row['grpo_cpu_minutes']:>14.1f}")
+    reward_met = all(r["reward_model"]["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
+                     and r["reward_model"]["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for r in rows)
+    gain_met = all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+    print(f"target: reward model accuracy >= {TARGET_REWARD_ACCURACY:.2f} within {REWARD_CPU_MINUTES_LIMIT:.0f} "
+          f"CPU-minutes: {'met' if reward_met else 'NOT met'}; child >= parent + {TARGET_GAIN_POINTS:.0f} points in "
+          f"every seed: {'met' if gain_met else 'NOT met'} (min {min(r['gain_points'] for r in rows):+.1f}, median "
+          f"{statistics.median(r['gain_points'] for r in rows):+.1f})")
+    if not verifier_children:
+        print("verifier child: bench/results/grpo_learning.json holds no run on the same parents and held-out set")
+    for row in rows:
+        print(f"\nseed {row['seed']}: reward, reward-model score, correct share (none: no verifier ran) and length by "
+              "step")
+        print("\n".join(format_steps(row["by_step"])[1:]))
+
+    write_results(RESULTS, {
+        "benchmark": "reward_learning",
+        "settings": {"seeds": args.seeds, "parents": "taken from --parents (built by tiny-sft)" if args.parents
+                     else "built here", "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
+                     "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
+                     "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps},
+                     "train_tasks": TRAIN_TASKS},
+        "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
+                   "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met},
+        "verifier_trained_children": verifier_children,
+        "runs": rows,
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
