@@ -45,8 +45,7 @@ from annotate.review.choices import WINNERS
 from annotate.review.models import Assignment, Pair, Project, live_assignment
 from annotate.review.overlap import reviewers_with_one_more
 from annotate.review.services import votes_of_pairs
-from annotate.runs.checkpoints import checkpoint_resolve
-from annotate.runs.folder import read_json
+from annotate.runs.checkpoints import checkpoint_resolve, is_reward_model
 from annotate.runs.launch import training_command, training_env
 from annotate.runs.models import Checkpoint
 from training.reward_model_scorer import reward_model_identity
@@ -66,14 +65,9 @@ class ModelReviewerMistake(UserMistake):
 
 
 def is_local_reward_model(checkpoint: Checkpoint) -> bool:
-    """A registered checkpoint in a local folder whose config.json names an architecture ending in
-    ForSequenceClassification, as `python -m training reward` saves one (a causal LM would be scored by a new,
-    untrained head)."""
-    if not checkpoint.content_hash or not Path(checkpoint.uri).is_dir():
-        return False
-    architectures = (read_json(Path(checkpoint.uri) / "config.json") or {}).get("architectures")
-    return isinstance(architectures, list) and any(
-        isinstance(name, str) and name.endswith("ForSequenceClassification") for name in architectures)
+    """A registered reward model (annotate.runs.checkpoints.is_reward_model) in a local folder with a content hash, so
+    its scores can be tied to its weights (a causal LM would be scored by a new, untrained head)."""
+    return bool(checkpoint.content_hash) and Path(checkpoint.uri).is_dir() and is_reward_model(checkpoint)
 
 
 def reward_model_checkpoints() -> list[Checkpoint]:

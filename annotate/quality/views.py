@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
@@ -302,16 +302,7 @@ def _model_reviewer_rows(summaries: list[dict]) -> list[dict]:
     return rows
 
 
-def _routed(name: str, *args) -> str | None:
-    try:
-        return reverse(name, args=args)
-    except NoReverseMatch:  # the model reviewers' routes are not in this deployment's URLs
-        return None
-
-
-def _model_reviewer_section(project, *, is_admin: bool) -> dict | None:
-    if _routed("model-reviewer-attach-page", project.slug) is None:
-        return None
+def _model_reviewer_section(project, *, is_admin: bool) -> dict:
     return {
         "rows": _model_reviewer_rows(model_reviewer_summaries(project=project)),
         "checkpoints": reward_model_checkpoints() if is_admin else [],

@@ -35,13 +35,17 @@ MAX_POINTS = 400  # a long run's curve is thinned to this many points (evenly by
 # (GRPO logs reward; DPO its implicit reward, whose margin is on the scale the chart needs).
 CURVES = {
     "loss": ("Loss", [("loss", "training loss"), ("eval_loss", "eval loss")]),
-    "reward": ("Reward", [("reward", "mean reward"), ("rewards/margins", "implicit reward margin")]),
+    "reward": ("Reward", [("reward", "mean reward"), ("rewards/margins", "implicit reward margin"),
+                          ("rewards/pairwise_reward_model/mean", "reward model's mean score")]),
+    # Beside the reward: a policy pleasing a reward model by writing longer answers shows as both rising.
+    "completion_length": ("Completion length (tokens)", [("completions/mean_length", "mean completion length")]),
     "kl": ("KL to the reference", [("kl", "KL")]),
     "zero_variance": ("Zero-variance groups", [("zero_variance/share", "share of groups with equal rewards")]),
 }
 EMPTY_REASONS = {
     "loss": "no training step logged yet",
     "reward": "no reward logged yet (DPO logs rewards/margins, GRPO reward)",
+    "completion_length": "only GRPO generates during training",
     "kl": "this run logs no KL (GRPO logs it when beta > 0; DPO's implicit KL shows in the reward margin)",
     "zero_variance": "only GRPO runs have groups",
 }

@@ -19,7 +19,7 @@ from tests.conftest import import_rows, judge_until_done, make_items
 
 from .helpers import prefers_model_0, read_page
 
-pytestmark = [pytest.mark.slow, pytest.mark.urls("tests.quality.model_reviewer_urls")]
+pytestmark = pytest.mark.slow
 
 PAIRS = 12
 

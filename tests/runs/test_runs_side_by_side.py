@@ -214,3 +214,22 @@ def test_only_trainer_runs_can_be_launched_again(engineer_client, base_checkpoin
     assert f"run {evaluation.pk} is eval: only dpo, grpo and reward runs are launched from this form" in page
     assert "there is no run &#x27;999999&#x27; to launch again" in engineer_client.get(
         "/runs/", {"again": 999999}).content.decode()
+
+
+def test_a_grpo_run_on_a_reward_model_shows_its_score_and_length_beside_the_reward(engineer_client, base_checkpoint):
+    """Reward hacking shows: the run page draws the reward model's mean score on the reward chart and the mean
+    completion length on its own chart beside it."""
+    metrics = train_rows(range(1, 5), loss=lambda s: 0.1, reward=lambda s: 0.2 * s,
+                         rewards__pairwise_reward_model__mean=lambda s: 0.2 * s,
+                         completions__mean_length=lambda s: 20 + 5 * s)
+    run = Run.objects.create(kind="grpo", status="succeeded", base_checkpoint=base_checkpoint, folder="c",
+                             metrics=metrics)
+    html = engineer_client.get(f"/runs/{run.pk}/").content.decode()
+    reward = re.search(r'<div id="chart-reward">(.*?)</div>', html, re.S).group(1)
+    assert reward.count("<polyline") == 2 and "reward model&#x27;s mean score" in reward
+    length = re.search(r'<div id="chart-completion_length">(.*?)</div>', html, re.S).group(1)
+    assert length.count("<polyline") == 1 and "mean completion length" in length
+    dpo = Run.objects.create(kind="dpo", status="succeeded", base_checkpoint=base_checkpoint, folder="d",
+                             metrics=train_rows(range(1, 3), loss=lambda s: 0.5))
+    html = engineer_client.get(f"/runs/{dpo.pk}/").content.decode()
+    assert "only GRPO generates during training" in html
