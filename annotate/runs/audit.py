@@ -1,7 +1,9 @@
 """Answer audit: right number, wrong reasoning?
 
-A verifier checks the final answer only. An audit batch samples answers that earned the full reward in a
-GRPO run (from its rollouts/) and shows each one alone to reviewers, who say whether the reasoning holds
+A verifier checks the final answer only, and a reward model may reward what merely looks right. An audit batch
+samples answers a GRPO run rewarded most (from its rollouts/): those the verifier gave the full reward, and of
+the open answers no verifier checks, the top tenth by the reward model's score; it shows each one alone to
+reviewers, who say whether the reasoning holds
 (yes / no / unsure) with a rationale. Blind: a reviewer sees the prompt and the answer, never the run, the
 checkpoint or the rollout. Each answer goes to `overlap` distinct reviewers; Krippendorff's alpha
 (nominal, over answers with two or more verdicts) says whether they agree.
@@ -30,6 +32,7 @@ from annotate.quality.reviewers import wilson_interval
 from annotate.runs.models import AuditBatch, AuditItem, AuditJudgment, Checkpoint, Run
 
 FULL_REWARD = 1.0 - 1e-6  # verifier rewards lie in [0, 1]; 1 is everything right
+OPEN_TOP_SHARE = 0.1  # open answers have no full reward: the reward model's highest-scored tenth stands for it
 VERDICTS = tuple(AuditJudgment.Verdict.values)  # yes, no, unsure: the value order of the agreement counts
 MIN_RATIONALE_CHARS = 10
 
@@ -48,13 +51,24 @@ def _prompt_text(prompt: str) -> str:
 
 
 def rewarded_rollouts(run: Run) -> list[dict]:
-    """Completions of the run that the verifier called correct with the full reward."""
+    """Completions of the run rewarded most: those the verifier called correct with the full reward, and the open
+    answers (no verifier) whose reward-model score is in the run's top OPEN_TOP_SHARE of open answers (at least
+    one; ties at the cut all in). An open answer's `reward` is its reward-model score and `scorer` the reward model."""
     from training.grpo.rollouts import read_rollouts  # pyarrow only; no torch
 
     table = read_rollouts(Path(run.folder))
-    columns = ("rollout_id", "task_id", "prompt", "completion", "reward", "status", "scorer", "policy_step")
+    columns = ("rollout_id", "task_id", "prompt", "completion", "reward", "status", "scorer", "policy_step",
+               "reward_model_score", "reward_model")
     rows = table.select(list(columns)).to_pylist() if table.num_rows else []
-    return [row for row in rows if row["status"] == "correct" and (row["reward"] or 0) >= FULL_REWARD]
+    verified = [row for row in rows if row["status"] == "correct" and (row["reward"] or 0) >= FULL_REWARD]
+    scored_open = [row for row in rows if row["status"] == "unverified" and row["reward_model_score"] is not None]
+    if not scored_open:
+        return verified
+    scores = sorted((row["reward_model_score"] for row in scored_open), reverse=True)
+    cut = scores[max(1, round(OPEN_TOP_SHARE * len(scores))) - 1]
+    top_open = [{**row, "reward": row["reward_model_score"], "scorer": row["reward_model"]}
+                for row in scored_open if row["reward_model_score"] >= cut]
+    return verified + top_open
 
 
 def audit_create(*, run: Run, size: int, overlap: int = 3, seed: int = 0,
@@ -70,8 +84,8 @@ def audit_create(*, run: Run, size: int, overlap: int = 3, seed: int = 0,
         raise UserMistake(f"run {run.pk} is a {run.kind} run; an answer audit samples a GRPO run's rollouts")
     candidates = rewarded_rollouts(run)
     if not candidates:
-        raise UserMistake(f"run {run.pk} has no answer with the full reward in {run.folder}/rollouts; nothing to "
-                          "audit")
+        raise UserMistake(f"run {run.pk} has no answer with the full reward (nor an open answer a reward model scored) "
+                          f"in {run.folder}/rollouts; nothing to audit")
 
     def rank(row: dict) -> str:
         return hashlib.sha256(f"{seed}|{row['rollout_id']}".encode()).hexdigest()

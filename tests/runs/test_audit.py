@@ -1,5 +1,6 @@
-"""Answer audit: answers a GRPO run rewarded in full go to reviewers alone and blind; the run page shows the
-share with broken reasoning with its interval, per checkpoint, and whether reviewers agree."""
+"""Answer audit: answers a GRPO run rewarded in full (or a reward model scored highest) go to reviewers alone and
+blind; the run page shows the share with broken reasoning with its interval, per checkpoint, and whether reviewers
+agree."""
 
 import json
 from pathlib import Path
@@ -92,3 +93,24 @@ def test_an_audit_needs_a_grpo_run_with_rewarded_answers(base_checkpoint, make_u
     empty = Run.objects.create(kind="grpo", status="succeeded", folder=str(Path(tmp_path) / "none"))
     refused = engineer.post(f"/api/v1/runs/{empty.pk}/audits", {"size": 5}, format="json")
     assert refused.status_code == 400 and "has no answer with the full reward" in refused.json()["detail"]
+
+
+def test_a_reward_models_highest_scored_open_answers_are_audited_too(base_checkpoint, tmp_path):
+    """Open answers have no verifier: the top tenth by the reward model's score stands for the full reward, ties at
+    the cut included, whatever order the files list them in."""
+    identity = "reward_model@sha256:" + "ab" * 32
+    scores = [i / 10 for i in range(20)] + [1.8]  # the cut (the 2nd highest of 21) is 1.8: three answers reach it
+    rows = [{**rollout(100 + i, status="unverified", reward=None), "scorer": "none", "reward_model_score": score,
+             "reward_model": identity} for i, score in enumerate(scores)]
+    rows += [rollout(i, status="correct", reward=1.0) for i in range(2)]
+    picked = {}
+    for order, name in ((rows, "forward"), (rows[::-1], "reversed")):
+        write_batch(tmp_path / name / "rollouts", 0, 0, order)
+        run = Run.objects.create(kind="grpo", status="succeeded", base_checkpoint=base_checkpoint,
+                                 folder=str(tmp_path / name))
+        batch = audit_create(run=run, size=50, overlap=2, seed=1)
+        picked[name] = sorted(batch.items.values_list("rollout_id", "reward", "scorer"))
+    assert picked["forward"] == picked["reversed"]
+    open_items = [item for item in picked["forward"] if item[2] == identity]
+    assert sorted(round(reward, 6) for _, reward, _ in open_items) == [1.8, 1.8, 1.9]
+    assert len(picked["forward"]) == 5  # and the two the verifier rewarded in full
