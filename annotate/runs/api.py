@@ -73,7 +73,8 @@ class RunsView(APIView):
 
     @extend_schema(summary="Runs, newest first", responses={200: OpenApiResponse(description="a list of runs")})
     def get(self, request):
-        runs = Run.objects.select_related("base_checkpoint", "launched_by", "reward_model__run")[:200]
+        runs = Run.objects.select_related("base_checkpoint", "launched_by", "export__project",
+                                          "reward_model__run__export__project")[:200]
         return Response([run_payload(run) for run in runs])
 
 

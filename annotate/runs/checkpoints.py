@@ -52,6 +52,12 @@ def is_reward_model(checkpoint: Checkpoint) -> bool:
         isinstance(name, str) and name.endswith("ForSequenceClassification") for name in architectures)
 
 
+def registered_reward_model(content_hash: str) -> Checkpoint | None:
+    """The first registered reward model with these weights (a causal LM registered with the same hash is not one)."""
+    candidates = Checkpoint.objects.filter(content_hash=content_hash).select_related("run").order_by("id")
+    return next((checkpoint for checkpoint in candidates if is_reward_model(checkpoint)), None)
+
+
 def text_model(checkpoint: Checkpoint, *, key: str, purpose: str) -> Checkpoint:
     """The checkpoint itself, unless it is a reward model, which scores answers but writes none: one line then."""
     if is_reward_model(checkpoint):
@@ -74,15 +80,13 @@ def reward_model_resolve(reference) -> Checkpoint:
     return checkpoint
 
 
-def reward_model_choices() -> list[Checkpoint]:
-    return [checkpoint for checkpoint in Checkpoint.objects.select_related("run").order_by("name")
-            if is_reward_model(checkpoint)]
-
-
-def text_model_choices() -> list[Checkpoint]:
-    """Checkpoints a run may start from or sample answers with: every registered one but the reward models."""
-    return [checkpoint for checkpoint in Checkpoint.objects.select_related("run").order_by("name")
-            if not is_reward_model(checkpoint)]
+def checkpoints_by_role() -> tuple[list[Checkpoint], list[Checkpoint]]:
+    """(text models, reward models) by name, in one pass (each checkpoint's config.json read once): the first a run
+    may start from, evaluate or sample answers with; the second a GRPO run may be scored by."""
+    text_models, reward_models = [], []
+    for checkpoint in Checkpoint.objects.select_related("run").order_by("name"):
+        (reward_models if is_reward_model(checkpoint) else text_models).append(checkpoint)
+    return text_models, reward_models
 
 
 def unique_name(wanted: str) -> str:

@@ -27,7 +27,7 @@ from django.utils import timezone
 from annotate.errors import UserMistake
 from annotate.exports.models import Export
 from annotate.limits import text_within
-from annotate.runs.checkpoints import checkpoint_resolve, reward_model_resolve, text_model, text_model_choices
+from annotate.runs.checkpoints import checkpoint_resolve, reward_model_resolve, text_model
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.services import snapshot_manifest
 from training.config import ConfigError, yaml_config
@@ -353,7 +353,3 @@ def run_cancel(run: Run) -> Run:
         slurm_cancel(run)
     return run
 
-
-def checkpoint_choices() -> list[Checkpoint]:
-    """What the page offers as a base or as a model to evaluate and compare: no reward model, which writes no text."""
-    return text_model_choices()

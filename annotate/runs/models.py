@@ -11,7 +11,37 @@ from django.conf import settings
 from django.db import models
 
 
-class Checkpoint(models.Model):
+class OriginWrittenOnce(models.Model):
+    """A model whose ORIGIN_FIELDS (where it came from) are written once: a save that would change a stored one is a
+    bug, refused here rather than left to rewrite the lineage. (QuerySet.update bypasses it; nothing updates these.)"""
+
+    ORIGIN_FIELDS: tuple[str, ...] = ()
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        stored = getattr(self, "_origin_as_stored", None)
+        if stored is not None:
+            changed = [name for name, value in stored.items() if self.__dict__.get(name) != value]
+            if changed:
+                raise ValueError(f"{self.origin_label}: its origin ({', '.join(changed)}) is written once")
+        super().save(*args, **kwargs)
+        self._origin_as_stored = {name: self.__dict__[name] for name in self.ORIGIN_FIELDS if name in self.__dict__}
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance._origin_as_stored = {name: instance.__dict__[name] for name in cls.ORIGIN_FIELDS
+                                      if name in instance.__dict__}  # a deferred one is not known yet
+        return instance
+
+    @property
+    def origin_label(self) -> str:
+        return f"{self._meta.model_name} {str(self)!r}"
+
+
+class Checkpoint(OriginWrittenOnce):
     name = models.CharField(max_length=200, unique=True, help_text="Short name shown on pages and used in the API.")
     uri = models.CharField(max_length=1000, help_text="A local folder or a URI (s3://..., hf://...).")
     content_hash = models.CharField(max_length=80, blank=True, db_index=True,
@@ -23,31 +53,13 @@ class Checkpoint(models.Model):
                                       related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 
-    ORIGIN_FIELDS = ("parent_id", "run_id")
+    ORIGIN_FIELDS = ("parent_id", "run_id")  # its parent and the run that made it
 
     class Meta:
         ordering = ["-id"]
 
     def __str__(self) -> str:
         return self.name
-
-    def save(self, *args, **kwargs):
-        """A checkpoint's origin (its parent, the run that made it) is written once: a save that would change a
-        stored one is a bug, refused here rather than left to rewrite the lineage."""
-        stored = getattr(self, "_origin_as_stored", None)
-        if stored is not None:
-            changed = [name for name, value in stored.items() if self.__dict__.get(name) != value]
-            if changed:
-                raise ValueError(f"checkpoint {self.name!r}: its origin ({', '.join(changed)}) is written once")
-        super().save(*args, **kwargs)
-        self._origin_as_stored = {name: self.__dict__[name] for name in self.ORIGIN_FIELDS if name in self.__dict__}
-
-    @classmethod
-    def from_db(cls, db, field_names, values):
-        checkpoint = super().from_db(db, field_names, values)
-        checkpoint._origin_as_stored = {name: checkpoint.__dict__[name] for name in cls.ORIGIN_FIELDS
-                                        if name in checkpoint.__dict__}  # a deferred one is not known yet
-        return checkpoint
 
 
 class TaskSet(models.Model):
@@ -80,7 +92,7 @@ class TaskSet(models.Model):
         return self.name
 
 
-class Run(models.Model):
+class Run(OriginWrittenOnce):
     class Kind(models.TextChoices):
         DPO = "dpo"
         GRPO = "grpo"
@@ -145,8 +157,15 @@ class Run(models.Model):
         ordering = ["-id"]
         indexes = [models.Index(fields=["status", "backend"], name="run_status_backend")]
 
+    # What it read and started from: the base checkpoint, the export or task set, the reward model that scored it.
+    ORIGIN_FIELDS = ("base_checkpoint_id", "export_id", "task_set_id", "reward_model_id")
+
     def __str__(self) -> str:
         return f"run {self.pk} ({self.kind}, {self.status})"
+
+    @property
+    def origin_label(self) -> str:
+        return f"run {self.pk}"
 
     @property
     def finished(self) -> bool:

@@ -12,7 +12,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate.errors import UserMistake
-from annotate.runs.checkpoints import checkpoint_for_folder, local_content_hash, made_checkpoint_name
+from annotate.runs.checkpoints import (
+    checkpoint_for_folder,
+    local_content_hash,
+    made_checkpoint_name,
+    registered_reward_model,
+)
 from annotate.runs.folder import STATUS_OF_RECORD, FolderReader, read_json
 from annotate.runs.models import Checkpoint, Run
 from training.run_folder import RUN_FORMAT, weights_unchanged_reason
@@ -148,7 +153,7 @@ def run_register_folder(path: str | Path, *, registered_by: AbstractBaseUser | N
                 snapshot or None),
             tasks_path=tasks.get("path") or "", base_checkpoint=base_checkpoint, folder=str(folder),
             # the reward model run.json names, when its weights are registered (a GRPO run scored by one)
-            reward_model=Checkpoint.objects.filter(content_hash=scorer_hash).first() if scorer_hash else None,
+            reward_model=registered_reward_model(scorer_hash) if scorer_hash else None,
             launched_by=registered_by, started_at=_when(record.get("started_at")),
         )
         run_apply_folder(run, FolderReader(folder).read())

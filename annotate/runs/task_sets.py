@@ -23,6 +23,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from annotate.errors import UserMistake
+from annotate.exports.filters import ExportFilters
 from annotate.exports.pipeline import prompt_split
 from annotate.limits import MAX_INT32, share_number, whole_number
 from annotate.review.models import Project
@@ -183,7 +184,7 @@ def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBase
 OPEN_VARIANTS = ("all", "train", "heldout")
 # The export's own default test share: with the same seed, the held-out open tasks are the prompts of a snapshot's
 # test split, which a reward model trained on its train split never saw.
-OPEN_HELDOUT_SHARE = 0.1
+OPEN_HELDOUT_SHARE = ExportFilters.test_ratio
 
 
 def open_task_rows(project: Project, *, variant: str, seed: int, test_ratio: float) -> list[dict]:

@@ -23,7 +23,7 @@ from annotate.runs.audit import (
     open_items_count,
     served_token,
 )
-from annotate.runs.checkpoints import checkpoint_rename, is_reward_model, reward_model_choices
+from annotate.runs.checkpoints import checkpoint_rename, checkpoints_by_role, is_reward_model
 from annotate.runs.compare import compare_launch
 from annotate.runs.curves import runs_curves_compare
 from annotate.runs.demo_checkpoint import (
@@ -35,7 +35,7 @@ from annotate.runs.demo_checkpoint import (
 )
 from annotate.runs.evaluation import eval_launch, eval_side_by_side, evals_of
 from annotate.runs.filters import launch_values_from_run, runs_filtered
-from annotate.runs.launch import LAUNCH_KINDS, checkpoint_choices, run_cancel, run_launch
+from annotate.runs.launch import LAUNCH_KINDS, run_cancel, run_launch
 from annotate.runs.launch_form import (
     FAMILY_CHOICES,
     FORM_FIELDS,
@@ -82,10 +82,12 @@ def runs_page(request):
     runs_query, run_filters = runs_filtered(params=request.GET)
     runs = runs_query.select_related("base_checkpoint", "launched_by", "output_checkpoint", "export", "task_set")[:100]
     building = sft_build_under_way()
+    # No reward model is offered as a base or to evaluate and compare: it scores answers but writes none.
+    text_models, reward_models = checkpoints_by_role()
     return render(request, "runs/list.html", {
-        "runs": runs, "run_filters": run_filters, "checkpoints": checkpoint_choices(), "values": values, "error": error,
+        "runs": runs, "run_filters": run_filters, "checkpoints": text_models, "values": values, "error": error,
         "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & IsAdmin.roles),
-        "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_model_choices(),
+        "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_models,
         "open_variants": OPEN_VARIANTS,
         "snapshots": snapshot_choices(), "task_sets": TaskSet.objects.order_by("name"),
         "task_set_choices": task_set_choices(), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,

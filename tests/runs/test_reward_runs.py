@@ -224,10 +224,15 @@ def test_a_reward_model_hash_that_differs_from_run_json_is_shown_and_neither_rec
         page = client.get(url).content.decode()
         alert = page.split('id="reward-model-mismatch">')[1].split("</p>")[0]
         assert f"has content hash {other}, not {reward_model.content_hash} of the picked checkpoint" in alert, url
+    hash_before = reward_model.content_hash
     grpo_run.refresh_from_db()
     reward_model.refresh_from_db()
     assert grpo_run.record["reward_model"]["content_hash"] == other
-    assert Checkpoint.objects.get(pk=reward_model.pk).content_hash != other
+    assert reward_model.content_hash == hash_before and grpo_run.reward_model_id == reward_model.pk
+    # Nor can a later save point the run at other weights: which reward model scored it is written once.
+    grpo_run.reward_model = None
+    with pytest.raises(ValueError, match=rf"run {grpo_run.pk}: its origin \(reward_model_id\) is written once"):
+        grpo_run.save()
 
 
 def test_a_reward_runs_test_figures_show_with_intervals_and_the_too_few_rule(
