@@ -20,7 +20,7 @@ tiny SFT checkpoint taught a classic wrong method on four in five speed problems
 Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the child >= parent + 10 held-out points
 in every seed.
 
-    python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N]
+    python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
 """
@@ -187,6 +187,9 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=4, help="sampled answers per held-out problem (default 4)")
     parser.add_argument("--steps", type=int, default=RECIPE["max_steps"], help="GRPO steps (default: the recipe's)")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run side by side (default 1)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep the snapshots, reward models and GRPO runs in this folder (default: a temporary "
+                             "one, removed at the end)")
     add_parent_options(parser)
     args = parser.parse_args()
 
@@ -194,8 +197,10 @@ def main() -> int:
     from training.grpo.ledger import format_steps
 
     rows = []
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pairwise-reward-learning-") as tmp:
-        workdir = Path(tmp)
+        workdir = args.workdir or Path(tmp)
         heldout = write_tasks(workdir / "heldout.jsonl", "speed", args.heldout, 1000, "heldout")
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             for future in [pool.submit(one_seed, workdir, seed, args, heldout) for seed in args.seeds]:
