@@ -13,6 +13,7 @@ Generation: transformers' generate, or TRL's vLLM modes when `use_vllm: true` (c
 -m training grpo --config F`.
 """
 
+import os
 import time
 from pathlib import Path
 
@@ -227,13 +228,18 @@ def _reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[di
                                      f"{open_tasks[0]!r}), which no verifier scores; set reward_model to a trained "
                                      "reward model's checkpoint, or use tasks with a verifier")
         return None
+    import torch
+
     from training.reward_model_scorer import RewardModelScorer
 
     weights = _reward_functions(config)
     if open_tasks and weights[1]["weight"] == 0:
         raise PairwiseInputError(f"reward_weights gives the reward model weight 0, but tasks {config.tasks} holds open "
                                  "tasks that only the reward model scores; give it a weight above 0")
-    scorer = RewardModelScorer(config.reward_model, batch_size=config.reward_model_batch_size)
+    # On GPUs each process scores on its own device, beside its policy; on CPU (use_cpu, CI) where it was loaded.
+    device = (f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() and not config.use_cpu
+              else None)
+    scorer = RewardModelScorer(config.reward_model, batch_size=config.reward_model_batch_size, device=device)
     scorer.check_prompts([row["prompt"] for row in rows], where=f"tasks {config.tasks}")
     return scorer
 
