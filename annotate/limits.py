@@ -107,6 +107,20 @@ def share_number(name: str, value, *, low: float = 0.0, high: float = 1.0, error
     return number
 
 
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off", "")  # "" is an unticked box or an empty form field
+
+
+def true_or_false(name: str, value, *, error=UserMistake) -> bool:
+    """A switch from JSON (true/false) or a form's or command line's text (true/1/yes/on, false/0/no/off or
+    empty, any case); anything else is refused in one line naming the field."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in TRUE_WORDS + FALSE_WORDS:
+        return value.lower() in TRUE_WORDS
+    raise error(f"{name}: {value!r} must be true or false")
+
+
 def json_too_deep(value) -> bool:
     """Whether parsed JSON nests arrays or objects more than MAX_JSON_DEPTH levels (a walk without
     recursion, which stops at the first one too deep)."""

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from annotate.errors import UserMistake
-from annotate.limits import MAX_INT32, share_number, whole_number
+from annotate.limits import MAX_INT32, share_number, true_or_false, whole_number
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
 GOLD_CHOICES = ("include", "exclude", "only")
@@ -102,14 +102,6 @@ def _share(name: str, value: Any, *, low: float, high: float) -> float:
     return share_number(name, value, low=low, high=high, error=ExportError)
 
 
-def _bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off", ""):
-        return value.lower() in ("true", "1", "yes", "on")
-    raise ExportError(f"{name}: {value!r} must be true or false")
-
-
 def _list(name: str, value: Any) -> list:
     """A list, or a comma-separated string (form fields and command options)."""
     if value is None:
@@ -154,7 +146,7 @@ def filters_parse(data: Mapping[str, Any]) -> ExportFilters:
         values["min_agreement"] = _share("min_agreement", given["min_agreement"], low=0.0, high=1.0)
     for name in ("exclude_ties", "exclude_flagged", "exclude_flagged_rationales", "model_scores"):
         if name in given:
-            values[name] = _bool(name, given[name])
+            values[name] = true_or_false(name, given[name], error=ExportError)
     if "adjudications" in given:
         values["adjudications"] = _choice("adjudications", given["adjudications"], ADJUDICATION_CHOICES)
     if "criteria_versions" in given:

@@ -12,10 +12,12 @@ reviewer"):
   answer is "a" is only the import file's order), so a model that agrees with people on every pair has
   kappa 1 whatever the file's order;
 - order consistency: the share of scored pairs where its choice in the order reviewers were shown and in
-  the swapped order is the same answer. For a model that scores answers alone it cannot differ; the figure
-  is computed from both recorded choices, not assumed;
+  the swapped order is the same answer. Both choices come from the same two scores, so it is 1 by
+  construction (ORDER_CONSISTENCY_NOTE): kept as the figure people and models are compared on, not a
+  measurement of this model;
 - left rate: the share of its a/b choices that went to the answer shown on the left in the order reviewers
-  saw;
+  saw. With answers scored alone this follows the left/right coin of the assignments (LEFT_RATE_NOTE), not
+  the model;
 - the pairs left out, and why.
 
 Under TOO_FEW_TO_JUDGE_UNDER pairs a figure is computed but marked too few to judge.
@@ -40,10 +42,17 @@ MODEL_SWAP = np.array([WINNER_B, WINNER_A, WINNER_TIE])
 LEFT, RIGHT, TIE = "left", "right", "tie"
 LEFT_OUT_REASONS = {
     "not_scored": "judged since the model last scored (score again to include them)",
+    "no_votes": "no first-time judgment counts (only retests, or withdrawn)",
     "no_majority": "the people's votes have no strict majority",
     "tie_majority": "the people's majority says tie",
     "both_bad_majority": "the people's majority says both bad",
 }
+
+
+ORDER_CONSISTENCY_NOTE = ("1.000 by construction: a model that scores each answer alone cannot be swayed by "
+                          "order")
+LEFT_RATE_NOTE = ("share of pairs where the answer shown on the left scored higher; with answers scored alone this "
+                  "follows the left/right coin, and is near 0.5 when the coin is fair")
 
 
 def model_winner(score_a, score_b) -> np.ndarray:
@@ -115,14 +124,19 @@ def model_reviewer_figures(*, votes: np.ndarray, scored: np.ndarray, winner_show
     votes = np.asarray(votes, dtype=np.int64).reshape(-1, 4)
     scored = np.asarray(scored, dtype=bool)
     winner_shown, winner_swapped = np.asarray(winner_shown), np.asarray(winner_swapped)
-    human = strict_majority(votes)[0] if votes.shape[0] else np.zeros(0, dtype=np.int8)
+    # A pair judged only by retests (or whose first-time judgments were withdrawn) has no votes: it is left out
+    # for that, not counted as a split.
+    voted = votes.sum(axis=1) > 0
+    human = np.full(votes.shape[0], NO_CONSENSUS, dtype=np.int8)
+    human[voted] = strict_majority(votes[voted])[0]
     decisive_human = (human == WINNER_A) | (human == WINNER_B)
     counted = scored & decisive_human
     agrees = winner_shown[counted] == human[counted]
     decisive_model = scored & (winner_shown != WINNER_TIE)
     left_out = {
         "not_scored": int((~scored).sum()),
-        "no_majority": int((scored & (human == NO_CONSENSUS)).sum()),
+        "no_votes": int((scored & ~voted).sum()),
+        "no_majority": int((scored & voted & (human == NO_CONSENSUS)).sum()),
         "tie_majority": int((scored & (human == WINNER_TIE)).sum()),
         "both_bad_majority": int((scored & (human == WINNER_BOTH_BAD)).sum()),
     }
@@ -138,8 +152,12 @@ def model_reviewer_figures(*, votes: np.ndarray, scored: np.ndarray, winner_show
             "cohen_kappa": kappa,
             "model_ties": int((winner_shown[counted] == WINNER_TIE).sum()),
         },
-        "order_consistency": _rate(int((winner_shown[scored] == winner_swapped[scored]).sum()), int(scored.sum())),
-        "left_rate": _rate(int(np.asarray(chose_left, dtype=bool)[decisive_model].sum()), int(decisive_model.sum())),
+        "order_consistency": {
+            **_rate(int((winner_shown[scored] == winner_swapped[scored]).sum()), int(scored.sum())),
+            "by_construction": True, "note": ORDER_CONSISTENCY_NOTE},
+        "left_rate": {
+            **_rate(int(np.asarray(chose_left, dtype=bool)[decisive_model].sum()), int(decisive_model.sum())),
+            "note": LEFT_RATE_NOTE},
         "left_out": left_out,
     }
 

@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 
 from annotate.permissions import IsAdmin, IsAdminOrEngineer
 from annotate.quality.model_reviewers import (
+    UNCHANGED,
     ModelReviewerMistake,
     model_reviewer_attach,
     model_reviewer_change,
@@ -84,12 +85,15 @@ class ModelReviewerDetailView(_AdminWrites):
         request=inline_serializer("ModelReviewerChange", {
             "offer_disagreements": serializers.BooleanField(required=False),
             "disagreement_threshold": serializers.FloatField(required=False)}),
-        responses={200: OpenApiResponse(description="the model reviewer")})
+        responses={200: OpenApiResponse(description="the model reviewer"),
+                   400: OpenApiResponse(description='{"detail": "..."}: a setting that is null, not true or false, '
+                                                    'or not a number from 0 to 1000')})
     def patch(self, request, reviewer_id: int):
         data = _body(request, CHANGE_FIELDS, what="a model reviewer's settings")
+        # A field left out keeps its setting; null is refused like any other value that is not one.
         reviewer = model_reviewer_change(reviewer=_attached(reviewer_id),
-                                         offer_disagreements=data.get("offer_disagreements"),
-                                         disagreement_threshold=data.get("disagreement_threshold"))
+                                         offer_disagreements=data.get("offer_disagreements", UNCHANGED),
+                                         disagreement_threshold=data.get("disagreement_threshold", UNCHANGED))
         return Response(model_reviewer_summary(reviewer=reviewer))
 
     @extend_schema(summary="Detach it: it leaves the dashboard and exports; its scores are kept",
@@ -102,7 +106,8 @@ class ModelReviewerDetailView(_AdminWrites):
 class ModelReviewerScoreView(_AdminWrites):
     @extend_schema(summary="Score every judged pair again (after a failure, or after new judgments)",
                    request=None, responses={202: OpenApiResponse(description="the model reviewer"),
-                                            409: OpenApiResponse(description="it is scoring now")})
+                                            409: OpenApiResponse(description="it is queued or scoring now (and "
+                                                                             "has reported within the stale limit)")})
     def post(self, request, reviewer_id: int):
         reviewer = model_reviewer_score_again(reviewer=_attached(reviewer_id))
         return Response(model_reviewer_summary(reviewer=reviewer), status=status.HTTP_202_ACCEPTED)

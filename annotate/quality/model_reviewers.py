@@ -1,12 +1,14 @@
 """Model reviewers: a reward model attached to a project, scoring its judged pairs beside the people.
 
 An admin attaches a registered reward-model checkpoint (a sequence classifier: annotate/runs/checkpoints.py
-is_reward_model) to a project. Scoring runs as a Celery task on the training queue (in-process on the embedded
-defaults): every judged pair's answers, each distinct response once, go to `python -m training reward-score`
+is_reward_model) to a project. Scoring runs as a Celery task on the training queue (in a thread of the web process on
+the embedded defaults): every judged pair's answers, each distinct response once, go to `python -m training reward-score`
 in a subprocess, as the app runs every training command, so the web process never loads a model. The scores
 are stored per attachment (ModelPairScore); the attachment is known by the checkpoint's content hash, and a new
 attachment never rewrites an old one's scores. A failed scoring keeps the command's one `error:` line; scoring
-again (after a failure, or after new judgments) is one call.
+again (after a failure, or after new judgments) is one call. A queued or running scoring reports a heartbeat
+(heartbeat_at); one silent for longer than STALE_AFTER (its worker killed, its message lost) counts as failed
+wherever it is read, so it can be scored again.
 
 Model reviewers never count in the people's figures (the agreement report never reads them), never reach a
 reviewer's page or the reviewer API, and reach an export only when it asks for them (`model_scores`). With
@@ -18,20 +20,24 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import subprocess
 import tempfile
+import threading
+import time
+from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
 
 import numpy as np
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, OuterRef
+from django.db import IntegrityError, connections, transaction
+from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from annotate.errors import UserMistake
-from annotate.limits import share_number
+from annotate.limits import share_number, true_or_false
 from annotate.quality.model_agreement import (
     LEFT,
     confident_disagreements,
@@ -40,7 +46,7 @@ from annotate.quality.model_agreement import (
     winner_of_screen_choice,
 )
 from annotate.quality.models import ModelPairScore, ModelReviewer
-from annotate.quality.services import project_judgment_watermark
+from annotate.quality.services import judgments_since, project_judgment_watermark
 from annotate.review.choices import WINNERS
 from annotate.review.models import Assignment, Pair, Project, live_assignment
 from annotate.review.overlap import reviewers_with_one_more
@@ -53,6 +59,10 @@ from training.reward_model_scorer import reward_model_identity
 logger = logging.getLogger(__name__)
 
 SCORE_TIMEOUT_S = 6 * 3600  # thousands of answers on a CPU worker take a while; a hung one must end
+HEARTBEAT_EVERY_S = 30.0  # how often a running scoring says it is alive
+# A queued or running scoring silent for longer than this counts as failed (its worker was killed, its message
+# lost, the web process running it in a thread restarted): long against HEARTBEAT_EVERY_S, short against a day.
+STALE_AFTER = timedelta(minutes=10)
 MAX_THRESHOLD = 1000.0
 WRITE_BATCH = 2000
 
@@ -72,7 +82,7 @@ def is_local_reward_model(checkpoint: Checkpoint) -> bool:
 
 def reward_model_checkpoints() -> list[Checkpoint]:
     """Registered checkpoints that are reward models in a local folder: what the attach form offers."""
-    return [c for c in Checkpoint.objects.order_by("name") if is_local_reward_model(c)]
+    return [c for c in Checkpoint.objects.select_related("run").order_by("name") if is_local_reward_model(c)]
 
 
 def _judged_pairs(project: Project):
@@ -87,11 +97,33 @@ def _threshold(value) -> float:
 
 
 def _flag(name: str, value) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-        return value.lower() in ("true", "1", "yes", "on")
-    raise ModelReviewerMistake(f"{name}: {value!r} must be true or false")
+    return true_or_false(name, value, error=ModelReviewerMistake)
+
+
+# --- a scoring that stopped reporting --------------------------------------------------------------------
+
+
+def stale_scoring_error(reviewer: ModelReviewer, now: datetime) -> str | None:
+    """The one line of a queued or running scoring silent for longer than STALE_AFTER, else None."""
+    if reviewer.status not in (ModelReviewer.Status.QUEUED, ModelReviewer.Status.SCORING):
+        return None
+    silent = now - (reviewer.heartbeat_at or reviewer.created_at)
+    if silent <= STALE_AFTER:
+        return None
+    minutes = int(silent.total_seconds() // 60)
+    if reviewer.status == ModelReviewer.Status.QUEUED:
+        return (f"scoring stopped reporting: queued {minutes} minutes ago and no worker of the training queue took "
+                "it; check that worker, then score again")
+    return (f"scoring stopped reporting: no sign of it for {minutes} minutes (its worker or the web process running "
+            "it was stopped); score again")
+
+
+def as_read(reviewer: ModelReviewer, now: datetime | None = None) -> ModelReviewer:
+    """The reviewer as every reader sees it: a scoring that stopped reporting is failed, with its one line."""
+    error = stale_scoring_error(reviewer, now or timezone.now())
+    if error is not None:
+        reviewer.status, reviewer.error = ModelReviewer.Status.FAILED, error
+    return reviewer
 
 
 def model_reviewer_attach(*, project: Project, checkpoint, created_by: AbstractBaseUser | None,
@@ -121,7 +153,7 @@ def model_reviewer_attach(*, project: Project, checkpoint, created_by: AbstractB
             reviewer = ModelReviewer.objects.create(
                 project=project, checkpoint=found, content_hash=found.content_hash,
                 identity=reward_model_identity(found.content_hash), offer_disagreements=offer,
-                disagreement_threshold=threshold, created_by=created_by)
+                disagreement_threshold=threshold, created_by=created_by, heartbeat_at=timezone.now())
             transaction.on_commit(partial(_send, reviewer.pk, reviewer.attempt))
     except IntegrityError:
         raise ModelReviewerMistake(f"checkpoint {found.name!r} was attached to this project just now by someone "
@@ -135,29 +167,39 @@ def model_reviewer_score_again(*, reviewer: ModelReviewer) -> ModelReviewer:
         reviewer = ModelReviewer.objects.select_for_update().get(pk=reviewer.pk)
         if reviewer.detached_at is not None:
             raise ModelReviewerMistake("this model reviewer is detached; attach its checkpoint again")
-        if reviewer.status in (ModelReviewer.Status.QUEUED, ModelReviewer.Status.SCORING):
+        if as_read(reviewer).status in (ModelReviewer.Status.QUEUED, ModelReviewer.Status.SCORING):
             raise ModelReviewerMistake(f"this model reviewer is {reviewer.status} now; wait until it is done",
                                        status=409)
+        # A stale scoring's attempt is bumped too: should its worker wake up, it no longer writes anything.
         reviewer.attempt += 1
         reviewer.status = ModelReviewer.Status.QUEUED
         reviewer.error = ""
-        reviewer.save(update_fields=["attempt", "status", "error"])
+        reviewer.heartbeat_at = timezone.now()
+        reviewer.save(update_fields=["attempt", "status", "error", "heartbeat_at"])
         transaction.on_commit(partial(_send, reviewer.pk, reviewer.attempt))
     reviewer.refresh_from_db()
     return reviewer
 
 
-def model_reviewer_change(*, reviewer: ModelReviewer, offer_disagreements=None,
-                          disagreement_threshold=None) -> ModelReviewer:
+UNCHANGED = object()  # a setting left out of a change
+
+
+def model_reviewer_change(*, reviewer: ModelReviewer, offer_disagreements=UNCHANGED,
+                          disagreement_threshold=UNCHANGED) -> ModelReviewer:
     """Change whether (and above which score difference) its confident disagreements get one more reviewer;
-    turning it on offers the pairs already scored."""
-    if reviewer.detached_at is not None:
-        raise ModelReviewerMistake("this model reviewer is detached; attach its checkpoint again")
-    if offer_disagreements is not None:
-        reviewer.offer_disagreements = _flag("offer_disagreements", offer_disagreements)
-    if disagreement_threshold is not None:
-        reviewer.disagreement_threshold = _threshold(disagreement_threshold)
-    reviewer.save(update_fields=["offer_disagreements", "disagreement_threshold"])
+    turning it on offers the pairs already scored. A setting left out (UNCHANGED) is kept; null is refused."""
+    offer = UNCHANGED if offer_disagreements is UNCHANGED else _flag("offer_disagreements", offer_disagreements)
+    threshold = UNCHANGED if disagreement_threshold is UNCHANGED else _threshold(disagreement_threshold)
+    with transaction.atomic():
+        # Locked and read again: a detach or another change meanwhile is seen, not overwritten.
+        reviewer = ModelReviewer.objects.select_for_update().select_related("project", "checkpoint").get(pk=reviewer.pk)
+        if reviewer.detached_at is not None:
+            raise ModelReviewerMistake("this model reviewer is detached; attach its checkpoint again")
+        if offer is not UNCHANGED:
+            reviewer.offer_disagreements = offer
+        if threshold is not UNCHANGED:
+            reviewer.disagreement_threshold = threshold
+        reviewer.save(update_fields=["offer_disagreements", "disagreement_threshold"])
     if reviewer.status == ModelReviewer.Status.DONE:
         offer_confident_disagreements(reviewer=reviewer)
     return reviewer
@@ -178,11 +220,27 @@ def attached_model_reviewers(project: Project):
 # --- scoring -------------------------------------------------------------------------------------------
 
 
+def _score_in_thread(reviewer_id: int, attempt: int) -> None:
+    try:
+        model_reviewer_run(reviewer_id=reviewer_id, attempt=attempt)
+    except Exception:  # the run stores its own failures; this is a last resort, and the row then goes stale
+        logger.exception("model reviewer %s failed in its thread", reviewer_id)
+    finally:
+        connections.close_all()  # this thread's own connections; they would outlive it otherwise
+
+
 def _send(reviewer_id: int, attempt: int) -> None:
-    """Hand the scoring to Celery (after commit) on the training queue: the worker there has the training stack."""
+    """Hand the scoring to Celery (after commit) on the training queue: the worker there has the training stack.
+    With no broker (the embedded defaults) it runs in a thread of this process instead, as a training run does
+    (annotate/runs/launch.py send), so the request that attached it returns at once."""
+    from annotate.celery import app
     from annotate.quality.tasks import score_model_reviewer
     from annotate.runs.tasks import QUEUE
 
+    if app.conf.task_always_eager:
+        threading.Thread(target=_score_in_thread, args=(reviewer_id, attempt), name=f"model-reviewer-{reviewer_id}",
+                         daemon=True).start()
+        return
     try:
         score_model_reviewer.apply_async((reviewer_id, attempt), queue=QUEUE)
     except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
@@ -199,7 +257,8 @@ def _claim(reviewer_id: int, attempt: int) -> ModelReviewer | None:
                 or reviewer.detached_at is not None):
             return None
         reviewer.status = ModelReviewer.Status.SCORING
-        reviewer.save(update_fields=["status"])
+        reviewer.scoring_started_at = reviewer.heartbeat_at = timezone.now()
+        reviewer.save(update_fields=["status", "scoring_started_at", "heartbeat_at"])
     return ModelReviewer.objects.select_related("project", "checkpoint").get(pk=reviewer_id)
 
 
@@ -223,6 +282,51 @@ class ScoringFailed(Exception):
     """The scoring could not finish; the message is the one line the page shows."""
 
 
+class ScoringSuperseded(Exception):
+    """The model reviewer was detached or scored again while this scoring ran: it stops and writes nothing."""
+
+
+def _heartbeat(reviewer: ModelReviewer) -> bool:
+    """Say the scoring is alive; False when it is no longer this attempt's to finish."""
+    return ModelReviewer.objects.filter(
+        pk=reviewer.pk, attempt=reviewer.attempt, status=ModelReviewer.Status.SCORING, detached_at__isnull=True,
+    ).update(heartbeat_at=timezone.now()) == 1
+
+
+def _run_with_heartbeat(reviewer: ModelReviewer, command: list[str]) -> tuple[int, str]:
+    """Run the command, beating every HEARTBEAT_EVERY_S; (exit code, stderr). Stopped past SCORE_TIMEOUT_S
+    (ScoringFailed) or once superseded (ScoringSuperseded)."""
+    deadline = time.monotonic() + SCORE_TIMEOUT_S
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=settings.BASE_DIR,
+                          env=training_env()) as process:
+        while True:
+            try:
+                _, stderr = process.communicate(timeout=HEARTBEAT_EVERY_S)
+                return process.returncode, stderr
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline:
+                    process.kill()
+                    process.communicate()
+                    raise ScoringFailed(f"scoring took over {SCORE_TIMEOUT_S // 3600} hours and was stopped; score "
+                                        "again on a worker with a GPU") from None
+                if not _heartbeat(reviewer):
+                    process.kill()
+                    process.communicate()
+                    raise ScoringSuperseded() from None
+
+
+def finite_scores(rows: list[dict]) -> dict[str, float]:
+    """Scores by answer id from the reward-score output's rows; ScoringFailed when one is NaN or infinite (a
+    broken model: no choice can be read from it)."""
+    scores = {row["id"]: float(row["score"]) for row in rows}
+    broken = [answer for answer, score in scores.items() if not math.isfinite(score)]
+    if broken:
+        raise ScoringFailed(f"the reward model scored {len(broken)} of {len(scores)} answers as "
+                            f"{scores[broken[0]]} (response {broken[0]} first), not a finite number; its weights "
+                            "are broken: train it again or attach another checkpoint")
+    return scores
+
+
 def _run_reward_score(reviewer: ModelReviewer, pairs: list[dict]) -> dict[str, float]:
     """Scores by response id from `python -m training reward-score`, or ScoringFailed with its one line."""
     with tempfile.TemporaryDirectory(prefix="pairwise-model-reviewer-") as scratch:
@@ -238,20 +342,15 @@ def _run_reward_score(reviewer: ModelReviewer, pairs: list[dict]) -> dict[str, f
                                                  "answer": pair[f"response_{side}__text"]}) + "\n")
         command = training_command("reward-score", "--reward-model", reviewer.checkpoint.uri,
                                    "--answers", str(answers), "--out", str(out))
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, cwd=settings.BASE_DIR, env=training_env(),
-                                  timeout=SCORE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise ScoringFailed(f"scoring took over {SCORE_TIMEOUT_S // 3600} hours and was stopped; score again "
-                                "on a worker with a GPU") from None
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        if done.returncode == 2 and lines:
+        returncode, stderr = _run_with_heartbeat(reviewer, command)
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        if returncode == 2 and lines:
             # The command names its scratch file; the admin knows the project's pairs, not that file.
             raise ScoringFailed(lines[-1].removeprefix("error: ").replace(f"answers file {answers}",
                                                                           "the project's judged pairs"))
-        if done.returncode != 0:
-            logger.error("python -m training reward-score failed:\n%s", done.stderr[-4000:])
-            raise ScoringFailed(f"the reward-score command failed (exit code {done.returncode}): "
+        if returncode != 0:
+            logger.error("python -m training reward-score failed:\n%s", stderr[-4000:])
+            raise ScoringFailed(f"the reward-score command failed (exit code {returncode}): "
                                 f"{lines[-1] if lines else 'no output'}")
         result = json.loads(out.read_text(encoding="utf-8"))
     if result.get("format") != "pairwise.reward_scores/1":
@@ -262,7 +361,7 @@ def _run_reward_score(reviewer: ModelReviewer, pairs: list[dict]) -> dict[str, f
         raise ScoringFailed(f"checkpoint {reviewer.checkpoint.name!r} holds other weights than when it was attached "
                             f"({scored_hash[:19]}… now, {reviewer.content_hash[:19]}… then); register the new "
                             "weights as a checkpoint and attach that")
-    return {row["id"]: float(row["score"]) for row in result["scores"]}
+    return finite_scores(result["scores"])
 
 
 def _score_rows(reviewer: ModelReviewer, pairs: list[dict], scores: dict[str, float]) -> list[ModelPairScore]:
@@ -273,10 +372,18 @@ def _score_rows(reviewer: ModelReviewer, pairs: list[dict], scores: dict[str, fl
         rows.append(ModelPairScore(
             model_reviewer=reviewer, pair_id=pair["pk"], score_a=score_a, score_b=score_b, a_on_left=pair["a_on_left"],
             choice_shown=screen_choice(left_score=left, right_score=right),
-            # Swapped: what was on the right is on the left. A model that scores answers alone gives each the
-            # same score wherever it is shown; the choice is recorded as made, not assumed.
+            # Swapped: what was on the right is on the left. The model scores each answer alone, so this is
+            # the same answer by construction; it is kept as the record of both display orders.
             choice_swapped=screen_choice(left_score=right, right_score=left)))
     return rows
+
+
+def _one_line(error: Exception) -> str:
+    if isinstance(error, ScoringFailed):
+        return str(error)
+    first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+    text = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    return (text if len(text) <= 300 else text[:299] + "…") + "; score again, or see the worker's log"
 
 
 def model_reviewer_run(*, reviewer_id: int, attempt: int) -> ModelReviewer | None:
@@ -290,21 +397,28 @@ def model_reviewer_run(*, reviewer_id: int, attempt: int) -> ModelReviewer | Non
         if not pairs:
             raise ScoringFailed(f"project {reviewer.project.slug!r} has no judged pairs to score")
         rows = _score_rows(reviewer, pairs, _run_reward_score(reviewer, pairs))
-    except (ScoringFailed, OSError, ValueError, KeyError) as error:
-        message = str(error) if isinstance(error, ScoringFailed) else f"{type(error).__name__}: {error}"
-        ModelReviewer.objects.filter(pk=reviewer.pk, attempt=attempt).update(
-            status=ModelReviewer.Status.FAILED, error=message)
+        with transaction.atomic():
+            if not ModelReviewer.objects.select_for_update().filter(
+                    pk=reviewer.pk, attempt=attempt, detached_at__isnull=True).exists():
+                raise ScoringSuperseded()
+            # Scores of pairs scored before are replaced by the same model's new ones; the time one was offered
+            # another reviewer stays.
+            ModelPairScore.objects.bulk_create(
+                rows, batch_size=WRITE_BATCH, update_conflicts=True, unique_fields=["model_reviewer", "pair"],
+                update_fields=["score_a", "score_b", "a_on_left", "choice_shown", "choice_swapped"])
+            ModelReviewer.objects.filter(pk=reviewer.pk, attempt=attempt).update(
+                status=ModelReviewer.Status.DONE, error="", pairs_scored=len(rows), judgment_watermark=watermark,
+                scored_at=timezone.now(), heartbeat_at=timezone.now())
+    except ScoringSuperseded:
         reviewer.refresh_from_db()
         return reviewer
-    with transaction.atomic():
-        # Scores of pairs scored before are replaced by the same model's new ones; the time one was offered
-        # another reviewer stays.
-        ModelPairScore.objects.bulk_create(
-            rows, batch_size=WRITE_BATCH, update_conflicts=True, unique_fields=["model_reviewer", "pair"],
-            update_fields=["score_a", "score_b", "a_on_left", "choice_shown", "choice_swapped"])
+    except Exception as error:  # whatever stops it, the row must not stay "scoring": its one line is kept
+        if not isinstance(error, ScoringFailed):
+            logger.exception("scoring model reviewer %s failed", reviewer.pk)
         ModelReviewer.objects.filter(pk=reviewer.pk, attempt=attempt).update(
-            status=ModelReviewer.Status.DONE, error="", pairs_scored=len(rows), judgment_watermark=watermark,
-            scored_at=timezone.now())
+            status=ModelReviewer.Status.FAILED, error=_one_line(error))
+        reviewer.refresh_from_db()
+        return reviewer
     reviewer.refresh_from_db()
     offer_confident_disagreements(reviewer=reviewer)
     return reviewer
@@ -313,29 +427,49 @@ def model_reviewer_run(*, reviewer_id: int, attempt: int) -> ModelReviewer | Non
 # --- one more reviewer where the model confidently disagrees ---------------------------------------------
 
 
+def offer_standing(assigned: int, needed: int, *, offered_need: int) -> bool:
+    """Whether an offer that raised a pair's need to `offered_need` still stands: the pair still needs that many,
+    or has handed that many assignments out. A decision from the votes that lowered the need before the extra
+    reviewer took the pair (an undo, a retest, a change of the overlap settings: pairs_needed_recompute) withdrew
+    it; the pair may then be offered again."""
+    return needed >= offered_need or assigned >= offered_need
+
+
+STANDING_OFFER = Q(pair__reviewers_needed__gte=F("offered_need")) | Q(pair__assigned_count__gte=F("offered_need"))
+
+
 def offer_confident_disagreements(*, reviewer: ModelReviewer) -> int:
     """With the setting on and an adaptive overlap, give one more reviewer to each scored pair whose people's
     strict majority so far (at least 2 votes) the model contradicts by more than the threshold; each pair once
-    per model reviewer. Returns how many pairs were offered."""
+    per model reviewer while that offer stands (offer_standing). Returns how many pairs were offered."""
     project = reviewer.project
     if not reviewer.offer_disagreements or reviewer.detached_at is not None or not project.overlap_is_adaptive:
         return 0
-    candidates = list(ModelPairScore.objects.filter(model_reviewer=reviewer, offered_at__isnull=True)
-                      .order_by("pair_id").values_list("pair_id", "score_a", "score_b"))
+    candidates = list(ModelPairScore.objects.filter(model_reviewer=reviewer).order_by("pair_id")
+                      .values_list("pair_id", "score_a", "score_b", "offered_at", "offered_need"))
     offered = 0
     for start in range(0, len(candidates), WRITE_BATCH):
         batch = candidates[start:start + WRITE_BATCH]
         with transaction.atomic():
             # The pairs' row locks first, then their votes: a judgment landing meanwhile is counted or decides
             # its pair after this.
-            pair_ids = [row[0] for row in batch]
             locked = {pk: (assigned, needed) for pk, assigned, needed in
-                      Pair.objects.select_for_update(no_key=True).filter(pk__in=pair_ids).order_by("pk")
-                      .values_list("pk", "assigned_count", "reviewers_needed")}
+                      Pair.objects.select_for_update(no_key=True).filter(pk__in=[row[0] for row in batch])
+                      .order_by("pk").values_list("pk", "assigned_count", "reviewers_needed")}
+            standing = {row[0] for row in batch
+                        if row[3] is not None and offer_standing(*locked[row[0]], offered_need=row[4])}
+            open_rows = [row for row in batch if row[0] not in standing]
+            withdrawn = [row[0] for row in open_rows if row[3] is not None]
+            if withdrawn:
+                ModelPairScore.objects.filter(model_reviewer=reviewer, pair_id__in=withdrawn).update(
+                    offered_at=None, offered_need=0)
+            if not open_rows:
+                continue
+            pair_ids = [row[0] for row in open_rows]
             votes = votes_of_pairs(pair_ids)
             doubted = confident_disagreements(
                 votes=np.array([votes[pair_id] for pair_id in pair_ids]).reshape(-1, len(WINNERS)),
-                score_a=np.array([row[1] for row in batch]), score_b=np.array([row[2] for row in batch]),
+                score_a=np.array([row[1] for row in open_rows]), score_b=np.array([row[2] for row in open_rows]),
                 threshold=reviewer.disagreement_threshold)
             chosen = [pair_id for pair_id, doubt in zip(pair_ids, doubted, strict=True) if doubt]
             if not chosen:
@@ -345,8 +479,11 @@ def offer_confident_disagreements(*, reviewer: ModelReviewer) -> int:
             changed = [Pair(pk=pair_id, reviewers_needed=int(new)) for pair_id, new in zip(chosen, needed, strict=True)
                        if new != locked[pair_id][1]]
             Pair.objects.bulk_update(changed, ["reviewers_needed"])
-            ModelPairScore.objects.filter(model_reviewer=reviewer, pair_id__in=[p.pk for p in changed]).update(
-                offered_at=timezone.now())
+            now = timezone.now()
+            for need in {pair.reviewers_needed for pair in changed}:  # a few values: 3 up to the maximum overlap
+                ModelPairScore.objects.filter(
+                    model_reviewer=reviewer, pair_id__in=[p.pk for p in changed if p.reviewers_needed == need],
+                ).update(offered_at=now, offered_need=need)
             offered += len(changed)
     return offered
 
@@ -370,6 +507,7 @@ def model_reviewer_summary(*, reviewer: ModelReviewer, votes: dict[int, list[int
     """What the page and the API show of one model reviewer: who it is, its state and its figures against the
     people (annotate/quality/model_agreement.py). `votes` (from _human_votes) may be shared between reviewers."""
     votes = _human_votes(reviewer.project) if votes is None else votes
+    reviewer = as_read(reviewer)
     pair_ids = sorted(votes)
     scores = {pair_id: (a_on_left, shown, swapped) for pair_id, a_on_left, shown, swapped in
               ModelPairScore.objects.filter(model_reviewer=reviewer).values_list(
@@ -386,7 +524,8 @@ def model_reviewer_summary(*, reviewer: ModelReviewer, votes: dict[int, list[int
         winner_swapped=winner_of_screen_choice(swapped, a_on_left=~a_on_left),
         chose_left=shown == LEFT,
     )
-    offered = ModelPairScore.objects.filter(model_reviewer=reviewer, offered_at__isnull=False).count()
+    offered = ModelPairScore.objects.filter(STANDING_OFFER, model_reviewer=reviewer, offered_at__isnull=False).count()
+    scored = reviewer.scored_at is not None
     return {
         "id": reviewer.pk,
         "checkpoint": reviewer.checkpoint.name,
@@ -400,7 +539,14 @@ def model_reviewer_summary(*, reviewer: ModelReviewer, votes: dict[int, list[int
         "pairs_offered": offered,
         "created_by": reviewer.created_by.get_username() if reviewer.created_by_id else None,
         "created_at": reviewer.created_at.isoformat(),
-        "scored_at": reviewer.scored_at.isoformat() if reviewer.scored_at else None,
+        "scored_at": reviewer.scored_at.isoformat() if scored else None,
+        "scoring_started_at": reviewer.scoring_started_at.isoformat() if reviewer.scoring_started_at else None,
+        "heartbeat_at": reviewer.heartbeat_at.isoformat() if reviewer.heartbeat_at else None,
+        # How stale the scores are: the last scoring read the pairs as of judgment row `judgment_watermark`.
+        "pairs_scored": reviewer.pairs_scored if scored else None,
+        "judgment_watermark": reviewer.judgment_watermark if scored else None,
+        "judgments_since": (judgments_since(project=reviewer.project, watermark=reviewer.judgment_watermark)
+                            if scored else None),
         "figures": figures,
     }
 

@@ -64,6 +64,11 @@ class ModelReviewer(models.Model):
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     scored_at = models.DateTimeField(null=True, blank=True)
+    scoring_started_at = models.DateTimeField(null=True, blank=True, help_text="When the last scoring started.")
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Last sign of life of a queued or running scoring: when it was queued, started, then every "
+                  "HEARTBEAT_EVERY_S while it runs; older than STALE_AFTER it counts as failed.")
     detached_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -97,6 +102,9 @@ class ModelPairScore(models.Model):
                                       help_text="The model's choice with left and right exchanged.")
     offered_at = models.DateTimeField(
         null=True, blank=True, help_text="When the pair was offered one more reviewer because the model disagreed.")
+    offered_need = models.PositiveSmallIntegerField(
+        default=0, help_text="The reviewers_needed the offer raised the pair to; a recompute that lowers the pair's "
+                             "need below it withdrew the offer, and the next pass may offer the pair again.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["model_reviewer", "pair"], name="model_pair_score_once")]

@@ -71,7 +71,7 @@ def project_judgment_watermark(*, project: Project) -> int:
     return newest.first() or 0
 
 
-def _judgments_since(*, project: Project, watermark: int) -> int:
+def judgments_since(*, project: Project, watermark: int) -> int:
     """Judgment rows of the project newer than ``watermark`` (an index range scan from it)."""
     return Judgment.objects.filter(pk__gt=watermark, pair__project_id=project.pk).aggregate(n=Count("pk"))["n"]
 
@@ -128,7 +128,7 @@ def _state(*, project: Project, now: datetime) -> StoredReportState:
     stored = StoredAgreementReport.objects.filter(project=project).first()
     has_report = stored is not None and stored.report is not None
     # Before the first report nothing is counted: that would read the project's whole history.
-    since = _judgments_since(project=project, watermark=stored.judgment_watermark) if has_report else None
+    since = judgments_since(project=project, watermark=stored.judgment_watermark) if has_report else None
     recomputing = (
         stored is not None
         and stored.recompute_requested_at is not None

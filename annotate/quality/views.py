@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -25,8 +26,15 @@ from annotate.quality.charts import (
     percent,
     rationale_flags_chart,
 )
-from annotate.quality.model_agreement import LEFT_OUT_REASONS, TIE_BELOW, TOO_FEW_TO_JUDGE_UNDER
+from annotate.quality.model_agreement import (
+    LEFT_OUT_REASONS,
+    LEFT_RATE_NOTE,
+    ORDER_CONSISTENCY_NOTE,
+    TIE_BELOW,
+    TOO_FEW_TO_JUDGE_UNDER,
+)
 from annotate.quality.model_reviewers import (
+    UNCHANGED,
     attached_model_reviewers,
     model_reviewer_attach,
     model_reviewer_change,
@@ -295,7 +303,9 @@ def _model_reviewer_rows(summaries: list[dict]) -> list[dict]:
             **summary,
             "share": _rate_figure(agreement["share"], "pairs with a majority for a or b"),
             "kappa": kappa_figure,
-            "order": _rate_figure(figures["order_consistency"], "scored pairs"),
+            # Not a measurement: both choices come from the same two scores (ORDER_CONSISTENCY_NOTE).
+            "order": _figure(figures["order_consistency"]["value"], _number_3, reason="no scored pairs",
+                             detail=f"by construction · of {figures['order_consistency']['n']} scored pairs"),
             "left": _rate_figure(figures["left_rate"], "a/b choices"),
             "left_out": [(LEFT_OUT_REASONS[key], count) for key, count in figures["left_out"].items() if count],
         })
@@ -310,6 +320,8 @@ def _model_reviewer_section(project, *, is_admin: bool) -> dict:
         "adaptive": project.overlap_is_adaptive,
         "too_few_under": TOO_FEW_TO_JUDGE_UNDER,
         "tie_below": TIE_BELOW,
+        "order_note": ORDER_CONSISTENCY_NOTE,
+        "left_note": LEFT_RATE_NOTE,
     }
 
 
@@ -394,8 +406,16 @@ def model_reviewer_attach_page(request, slug: str):
         messages.error(request, str(exc))
         return _back_to_model_reviewers(project)
     reviewer.refresh_from_db()
-    messages.success(request, f"{reviewer.checkpoint.name} attached: scoring {reviewer.status}.")
+    _scoring_message(request, reviewer, f"{reviewer.checkpoint.name} attached")
     return _back_to_model_reviewers(project)
+
+
+def _scoring_message(request, reviewer, what: str) -> None:
+    """A queued scoring is news; one that failed already (it could not be queued) is an error, with its line."""
+    if reviewer.status == reviewer.Status.FAILED:
+        messages.error(request, f"{what}: scoring failed: {reviewer.error}")
+    else:
+        messages.success(request, f"{what}: scoring {reviewer.status}.")
 
 
 MODEL_REVIEWER_ACTIONS = ("score", "settings", "detach")
@@ -405,20 +425,22 @@ MODEL_REVIEWER_ACTIONS = ("score", "settings", "detach")
 def model_reviewer_action_page(request, slug: str, reviewer_id: int, action: str):
     """The dashboard's buttons on one model reviewer: score again, change its settings, detach (admins only)."""
     project = _admin_page_project(request, slug)
+    if action not in MODEL_REVIEWER_ACTIONS:
+        raise Http404(f"no model reviewer action {action!r}; the actions are {', '.join(MODEL_REVIEWER_ACTIONS)}")
     reviewer = attached_model_reviewers(project).filter(pk=reviewer_id).first()
-    if reviewer is None or action not in MODEL_REVIEWER_ACTIONS:
-        messages.error(request, f"no attached model reviewer {reviewer_id} with an action {action!r} in this project")
+    if reviewer is None:  # detached in another tab, say: the page says so rather than a bare 404
+        messages.error(request, f"no attached model reviewer {reviewer_id} in this project; it may have been detached")
         return _back_to_model_reviewers(project)
     name = reviewer.checkpoint.name
     try:
         if action == "score":
             reviewer = model_reviewer_score_again(reviewer=reviewer)
-            reviewer.refresh_from_db()
-            messages.success(request, f"{name}: scoring {reviewer.status}.")
+            _scoring_message(request, reviewer, name)
         elif action == "settings":
+            # An unticked box is not sent: off. An empty threshold field keeps the threshold.
             model_reviewer_change(reviewer=reviewer,
                                   offer_disagreements=request.POST.get("offer_disagreements", "off"),
-                                  disagreement_threshold=request.POST.get("disagreement_threshold") or None)
+                                  disagreement_threshold=request.POST.get("disagreement_threshold") or UNCHANGED)
             messages.success(request, f"{name}: settings saved.")
         else:
             model_reviewer_detach(reviewer=reviewer)

@@ -1,5 +1,7 @@
 """A model reviewer's figures against people (annotate/quality/model_agreement.py), checked on a worked example."""
 
+import warnings
+
 import numpy as np
 import pytest
 from statsmodels.stats.inter_rater import cohens_kappa
@@ -11,6 +13,7 @@ from annotate.quality.model_agreement import (
     model_winner,
     winner_of_screen_choice,
 )
+from annotate.quality.model_reviewers import ScoringFailed, finite_scores
 from annotate.review.choices import WINNER_A, WINNER_B, WINNER_TIE
 from annotate.review.overlap import reviewers_with_one_more
 
@@ -25,18 +28,20 @@ SCORE_A = np.array([1.0, 0.5, 2.0, 0.3, 0.9, -1.0, -0.5, 0.0, -2.0, 1.5, 0.2, 0.
 SCORE_B = np.array([0.0, 0.1, 1.0, 0.3, 0.2, 0.5, 0.5, 1.0, 0.0, -0.5, 0.1, 0.4])
 # The model picks a, a, a, tie, a, b | b, b, b, a | a | b: agrees on pairs 1-3, 5, 7-9 of the ten with a or b majority.
 A_ON_LEFT = np.array([True, False, True, True, False, True, False, True, True, False, True, False])
+# Its choices on the screen, worked by hand from its winners and A_ON_LEFT: in the order reviewers were shown,
+# and with left and right exchanged (scored alone, each answer keeps its score, so the other side wins).
+SHOWN = np.array(["left", "right", "left", "tie", "right", "right", "left", "right", "right", "right", "left", "left"])
+SWAPPED = np.array(["right", "left", "right", "tie", "left", "left", "right", "left", "left", "left", "right",
+                    "right"])
 
 
 def figures(votes=VOTES, score_a=SCORE_A, score_b=SCORE_B, a_on_left=A_ON_LEFT, scored=None):
-    winner = model_winner(score_a, score_b)
-    left, right = np.where(a_on_left, score_a, score_b), np.where(a_on_left, score_b, score_a)
-    shown = np.where(np.abs(left - right) < 1e-6, "tie", np.where(left > right, "left", "right"))
-    swapped = np.where(shown == "left", "right", np.where(shown == "right", "left", "tie"))
-    assert (winner_of_screen_choice(shown, a_on_left=a_on_left) == winner).all()
+    # Reversing a pair (a <-> b, and a_on_left with it) leaves what is on the screen as it was: SHOWN and SWAPPED.
+    assert (winner_of_screen_choice(SHOWN, a_on_left=a_on_left) == model_winner(score_a, score_b)).all()
     return model_reviewer_figures(
         votes=votes, scored=np.ones(len(votes), dtype=bool) if scored is None else scored,
-        winner_shown=winner_of_screen_choice(shown, a_on_left=a_on_left),
-        winner_swapped=winner_of_screen_choice(swapped, a_on_left=~a_on_left), chose_left=shown == "left", seed=0)
+        winner_shown=winner_of_screen_choice(SHOWN, a_on_left=a_on_left),
+        winner_swapped=winner_of_screen_choice(SWAPPED, a_on_left=~a_on_left), chose_left=SHOWN == "left", seed=0)
 
 
 def test_agreement_with_the_majority_matches_the_hand_worked_example():
@@ -52,20 +57,20 @@ def test_agreement_with_the_majority_matches_the_hand_worked_example():
     assert agreement["cohen_kappa"]["value"] == pytest.approx(cohens_kappa(doubled).kappa)
     low, high = agreement["cohen_kappa"]["ci"]
     assert -1 <= low < 5 / 11 < high <= 1
-    assert result["left_out"] == {"not_scored": 0, "no_majority": 1, "tie_majority": 1, "both_bad_majority": 0}
+    assert result["left_out"] == {"not_scored": 0, "no_votes": 0, "no_majority": 1, "tie_majority": 1,
+                                  "both_bad_majority": 0}
 
 
-def test_order_consistency_and_left_rate_are_counted_from_the_choices():
+def test_order_consistency_is_one_by_construction_and_left_rate_counts_left_choices():
     result = figures()
-    # Scored alone, an answer keeps its score in either order: every pair gets the same answer both ways.
+    # Both orders name the same answer on every pair, and the figure says it is so by construction.
     assert result["order_consistency"]["value"] == 1.0 and result["order_consistency"]["n"] == 12
-    # 11 a/b choices (pair 4 is a tie); shown on the left: pairs 1, 3, 6 (b, a on the right), 10 (a on the right),
-    # 12 (b on the left) -> by hand from A_ON_LEFT and the model's winners.
-    winner = model_winner(SCORE_A, SCORE_B)
-    decisive = winner != WINNER_TIE
-    chose_left = ((winner == WINNER_A) & A_ON_LEFT) | ((winner == WINNER_B) & ~A_ON_LEFT)
-    assert result["left_rate"]["n"] == 11
-    assert result["left_rate"]["hits"] == int(chose_left[decisive].sum())
+    assert result["order_consistency"]["by_construction"]
+    assert result["order_consistency"]["note"].startswith("1.000 by construction")
+    # 11 a/b choices (pair 4 is a tie); the one shown on the left won on pairs 1, 3, 7, 11 and 12 (SHOWN).
+    assert result["left_rate"]["n"] == 11 and result["left_rate"]["hits"] == 5
+    assert result["left_rate"]["value"] == pytest.approx(5 / 11)
+    assert "left/right coin" in result["left_rate"]["note"]
 
 
 def test_a_model_that_changes_its_choice_with_the_order_is_measured_as_such():
@@ -91,6 +96,26 @@ def test_unscored_pairs_are_left_out_and_few_pairs_are_too_few_to_judge():
     assert result["left_out"]["not_scored"] == 7
     assert result["agreement"]["n"] == 5 and result["agreement"]["too_few_to_judge"]
     assert result["agreement"]["share"]["too_few_to_judge"]
+
+
+def test_a_pair_without_first_time_votes_is_left_out_for_that_not_as_a_split():
+    votes = VOTES.copy()
+    votes[10] = 0  # the split pair, judged now only by a retest: no vote counts
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no 0/0 share on the way
+        result = figures(votes)
+    assert result["left_out"] == {"not_scored": 0, "no_votes": 1, "no_majority": 0, "tie_majority": 1,
+                                  "both_bad_majority": 0}
+    assert result["agreement"]["n"] == 10 and result["agreement"]["share"]["hits"] == 7
+
+
+def test_scores_that_are_not_finite_numbers_fail_the_scoring_in_one_line():
+    assert finite_scores([{"id": "1", "score": 0.5}, {"id": "2", "score": -3}]) == {"1": 0.5, "2": -3.0}
+    for broken in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(ScoringFailed) as failed:
+            finite_scores([{"id": "1", "score": 0.5}, {"id": "7", "score": broken}])
+        assert "1 of 2 answers" in str(failed.value) and "response 7" in str(failed.value)
+        assert "not a finite number" in str(failed.value) and "\n" not in str(failed.value)
 
 
 def test_confident_disagreements_need_two_votes_the_other_side_and_a_gap_above_the_threshold():

@@ -2,20 +2,26 @@
 `python -m training reward-score`, measured against people, and kept out of everything the people's work feeds."""
 
 import json
+import threading
 import uuid
+from datetime import timedelta
 
 import numpy as np
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from annotate.exports.filters import filters_parse
 from annotate.exports.pipeline import snapshot_write
+from annotate.quality.model_reviewers import STALE_AFTER
 from annotate.quality.models import ModelPairScore, ModelReviewer
 from annotate.quality.selectors import agreement_report_for_project
+from annotate.quality.tasks import score_model_reviewer
 from annotate.review import services
 from annotate.review.models import Pair
 from annotate.runs.checkpoints import checkpoint_register
 from tests.conftest import import_rows, judge_until_done, make_items
+from tests.exports.helpers import configure_celery
 
 from .helpers import prefers_model_0, read_page
 
@@ -47,10 +53,20 @@ def staff(make_user):
     return {"admin": make_user("boss", role="admin"), "engineer": make_user("eng", role="engineer")}
 
 
+def run_queued_scoring(queued) -> None:
+    """Run the scorings a request queued, as the training queue's worker does. (With no broker a thread of the web
+    process runs them, which cannot see this test's uncommitted rows: test_without_a_broker_... covers that.)"""
+    for callback in queued:
+        reviewer_id, attempt = callback.args
+        score_model_reviewer(reviewer_id, attempt)
+
+
 def attach(client_for, user, project, checkpoint, capture, **extra):
-    with capture(execute=True):
-        return client_for(user).post(f"/api/v1/projects/{project.slug}/model-reviewers",
-                                     {"checkpoint": checkpoint, **extra}, format="json")
+    with capture() as queued:
+        response = client_for(user).post(f"/api/v1/projects/{project.slug}/model-reviewers",
+                                         {"checkpoint": checkpoint, **extra}, format="json")
+    run_queued_scoring(queued)
+    return response
 
 
 def export_rows(project, tmp_path, name, **filters):
@@ -94,7 +110,10 @@ def test_an_attached_reward_model_scores_every_judged_pair_and_is_measured_again
     figures = listed["figures"]
     assert figures["agreement"]["n"] == PAIRS and figures["agreement"]["share"]["hits"] == agree
     assert figures["order_consistency"]["value"] == 1.0
-    assert figures["left_out"] == {"not_scored": 0, "no_majority": 0, "tie_majority": 0, "both_bad_majority": 0}
+    assert figures["left_out"] == {"not_scored": 0, "no_votes": 0, "no_majority": 0, "tie_majority": 0,
+                                   "both_bad_majority": 0}
+    assert figures["order_consistency"]["by_construction"]
+    assert listed["pairs_scored"] == PAIRS and listed["judgments_since"] == 0
     assert listed["identity"] == f"reward_model@{checkpoint.content_hash}"
 
     # The dashboard shows it apart from the people, and says why order cannot sway it.
@@ -106,6 +125,9 @@ def test_an_attached_reward_model_scores_every_judged_pair_and_is_measured_again
     assert row["cells"][0].startswith("rm-tiny") and "done" in row["badges"]
     assert row["cells"][2].startswith(f"{100 * agree / PAIRS:.1f}%")
     assert "the order a pair is shown in cannot sway it" in html
+    assert "1.000 by construction" in html and "follows the left/right coin" in html
+    assert row["cells"][4].startswith("1.000") and "measured" not in html
+    assert f"scored {PAIRS} pairs as of judgment" in row["cells"][1] and "0 new judgments since" in row["cells"][1]
 
     # The people's figures are exactly what they were.
     assert agreement_report_for_project(project=judged, bootstrap=50) == report_before
@@ -186,9 +208,10 @@ def test_a_failed_scoring_shows_its_one_line_with_retry_and_detach(
     assert "failed" in row["badges"] and "cannot be tokenized" in row["cells"][1]
     assert "Retry" in row["cells"][-1] and "Detach" in row["cells"][-1]
 
-    with django_capture_on_commit_callbacks(execute=True):
+    with django_capture_on_commit_callbacks() as queued:
         retried = page.post(f"/projects/{judged.slug}/quality/model-reviewers/{reviewer.pk}/score")
     assert retried.status_code == 302
+    run_queued_scoring(queued)
     reviewer.refresh_from_db()
     assert reviewer.attempt == 2 and reviewer.status == "failed"
 
@@ -246,3 +269,161 @@ def test_pairs_it_confidently_disagrees_with_get_one_more_reviewer_only_when_ask
                                      format="json")
     assert np.all([p.reviewers_needed <= 4 for p in Pair.objects.filter(project=project)])
     assert ModelPairScore.objects.filter(offered_at__isnull=False).count() == len(against)
+
+
+def row_html(html: str, reviewer_id: int) -> str:
+    start = html.index(f'data-model-reviewer="{reviewer_id}"')
+    return html[start:html.index("</tr>", start)]
+
+
+def test_a_scoring_that_stopped_reporting_shows_as_failed_and_can_be_scored_again(
+        judged, staff, client_for, tiny_reward_model, django_capture_on_commit_callbacks):
+    checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-tiny")
+    api = client_for(staff["admin"])
+    with django_capture_on_commit_callbacks() as queued:
+        assert api.post(f"/api/v1/projects/{judged.slug}/model-reviewers", {"checkpoint": "rm-tiny"},
+                        format="json").status_code == 201
+    reviewer = ModelReviewer.objects.get()
+    # Queued just now: it is not stale, so scoring again waits.
+    busy = api.post(f"/api/v1/model-reviewers/{reviewer.pk}/score")
+    assert busy.status_code == 409 and "is queued now" in busy.json()["detail"]
+
+    # Its worker took it, then was killed mid-scoring: the row says "scoring" and its heartbeat stopped.
+    long_ago = timezone.now() - STALE_AFTER - timedelta(minutes=5)
+    ModelReviewer.objects.filter(pk=reviewer.pk).update(status="scoring", scoring_started_at=long_ago,
+                                                        heartbeat_at=long_ago)
+    listed = api.get(f"/api/v1/model-reviewers/{reviewer.pk}").json()
+    assert listed["status"] == "failed" and listed["error"].startswith("scoring stopped reporting")
+    assert listed["error"].endswith("score again") and "\n" not in listed["error"]
+    page = Client()
+    page.force_login(staff["admin"])
+    html = page.get(f"/projects/{judged.slug}/quality/").content.decode()
+    assert "Retry" in row_html(html, reviewer.pk) and "disabled" not in row_html(html, reviewer.pk)
+
+    with django_capture_on_commit_callbacks() as queued:
+        again = page.post(f"/projects/{judged.slug}/quality/model-reviewers/{reviewer.pk}/score")
+    assert again.status_code == 302
+    reviewer.refresh_from_db()
+    assert reviewer.attempt == 2 and reviewer.status == "queued"
+    run_queued_scoring(queued)
+    reviewer.refresh_from_db()
+    assert reviewer.status == "done" and ModelPairScore.objects.filter(model_reviewer=reviewer).count() == PAIRS
+    # The killed attempt, should its message be delivered after all, writes nothing.
+    assert score_model_reviewer(reviewer.pk, 1) == "skipped"
+
+    # Queued long ago and never taken (a lost message): failed too, and the API accepts scoring it again.
+    ModelReviewer.objects.filter(pk=reviewer.pk).update(status="queued", heartbeat_at=long_ago)
+    with django_capture_on_commit_callbacks():
+        accepted = api.post(f"/api/v1/model-reviewers/{reviewer.pk}/score")
+    assert accepted.status_code == 202 and accepted.json()["status"] == "queued"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_a_broker_attaching_returns_at_once_and_a_thread_scores(judged, staff, client_for,
+                                                                       tiny_reward_model):
+    from annotate.celery import app
+
+    assert app.conf.task_always_eager  # the embedded defaults: no broker
+    checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-tiny")
+    response = client_for(staff["admin"]).post(f"/api/v1/projects/{judged.slug}/model-reviewers",
+                                               {"checkpoint": "rm-tiny"}, format="json")
+    # The request did not wait for the reward model: the scoring is still ahead of it or under way.
+    assert response.status_code == 201 and response.json()["status"] in ("queued", "scoring")
+    [scoring] = [t for t in threading.enumerate() if t.name == f"model-reviewer-{response.json()['id']}"]
+    scoring.join(timeout=600)
+    reviewer = ModelReviewer.objects.get()
+    assert reviewer.status == "done", reviewer.error
+    assert reviewer.scoring_started_at <= reviewer.heartbeat_at
+    assert ModelPairScore.objects.filter(model_reviewer=reviewer).count() == PAIRS
+
+
+def test_settings_are_changed_one_at_a_time_and_null_or_an_unknown_action_is_refused(
+        judged, staff, client_for, tiny_reward_model, django_capture_on_commit_callbacks):
+    checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-tiny")
+    api = client_for(staff["admin"])
+    with django_capture_on_commit_callbacks():
+        reviewer_id = api.post(f"/api/v1/projects/{judged.slug}/model-reviewers",
+                               {"checkpoint": "rm-tiny", "disagreement_threshold": 2.5}, format="json").json()["id"]
+    changed = api.patch(f"/api/v1/model-reviewers/{reviewer_id}", {"offer_disagreements": True}, format="json")
+    assert changed.status_code == 200 and changed.json()["disagreement_threshold"] == 2.5  # left out: kept
+    for body in ({"disagreement_threshold": None}, {"offer_disagreements": None}):
+        refused = api.patch(f"/api/v1/model-reviewers/{reviewer_id}", body, format="json")
+        assert refused.status_code == 400 and refused.json()["detail"].startswith(f"{next(iter(body))}: None")
+    reviewer = ModelReviewer.objects.get()
+    assert reviewer.offer_disagreements and reviewer.disagreement_threshold == 2.5
+
+    page = Client()
+    page.force_login(staff["admin"])
+    assert page.post(f"/projects/{judged.slug}/quality/model-reviewers/{reviewer_id}/rescore").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)  # the scoring is queued as the attach commits, before the page answers
+def test_an_attachment_whose_scoring_cannot_be_queued_is_an_error_on_the_page(judged, staff, tiny_reward_model):
+    from annotate.celery import app
+
+    checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-tiny")
+    page = Client()
+    page.force_login(staff["admin"])
+    saved = {key: app.conf[key] for key in ("broker_url", "task_always_eager")}
+    configure_celery(broker_url="redis://127.0.0.1:9/0", task_always_eager=False)  # a broker nobody listens on
+    try:
+        response = page.post(f"/projects/{judged.slug}/quality/model-reviewers", {"checkpoint": "rm-tiny"},
+                             follow=True)
+    finally:
+        configure_celery(**saved)
+    shown = [(message.level_tag, message.message) for message in response.context["messages"]]
+    assert shown == [("error", f"rm-tiny attached: scoring failed: {ModelReviewer.objects.get().error}")]
+    assert "could not be queued" in shown[0][1]
+
+
+def test_an_offer_withdrawn_by_an_undo_or_a_settings_change_is_made_again_by_the_next_pass(
+        make_project, make_user, staff, client_for, tiny_reward_model, django_capture_on_commit_callbacks):
+    from training.reward_model_scorer import RewardModelScorer
+
+    project = make_project("withdrawn", min_overlap=2, max_overlap=4, overlap_stop_rule="lead2", retest_rate=0.0)
+    import_rows(project, make_items(6))
+    scorer = RewardModelScorer(tiny_reward_model["reward"])
+    pairs = Pair.objects.filter(project=project).select_related("prompt", "response_a", "response_b")
+    scored = {pair.pk: scorer.score([pair.prompt.messages] * 2, [pair.response_a.text, pair.response_b.text])
+              for pair in pairs}
+    against = {pk for pk, (a, b) in scored.items() if abs(a - b) > 1e-6}  # people pick the lower-scored answer
+
+    def pick(assignment):
+        wants_a = scored[assignment.pair_id][0] < scored[assignment.pair_id][1]
+        return "left" if wants_a == assignment.a_on_left else "right"
+
+    second = make_user("rev2")
+    for reviewer in (make_user("rev1"), second):
+        judge_until_done(project, reviewer, pick)
+    checkpoint_register(uri=str(tiny_reward_model["reward"]), name="rm-tiny")
+    assert attach(client_for, staff["admin"], project, "rm-tiny", django_capture_on_commit_callbacks,
+                  offer_disagreements=True, disagreement_threshold=0).status_code == 201
+    reviewer = ModelReviewer.objects.get()
+    api = client_for(staff["admin"])
+
+    def needs() -> dict[int, int]:
+        return dict(Pair.objects.filter(project=project).values_list("pk", "reviewers_needed"))
+
+    def offered_by_next_pass() -> int:  # saving its settings as they are is a pass
+        return api.patch(f"/api/v1/model-reviewers/{reviewer.pk}", {"offer_disagreements": True},
+                         format="json").json()["pairs_offered"]
+
+    assert needs() == {pk: 3 if pk in against else 2 for pk in scored}
+    assert offered_by_next_pass() == len(against)
+
+    # The second reviewer withdraws their last vote, on an offered pair, and gives it again: the pair was decided
+    # again from its votes (2 needed), the offer is gone, and the next pass makes it again.
+    undone = services.judgment_undo_last(project=project, reviewer=second)
+    assert undone.pair_id in against
+    judge_until_done(project, second, pick)
+    assert needs()[undone.pair_id] == 2
+    assert api.get(f"/api/v1/model-reviewers/{reviewer.pk}").json()["pairs_offered"] == len(against) - 1
+    assert offered_by_next_pass() == len(against)
+    assert needs()[undone.pair_id] == 3
+
+    # A change of the overlap settings decides every pair again: all offers are withdrawn, then made again.
+    services.project_settings_update(project=project, max_overlap=5)
+    assert set(needs().values()) == {2}
+    assert api.get(f"/api/v1/model-reviewers/{reviewer.pk}").json()["pairs_offered"] == 0
+    assert offered_by_next_pass() == len(against)
+    assert needs() == {pk: 3 if pk in against else 2 for pk in scored}
