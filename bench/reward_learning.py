@@ -4,9 +4,9 @@ The whole loop on CPU where the truth is known. For each seed, from the parent o
 tiny SFT checkpoint taught a classic wrong method on four in five speed problems):
 
 1. Preferences as reviewers produce them: the parent answers held-in speed problems (training variant), 4 samples
-   each at temperature 1; for each problem where it wrote both a correct and an incorrect answer (the verifier
-   stands in for a careful reviewer), one pair, the correct answer chosen. Problems where it wrote only one kind
-   are left out, so every pair compares two of the model's own answers, as reviewers see them. The pairs become a
+   each at temperature 1; for each distinct prompt where it wrote both a correct and an incorrect answer (the
+   verifier stands in for a careful reviewer), one pair, the correct answer chosen. Prompts where it wrote only
+   one kind are left out, so every pair compares two of the model's own answers, as reviewers see them. The pairs become a
    snapshot (conversational rows, 90% train / 10% test by problem), as the app exports.
 2. A reward model: `python -m training reward` from the parent on that snapshot; its test accuracy (chosen above
    rejected) with a Wilson interval, and the share of its reward that follows length.
@@ -91,8 +91,11 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> 
         verdicts = verifier.verify_many([(task, answer) for task, sampled in zip(problems, answers, strict=True)
                                          for answer in sampled])
     rng = random.Random(seed)
-    pairs = []
+    pairs, seen_prompts = [], set()
     for index, task in enumerate(problems):
+        if task["prompt"] in seen_prompts:  # a prompt drawn twice is one prompt, on one side of the split
+            continue
+        seen_prompts.add(task["prompt"])
         judged = list(zip(answers[index], verdicts[index * PREFERENCE_SAMPLES:(index + 1) * PREFERENCE_SAMPLES],
                           strict=True))
         right = [answer for answer, verdict in judged if verdict.status == "correct"]
@@ -106,8 +109,8 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> 
         for number, (task, chosen, rejected) in enumerate(pairs):
             writer.add_pair("test" if number < test else "train", prompt=[{"role": "user", "content": task["prompt"]}],
                             chosen=chosen, rejected=rejected, meta={"task_id": task["task_id"]})
-    return {"problems": len(problems), "pairs": len(pairs), "train": len(pairs) - test, "test": test,
-            "problems_without_both": len(problems) - len(pairs)}
+    return {"problems": len(problems), "distinct_prompts": len(seen_prompts), "pairs": len(pairs),
+            "train": len(pairs) - test, "test": test, "prompts_without_both": len(seen_prompts) - len(pairs)}
 
 
 def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
