@@ -55,11 +55,13 @@ REWARD_CPU_MINUTES_LIMIT = 10.0
 PREFERENCE_PROBLEMS = 800   # held-in problems the parent answers to make pairs
 PREFERENCE_SAMPLES = 4
 TEST_SHARE = 0.1
-# The reward model's recipe (TRL's RewardConfig names): the parent's body with a new score head.
+# The reward model's recipe (TRL's RewardConfig names): the parent's body with a new score head. On a 320-step
+# parent's own 168 train pairs, 2 epochs reached 0.63 test accuracy and 8 epochs 0.79 (19 test pairs) in about
+# 1 CPU-minute; 3e-4 did worse (0.68) than 1e-4.
 REWARD_RECIPE = {
     "learning_rate": 1e-4,
     "lr_scheduler_type": "constant",
-    "num_train_epochs": 2,
+    "num_train_epochs": 8,
     "per_device_train_batch_size": 16,
     "per_device_eval_batch_size": 32,
     "max_length": 256,
