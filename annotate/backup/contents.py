@@ -37,6 +37,9 @@ PROJECT_ROWS: tuple[tuple[str, str], ...] = (
 # Rows tied to a project that a backup leaves out, and why (a test checks every model is either kept or here).
 LEFT_OUT = {
     "exports.export": "an export record points at a snapshot folder on this machine's disk, not in the backup",
+    "quality.modelreviewer": "a model reviewer points at a checkpoint folder on this machine's disk, not in the "
+                             "backup; attach the reward model again after a restore and it scores the pairs anew",
+    "quality.modelpairscore": "a model reviewer's scores go with it (see quality.modelreviewer)",
 }
 
 

@@ -151,7 +151,7 @@ def test_the_whole_loop_on_a_fresh_demo(live_server, fresh_demo, browser, artifa
     engineer.goto(url + "/projects/demo/exports/")
     engineer.locator("#snapshots tbody tr").first.get_by_role("link", name="Train DPO on this snapshot").click()
     expect(engineer.get_by_label("Kind")).to_have_value("dpo")
-    expect(engineer.get_by_label("Snapshot (DPO)")).to_contain_text("Average speed (demo) · export")
+    expect(engineer.get_by_label("Snapshot (DPO, reward)")).to_contain_text("Average speed (demo) · export")
     expect(engineer.get_by_label("Base checkpoint")).to_have_value("tiny-sft")
     engineer.get_by_label("Config (YAML)").fill(DPO_CONFIG)
     engineer.get_by_role("button", name="Launch", exact=True).click()

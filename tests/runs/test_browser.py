@@ -43,7 +43,7 @@ def test_an_engineer_launches_follows_and_cancels_a_run(live_server, base_checkp
     page.get_by_role("link", name="Training runs").click()
 
     page.get_by_label("Base checkpoint").select_option("tiny-sft")
-    page.get_by_label("Snapshot (DPO)").select_option(str(export.pk))
+    page.get_by_label("Snapshot (DPO, reward)").select_option(str(export.pk))
     page.get_by_label("Config (YAML)").fill(LONG_RUN)
     page.get_by_role("button", name="Launch").click()  # the training command checks the config first
     expect(page).to_have_url(re.compile(r"/runs/\d+/$"))
