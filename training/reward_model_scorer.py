@@ -46,13 +46,15 @@ class RewardModelScorer:
     `seconds` adds up the time spent scoring."""
 
     def __init__(self, checkpoint: str | os.PathLike, *, batch_size: int = DEFAULT_BATCH_SIZE, key: str = "reward_model",
-                 device: str | None = None):
+                 device: str | None = None, content_hash: str | None = None):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         from training.run_folder import check_reward_model_checkpoint, checkpoint_content_hash
 
         self.path = check_reward_model_checkpoint(checkpoint, key=key)
-        self.content_hash = checkpoint_content_hash(self.path)
+        # A caller that hashed the weights already (to refuse early) passes the hash: a large model's files are
+        # read once, not twice.
+        self.content_hash = content_hash or checkpoint_content_hash(self.path)
         self.identity = reward_model_identity(self.content_hash)
         self.batch_size = batch_size
         self.max_length = _trained_max_length(self.path)

@@ -179,7 +179,7 @@ def rescore_with_reward_model(*, run: str | Path, reward_model: str, batch_size:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from training.reward_model_scorer import RewardModelScorer
+    from training.reward_model_scorer import RewardModelScorer, reward_model_identity
     from training.run_folder import (
         check_reward_model_checkpoint,
         checkpoint_content_hash,
@@ -194,7 +194,8 @@ def rescore_with_reward_model(*, run: str | Path, reward_model: str, batch_size:
     except TaskFileError as error:
         raise PairwiseInputError(f"the run's task copy {error.listing}") from None
     check_reward_model_checkpoint(reward_model, key="--reward-model")
-    identity = f"reward_model@{checkpoint_content_hash(reward_model)}"
+    content_hash = checkpoint_content_hash(reward_model)  # known before the model loads: stored scores are refused
+    identity = reward_model_identity(content_hash)
     target = folder.path / RESCORED_DIR / f"{_slug([identity])}.parquet"
     if target.exists():
         raise PairwiseInputError(f"{target} already holds this run's scores under {identity[:36]}...; rescoring never "
@@ -204,7 +205,7 @@ def rescore_with_reward_model(*, run: str | Path, reward_model: str, batch_size:
     missing = sorted({row["task_id"] for row in rows} - set(tasks))
     if missing:
         raise PairwiseInputError(f"{folder.path}/tasks.jsonl lacks tasks {missing[:3]} that rollouts refer to")
-    scorer = RewardModelScorer(reward_model, batch_size=batch_size, key="--reward-model")
+    scorer = RewardModelScorer(reward_model, batch_size=batch_size, key="--reward-model", content_hash=content_hash)
     prompts = [tasks[row["task_id"]]["prompt"] for row in rows]
     # The policy saw plain prompts as chat messages when its tokenizer had a chat template (training.grpo.run).
     chat = scorer.tokenizer.chat_template is not None
