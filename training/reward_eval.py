@@ -15,19 +15,19 @@ Three figures on the same test rows, as a table and as JSON:
 from __future__ import annotations
 
 import gc
-import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 from training.errors import PairwiseInputError
+from training.reward_model_scorer import DEFAULT_MAX_LENGTH  # RewardConfig's and DPOConfig's default
+from training.run_folder import checkpoint_parent_record, checkpoint_run_record
 
 REWARD_EVAL_FORMAT = "pairwise.reward_eval/1"
 CEILING_MIN_JUDGMENTS = 3  # with two votes, leaving one out leaves a single "majority" of one
 CHOICES = ("a", "b", "tie", "both_bad")
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-DEFAULT_MAX_LENGTH = 1024  # RewardConfig's and DPOConfig's default, used when no run.json says otherwise
 DEFAULT_BATCH_SIZE = 8
 CEILING_NOTES = [
     "each reviewer's vote of a pair is left out in turn; it agrees when it is a or b and the other votes have "
@@ -109,24 +109,6 @@ def human_ceiling(votes_per_pair: list[dict[str, int] | None], *, resamples: int
 # --- inputs ---------------------------------------------------------------------------------------------
 
 
-def _run_record(checkpoint: Path) -> dict | None:
-    """run.json of the run folder a checkpoint was saved in (RUN/checkpoint), when there is one."""
-    path = checkpoint.parent / "run.json"
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _parent_record(checkpoint: Path) -> dict | None:
-    try:
-        record = json.loads((checkpoint / "parent.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def load_test_rows(snapshot: str) -> list[dict]:
     from training import snapshot as snapshot_format
 
@@ -144,11 +126,11 @@ def dpo_settings(checkpoint: Path, *, reference: str | None, beta: float | None)
     """(reference folder, beta, max_length) for a DPO child: given ones first, else its run's records."""
     from training.run_folder import check_causal_lm_checkpoint
 
-    record = _run_record(checkpoint) or {}
+    record = checkpoint_run_record(checkpoint) or {}
     config = record.get("config") if record.get("kind") == "dpo" else None
     config = config if isinstance(config, dict) else {}
     if reference is None:
-        parent = (_parent_record(checkpoint) or {}).get("parent") or {}
+        parent = (checkpoint_parent_record(checkpoint) or {}).get("parent") or {}
         reference = parent.get("path")
         if not reference:
             raise PairwiseInputError(f"--dpo-checkpoint {checkpoint} has no parent.json naming its base; give the "
@@ -170,20 +152,11 @@ def dpo_settings(checkpoint: Path, *, reference: str | None, beta: float | None)
 
 def score_reward_model(checkpoint: Path, rows: list[dict], *, batch_size: int) -> tuple[dict | None, int | None]:
     """training.reward's test-split figures for a saved classifier, with the max_length its run trained under."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
     from training.reward import score_test_split
+    from training.reward_model_scorer import load_reward_model, trained_max_length
 
-    config = ((_run_record(checkpoint) or {}).get("config") or {})
-    max_length = config.get("max_length", DEFAULT_MAX_LENGTH)
-    settings = SimpleNamespace(max_length=max_length if isinstance(max_length, int) else None,
-                               per_device_eval_batch_size=batch_size)
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint, local_files_only=True)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForSequenceClassification.from_pretrained(checkpoint, local_files_only=True, num_labels=1)
-    if model.config.pad_token_id is None:  # the classifier reads the last token that is not padding
-        model.config.pad_token_id = tokenizer.pad_token_id
+    settings = SimpleNamespace(max_length=trained_max_length(checkpoint), per_device_eval_batch_size=batch_size)
+    model, tokenizer = load_reward_model(checkpoint)
     try:
         return score_test_split(model, tokenizer, rows, settings), settings.max_length
     finally:
@@ -233,18 +206,13 @@ def evaluate_rewards(*, reward_checkpoint: str, snapshot: str, dpo_checkpoint: s
                      dpo_reference: str | None = None, beta: float | None = None,
                      batch_size: int = DEFAULT_BATCH_SIZE, log=None) -> dict:
     """The figures of the module docstring as one JSON-ready dict. Every input is checked before any model loads."""
-    from training.run_folder import check_causal_lm_checkpoint, check_sequence_classifier_checkpoint
+    from training.run_folder import check_causal_lm_checkpoint, check_reward_model_checkpoint
 
     log = log or (lambda line: None)
     if batch_size < 1:
         raise PairwiseInputError(f"--batch-size must be at least 1, got {batch_size}")
-    reward_path = check_sequence_classifier_checkpoint(reward_checkpoint, key="--reward-checkpoint")
-    architectures = json.loads((reward_path / "config.json").read_text()).get("architectures") or []
-    if not any(name.endswith("ForSequenceClassification") for name in architectures):
-        # A causal LM passes the check above (training gives it a score head), but here it has none yet.
-        raise PairwiseInputError(f"--reward-checkpoint {reward_checkpoint} is not a sequence classifier "
-                                 f"({', '.join(architectures) or 'no architectures in config.json'}), so it has no "
-                                 "trained reward head; give a reward run's checkpoint (python -m training reward)")
+    # A causal LM would be loaded with a new, untrained score head: refused.
+    reward_path = check_reward_model_checkpoint(reward_checkpoint, key="--reward-checkpoint")
     dpo_path = reference = None
     if dpo_checkpoint is not None:
         dpo_path = check_causal_lm_checkpoint(dpo_checkpoint, key="--dpo-checkpoint")

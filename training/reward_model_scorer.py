@@ -19,7 +19,7 @@ from pathlib import Path
 
 from training.errors import PairwiseInputError
 
-DEFAULT_MAX_LENGTH = 1024  # RewardConfig's default, used when the checkpoint's run.json says nothing
+DEFAULT_MAX_LENGTH = 1024  # RewardConfig's (and DPOConfig's) default, used when the checkpoint's run.json says nothing
 DEFAULT_BATCH_SIZE = 8
 
 
@@ -28,13 +28,27 @@ def reward_model_identity(content_hash: str) -> str:
     return f"reward_model@{content_hash}"
 
 
-def _trained_max_length(folder: Path) -> int | None:
+def load_reward_model(folder: Path, *, device: str | None = None):
+    """(model, tokenizer) of a reward-model checkpoint, ready to score: one output, a pad token, in eval mode."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForSequenceClassification.from_pretrained(folder, local_files_only=True, num_labels=1)
+    if model.config.pad_token_id is None:  # the classifier reads the last token that is not padding
+        model.config.pad_token_id = tokenizer.pad_token_id
+    if device is not None:
+        model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def trained_max_length(folder: Path) -> int | None:
     """The max_length the checkpoint's reward run trained under (run.json beside checkpoint/), else the default."""
-    record = folder.parent / "run.json"
-    try:
-        value = (json.loads(record.read_text()).get("config") or {}).get("max_length", DEFAULT_MAX_LENGTH)
-    except (OSError, ValueError, AttributeError):
-        return DEFAULT_MAX_LENGTH
+    from training.run_folder import checkpoint_run_record
+
+    value = ((checkpoint_run_record(folder) or {}).get("config") or {}).get("max_length", DEFAULT_MAX_LENGTH)
     return value if isinstance(value, int) and value > 0 else None
 
 
@@ -47,8 +61,6 @@ class RewardModelScorer:
 
     def __init__(self, checkpoint: str | os.PathLike, *, batch_size: int = DEFAULT_BATCH_SIZE, key: str = "reward_model",
                  device: str | None = None, content_hash: str | None = None):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
         from training.run_folder import check_reward_model_checkpoint, checkpoint_content_hash
 
         self.path = check_reward_model_checkpoint(checkpoint, key=key)
@@ -57,16 +69,8 @@ class RewardModelScorer:
         self.content_hash = content_hash or checkpoint_content_hash(self.path)
         self.identity = reward_model_identity(self.content_hash)
         self.batch_size = batch_size
-        self.max_length = _trained_max_length(self.path)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model = AutoModelForSequenceClassification.from_pretrained(self.path, local_files_only=True, num_labels=1)
-        if self.model.config.pad_token_id is None:  # the classifier reads the last token that is not padding
-            self.model.config.pad_token_id = self.tokenizer.pad_token_id
-        if device is not None:
-            self.model.to(device)
-        self.model.eval()
+        self.max_length = trained_max_length(self.path)
+        self.model, self.tokenizer = load_reward_model(self.path, device=device)
         self.seconds = 0.0
 
     def sequence(self, prompt: str | list[dict], answer: str) -> list[int]:

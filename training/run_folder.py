@@ -86,9 +86,10 @@ def check_reward_model_checkpoint(path: str | os.PathLike, *, key: str = "reward
     check_sequence_classifier_checkpoint(path, key=key)
     architectures = _checked_checkpoint_config(path, key=key).architectures or []
     if not any(name.endswith("ForSequenceClassification") for name in architectures):
-        raise PairwiseInputError(f"{key} {path} is not a trained reward model (its architectures are "
-                                 f"{', '.join(architectures) or 'not given'}, not a sequence classifier); train one "
-                                 "with python -m training reward and give its RUN/checkpoint")
+        raise PairwiseInputError(f"{key} {path} is not a trained reward model: its config.json's architecture "
+                                 f"({', '.join(architectures) or 'not given'}) is not a sequence classifier, so it has "
+                                 "no trained score head; train one with python -m training reward and give its "
+                                 "RUN/checkpoint")
     return Path(path)
 
 
@@ -150,6 +151,24 @@ def library_versions() -> dict:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+def _json_object(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def checkpoint_run_record(checkpoint: str | os.PathLike) -> dict | None:
+    """run.json of the run folder a checkpoint was saved in (RUN/checkpoint), when there is one."""
+    return _json_object(Path(checkpoint).parent / "run.json")
+
+
+def checkpoint_parent_record(checkpoint: str | os.PathLike) -> dict | None:
+    """A trained checkpoint's parent.json (write_parent_json), when there is one."""
+    return _json_object(Path(checkpoint) / "parent.json")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -257,12 +257,9 @@ def _parent_reward_model(scorer) -> dict | None:
     (its own parent.json), so the lineage reads snapshot -> reward model -> GRPO run -> checkpoint."""
     if scorer is None:
         return None
-    import json
+    from training.run_folder import checkpoint_parent_record
 
-    try:
-        snapshot_id = json.loads((scorer.path / "parent.json").read_text()).get("snapshot_id")
-    except (OSError, ValueError, AttributeError):
-        snapshot_id = None
+    snapshot_id = (checkpoint_parent_record(scorer.path) or {}).get("snapshot_id")
     return {"path": str(scorer.path.resolve()), "content_hash": scorer.content_hash, "snapshot_id": snapshot_id}
 
 
