@@ -29,7 +29,6 @@ bench/results/adaptive.json. Target: the same export accuracy with at least 30% 
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -41,8 +40,18 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-PG = "postgres://postgres@127.0.0.1:5432"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and the apps
+
+from bench.common import (
+    drop_database,
+    machine,
+    recreate_database,
+    results_path,
+    setup_django_and_migrate,
+    utc_timestamp,
+    write_results,
+)
+
 PG_DB = "pairwise_bench_adaptive"
 MODELS = 8
 CAREFUL = 8
@@ -121,7 +130,6 @@ def click_of(*, kind: str, rng: np.random.Generator, better_on_left: bool, accur
 
 
 def setup_django(database_url: str | None) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
     # In memory where the machine has it: the figures are about judgments, not about the disk's flushes.
     memory = "/dev/shm" if Path("/dev/shm").is_dir() else None
     os.environ["PAIRWISE_DATA_DIR"] = tempfile.mkdtemp(prefix="bench-adaptive-", dir=memory)
@@ -129,13 +137,7 @@ def setup_django(database_url: str | None) -> None:
         os.environ["DATABASE_URL"] = database_url
     else:
         os.environ.pop("DATABASE_URL", None)  # the embedded SQLite file in the temporary folder
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    setup_django_and_migrate()
 
 
 def reviewers() -> list[tuple[object, str]]:
@@ -270,17 +272,12 @@ def run() -> int:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--refresh-every", type=int, default=100, help="judgments between leaderboard priority refreshes")
     parser.add_argument("--database-url", default="", help="empty: embedded SQLite; 'postgres': a database of its own")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/adaptive.json")
+    parser.add_argument("--out", type=Path, default=results_path("adaptive"))
     args = parser.parse_args()
 
     database_url = args.database_url
     if database_url == "postgres":
-        import psycopg
-
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
-            conn.execute(f"CREATE DATABASE {PG_DB}")
-        database_url = f"{PG}/{PG_DB}"
+        database_url = recreate_database(PG_DB)
     setup_django(database_url or None)
     team = reviewers()
 
@@ -359,17 +356,13 @@ def run() -> int:
                               "model_frequency": "the k-th most frequent model answers 1/k as often",
                               "results": table2},
         "runs": {"part1": part1, "part2": part2},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "created_at": utc_timestamp(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_results(args.out, report)
     if args.database_url == "postgres":
         connection.close()
-        import psycopg
-
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {PG_DB} WITH (FORCE)")
+        drop_database(PG_DB)
     return 0
 
 

@@ -16,21 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import sys
 import time
 from pathlib import Path
 
-REPOSITORY = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPOSITORY))
+import numpy as np
 
-import numpy as np  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and the apps
 
-from annotate.quality.agreement import krippendorff_alpha, unit_value_counts  # noqa: E402
-from annotate.quality.report import agreement_report  # noqa: E402
-from annotate.quality.reviewers import FLAG_INCONSISTENT_RETEST, FLAG_LOW_AGREEMENT, FLAG_POSITION_BIAS  # noqa: E402
-from annotate.quality.synthetic import ALWAYS_LEFT, RANDOM_CLICKER, SELF_CONTRADICTING, synthetic_project  # noqa: E402
+from annotate.quality.agreement import krippendorff_alpha, unit_value_counts
+from annotate.quality.report import agreement_report
+from annotate.quality.reviewers import FLAG_INCONSISTENT_RETEST, FLAG_LOW_AGREEMENT, FLAG_POSITION_BIAS
+from annotate.quality.synthetic import ALWAYS_LEFT, RANDOM_CLICKER, SELF_CONTRADICTING, synthetic_project
+from bench.common import machine, results_path, shown_path, write_results
 
 EXPECTED_FLAGS = {
     ALWAYS_LEFT: FLAG_POSITION_BIAS,
@@ -75,7 +74,7 @@ def main() -> int:
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--better-first", action="store_true", help="response a is always the stronger model's")
-    parser.add_argument("--out", type=Path, default=REPOSITORY / "bench" / "results" / "agreement.json")
+    parser.add_argument("--out", type=Path, default=results_path("agreement"))
     args = parser.parse_args()
 
     started = time.perf_counter()
@@ -147,15 +146,10 @@ def main() -> int:
     for name, passed in checks.items():
         print(f"{'ok  ' if passed else 'FAIL'}  {name}")
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     result = {
         "benchmark": "agreement_report",
-        "machine": {
-            "python": platform.python_version(),
-            "processor": platform.machine(),
-            "cpus": _cpu_count(),
-        },
-        "parameters": vars(args) | {"out": _relative(args.out)},
+        "machine": machine(),
+        "parameters": vars(args) | {"out": shown_path(args.out)},
         "judgments": report["judgments"],
         "pairs": report["pairs"],
         "reviewers": len(table.reviewer_names),
@@ -175,7 +169,7 @@ def main() -> int:
         "careful_reviewers_flagged": false_flags,
         "checks": checks,
     }
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, result)
     return 0 if all(checks.values()) else 1
 
 
@@ -187,19 +181,6 @@ def _one_orientation_alpha(table) -> float | None:
         n_units=table.pair_ids.size, n_values=4,
     )
     return krippendorff_alpha(value_counts=counts, level="nominal", n_resamples=0, rng=np.random.default_rng(0)).value
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPOSITORY))
-    except ValueError:
-        return str(path)
-
-
-def _cpu_count() -> int | None:
-    import os
-
-    return os.cpu_count()
 
 
 if __name__ == "__main__":

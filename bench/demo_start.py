@@ -13,9 +13,7 @@ Prints a table and writes the JSON; exits 1 if a step did not happen within --ti
 import argparse
 import json
 import os
-import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,14 +22,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common
+
+from bench.common import ROOT, free_port, machine, results_path, write_results
+
 DPO_CONFIG = {"learning_rate": 5.0e-6, "max_steps": 40, "per_device_train_batch_size": 4, "logging_steps": 1}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def request(url: str, *, token: str | None = None, body: dict | None = None) -> tuple[int, object]:
@@ -61,7 +56,7 @@ def wait_for(what: str, check, *, deadline: float, every: float = 1.0):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(REPO / "bench" / "results" / "demo_start.json"))
+    parser.add_argument("--out", default=str(results_path("demo_start")))
     parser.add_argument("--timeout", type=float, default=1800.0)
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="pairwise-demo-"))
@@ -72,13 +67,13 @@ def main() -> int:
     env.pop("CELERY_BROKER_URL", None)  # the embedded defaults, as the README's demo command runs
     started = time.monotonic()
     deadline = started + args.timeout
-    demo = subprocess.Popen(["scripts/demo.sh"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+    demo = subprocess.Popen(["scripts/demo.sh"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     marks = {}
     try:
         wait_for("/healthz", lambda: request(base + "/healthz")[0] == 200, deadline=deadline, every=0.25)
         marks["server answers"] = time.monotonic() - started
-        token = subprocess.run([sys.executable, "manage.py", "drf_create_token", "engineer"], cwd=REPO, env=env,
+        token = subprocess.run([sys.executable, "manage.py", "drf_create_token", "engineer"], cwd=ROOT, env=env,
                                capture_output=True, text=True, check=True).stdout.split()[2]
 
         def demo_checkpoint():
@@ -101,10 +96,8 @@ def main() -> int:
     print("| from scripts/demo.sh on a fresh data folder to | seconds |\n|---|---|")
     for row in rows:
         print(f"| {row['step']} | {row['seconds']} |")
-    Path(args.out).write_text(json.dumps({
-        "bench": "demo_start", "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                           "load_1min_at_end": os.getloadavg()[0]},
-        "steps": rows}, indent=2) + "\n")
+    write_results(Path(args.out), {
+        "bench": "demo_start", "machine": {**machine(), "load_1min_at_end": os.getloadavg()[0]}, "steps": rows})
     return 0
 
 

@@ -24,14 +24,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "dpo_overhead.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and training
+
+from bench.common import ROOT, ChildRun, machine, results_path, run_measured, write_results
+
+RESULTS = results_path("dpo_overhead")
 TARGET_PERCENT = 5.0
 
 # The shared training values; the raw scripts get them as TRL config arguments, ours as YAML keys.
@@ -110,18 +111,10 @@ print("TRAIN_RUNTIME", output.metrics["train_runtime"])
 }
 
 
-def run_child(command: list[str]) -> tuple[int, float, int, str, float]:
-    """(exit code, wall seconds, peak RSS in bytes, stdout, CPU seconds) of one child process."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
-    started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL, cwd=REPO, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - started
-        out.seek(0)
-        stdout = out.read()
-    return process.returncode, wall, usage.ru_maxrss * 1024, stdout, usage.ru_utime + usage.ru_stime
+def run_child(command: list[str]) -> ChildRun:
+    """One child process measured, its stdout kept."""
+    return run_measured(command, env={**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"},
+                        keep="stdout")
 
 
 def write_ours_config(trainer: str, workdir: Path, name: str, checkpoint: Path, data: Path, steps: int,
@@ -138,26 +131,25 @@ def write_ours_config(trainer: str, workdir: Path, name: str, checkpoint: Path, 
 
 def run_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, steps: int, threads: int, index: int) -> dict:
     run_dir, config = write_ours_config(trainer, workdir, f"ours-{trainer}-{index}", checkpoint, data, steps, threads)
-    code, wall, rss, _, cpu = run_child([sys.executable, "-m", "training", trainer, "--config", str(config)])
-    if code != 0:
-        raise SystemExit(f"python -m training {trainer} failed (exit {code}); run it by hand with {config}")
+    child = run_child([sys.executable, "-m", "training", trainer, "--config", str(config)])
+    if child.exit_code != 0:
+        raise SystemExit(f"python -m training {trainer} failed (exit {child.exit_code}); run it by hand with {config}")
     runtime = next(json.loads(line)["train_runtime"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
                    if "train_runtime" in line)
-    return {"variant": f"python -m training {trainer}", "steps_per_s": steps / runtime, "wall_s": wall, "cpu_s": cpu,
-            "peak_rss": rss}
+    return {"variant": f"python -m training {trainer}", "steps_per_s": steps / runtime, "wall_s": child.wall_s,
+            "cpu_s": child.cpu_s, "peak_rss": child.peak_rss_bytes}
 
 
 def run_raw(trainer: str, workdir: Path, checkpoint: Path, data: Path, steps: int, threads: int, index: int) -> dict:
     script = workdir / f"raw_trl_{trainer}.py"
     script.write_text(RAW_SCRIPTS[trainer])
-    code, wall, rss, stdout, cpu = run_child([sys.executable, str(script), str(checkpoint), str(data),
-                                              str(workdir / f"raw-{trainer}-{index}"), str(steps), str(threads),
-                                              json.dumps(COMMON[trainer])])
-    if code != 0:
-        raise SystemExit(f"the raw TRL {trainer} script failed (exit {code}): python {script} ...")
-    runtime = float(next(line.split()[1] for line in stdout.splitlines() if line.startswith("TRAIN_RUNTIME")))
-    return {"variant": f"raw TRL {trainer.upper()}Trainer", "steps_per_s": steps / runtime, "wall_s": wall,
-            "cpu_s": cpu, "peak_rss": rss}
+    child = run_child([sys.executable, str(script), str(checkpoint), str(data), str(workdir / f"raw-{trainer}-{index}"),
+                       str(steps), str(threads), json.dumps(COMMON[trainer])])
+    if child.exit_code != 0:
+        raise SystemExit(f"the raw TRL {trainer} script failed (exit {child.exit_code}): python {script} ...")
+    runtime = float(next(line.split()[1] for line in child.output.splitlines() if line.startswith("TRAIN_RUNTIME")))
+    return {"variant": f"raw TRL {trainer.upper()}Trainer", "steps_per_s": steps / runtime, "wall_s": child.wall_s,
+            "cpu_s": child.cpu_s, "peak_rss": child.peak_rss_bytes}
 
 
 # The work Pairwise adds inside the training loop, as (label, our functions, the functions they call whose
@@ -201,8 +193,8 @@ def profile_ours(trainer: str, workdir: Path, checkpoint: Path, data: Path, step
 
     run_dir, config = write_ours_config(trainer, workdir, f"profile-{trainer}", checkpoint, data, steps, threads)
     profile = workdir / f"{trainer}.prof"
-    code, *_ = run_child([sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "training", trainer,
-                          "--config", str(config)])
+    code = run_child([sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "training", trainer,
+                      "--config", str(config)]).exit_code
     # cProfile swallows the command's SystemExit, so its exit code says nothing: the run record does.
     from training.run_folder import RecordStatus
 
@@ -309,7 +301,6 @@ def main() -> int:
                         help="also profile one run of ours per trainer: where the added per-step work goes")
     args = parser.parse_args()
 
-    sys.path.insert(0, str(REPO))
     from training.task_families import make_tasks  # light: no torch in this process
     from training.tasks import write_jsonl_atomically
     from training.tiny import write_tiny_snapshot
@@ -322,9 +313,9 @@ def main() -> int:
             # Built in a child process: Linux carries a parent's peak RSS into its children's ru_maxrss, so
             # this process must stay small for the children's peaks to be their own.
             checkpoint = workdir / "tiny"
-            code, *_ = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(checkpoint),
-                                  "--steps", "60", "--eval-tasks", "2"])
-            if code != 0:
+            built = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(checkpoint),
+                               "--steps", "60", "--eval-tasks", "2"])
+            if built.exit_code != 0:
                 raise SystemExit("python -m training tiny-sft failed; run it by hand to see why")
         data = {"dpo": workdir / "snapshot", "grpo": workdir / "speed.jsonl"}
         write_tiny_snapshot(data["dpo"], train=max(64, args.dpo_steps * COMMON["dpo"]["per_device_train_batch_size"]),
@@ -349,14 +340,14 @@ def main() -> int:
         if "profile" in results[trainer]:
             print_profile(trainer, results[trainer]["profile"])
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    shown = write_results(RESULTS, {
         "benchmark": "dpo_overhead",
         "settings": {"rounds": args.rounds, "threads": args.threads, "common": COMMON, "grpo_tasks": GRPO_TASKS},
         "target_overhead_percent": TARGET_PERCENT,
+        "machine": machine(),
         **results,
-    }, indent=2) + "\n")
-    print(f"wrote {RESULTS.relative_to(REPO)}")
+    })
+    print(f"wrote {shown}")
     return 0
 
 

@@ -17,11 +17,9 @@ bench/results/embedded_sqlite.json.
 import argparse
 import json
 import os
-import platform
 import random
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,7 +30,19 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and the apps
+
+from bench.common import (
+    ROOT,
+    free_port,
+    machine,
+    percentile,
+    results_path,
+    utc_timestamp,
+    wait_for_port,
+    write_results,
+)
+
 RATIONALE = "The chosen answer divides distance by time correctly."
 SLUG = "demo"
 # A settings module per setup: the app's settings, with the SQLite options replaced where a setup says so.
@@ -72,33 +82,15 @@ def settings_module(folder: Path, options: dict | None) -> str:
     return "bench_sqlite_settings"
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def start_server(*, env: dict, port: int, log) -> subprocess.Popen:
     server = subprocess.Popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
                               cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"runserver exited with {server.returncode}; see its log")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return server
-        except OSError:
-            time.sleep(0.2)
+    if wait_for_port(port, seconds=60, process=server, probe_timeout=0.5):
+        return server
+    if server.poll() is not None:
+        raise SystemExit(f"runserver exited with {server.returncode}; see its log")
     server.kill()
     raise SystemExit("runserver did not listen within 60 s")
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))], 1)
 
 
 def reviewer_loop(base: str, token: str, stop_at: float, counts: Counter, lock: threading.Lock,
@@ -221,7 +213,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="per setup")
     parser.add_argument("--prompts", type=int, default=300, help="demo prompts (one pair each)")
     parser.add_argument("--setups", nargs="+", choices=sorted(SETUPS), default=list(SETUPS))
-    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/embedded_sqlite.json")
+    parser.add_argument("--out", type=Path, default=results_path("embedded_sqlite"))
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="pairwise-sqlite-seed-") as seed:
@@ -244,11 +236,10 @@ def main() -> int:
     report = {
         "benchmark": "embedded_sqlite", "reviewers": args.reviewers, "seconds_per_setup": args.seconds,
         "prompts": args.prompts, "server": "manage.py runserver --noreload (threaded)", "setups": results,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "created_at": utc_timestamp(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_results(args.out, report)
     return 0 if results[-1]["status_503"] == 0 else 1
 
 

@@ -19,7 +19,6 @@ Targets: export under 60 s, peak RSS under 500 MB, at most 3x the COPY.
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
@@ -28,40 +27,32 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and the apps
+
+from bench.common import (
+    ROOT,
+    database_url,
+    drop_database,
+    machine,
+    recreate_database,
+    results_path,
+    setup_django_and_migrate,
+    write_results,
+)
+
 DB_NAME = "pairwise_bench_export"
-PG = "postgres://postgres@127.0.0.1:5432"
 REVIEWERS = 60
 TARGETS = {"seconds": 60.0, "peak_rss_mb": 500.0, "ratio_to_copy": 3.0}
 
 
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-
-
-def drop_database() -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-
-
 def fill(*, pairs: int, overlap: int) -> None:
     """Project, criteria and reviewers through the services; prompts to judgments in bulk SQL."""
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    setup_django_and_migrate()
     from django.db import connection, transaction
 
     from annotate.review import services
     from annotate.review.demo_data import DEMO_CRITERIA
 
-    call_command("migrate", verbosity=0)
     project, criteria, _ = services.project_create_or_update(
         slug="bench", name="Bench", instructions=DEMO_CRITERIA["instructions"],
         criteria_items=DEMO_CRITERIA["criteria"], overlap=overlap, retest_rate=0,
@@ -135,7 +126,7 @@ def copy_seconds() -> tuple[float, int, int]:
 
     sql, params = votes_sql(filters=filters_parse({}), excluded_reviewers=frozenset(), with_texts=True,
                              project=Project.objects.get(slug="bench"))
-    with psycopg.connect(f"{PG.replace('postgres://', 'postgresql://')}/{DB_NAME}") as conn, conn.cursor() as cursor:
+    with psycopg.connect(database_url(DB_NAME).replace("postgres://", "postgresql://")) as conn, conn.cursor() as cursor:
         started = time.perf_counter()
         size = lines = 0
         with cursor.copy(f"COPY ({sql}) TO STDOUT", params) as copy:
@@ -147,7 +138,7 @@ def copy_seconds() -> tuple[float, int, int]:
 
 def run_export(out: Path) -> tuple[float, float, str]:
     """`manage.py export_snapshot` in a child process; returns (seconds, peak RSS MB, its output)."""
-    env = {**os.environ, "DATABASE_URL": f"{PG}/{DB_NAME}", "DB_CONN_MAX_AGE": "0"}
+    env = {**os.environ, "DATABASE_URL": database_url(DB_NAME), "DB_CONN_MAX_AGE": "0"}
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "manage.py", "export_snapshot", "bench", "--out", str(out)], cwd=ROOT,
                             env=env, capture_output=True, text=True)
@@ -166,11 +157,10 @@ def main() -> None:
     args = parser.parse_args()
     pairs = -(-args.judgments // args.overlap)
 
-    os.environ["DATABASE_URL"] = f"{PG}/{DB_NAME}"
+    os.environ["DATABASE_URL"] = database_url(DB_NAME)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
     os.environ.setdefault("PAIRWISE_DATA_DIR", tempfile.mkdtemp(prefix="bench-export-"))
-    sys.path.insert(0, str(ROOT))
-    recreate_database()
+    recreate_database(DB_NAME)
     started = time.perf_counter()
     fill(pairs=pairs, overlap=args.overlap)
     fill_seconds = time.perf_counter() - started
@@ -184,7 +174,7 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if not args.keep_database:
-            drop_database()
+            drop_database(DB_NAME)
 
     counts = manifest["counts"]
     rows = counts["train"] + counts["test"]
@@ -201,7 +191,7 @@ def main() -> None:
         "targets": TARGETS,
         "meets_targets": {"seconds": export_s < TARGETS["seconds"], "peak_rss_mb": peak_mb < TARGETS["peak_rss_mb"],
                           "ratio_to_copy": export_s / copy_s <= TARGETS["ratio_to_copy"]},
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine(),
         "note": "export time is the whole `manage.py export_snapshot` process: start-up, votes query, rows, "
                 "hashes, manifest",
     }
@@ -211,9 +201,7 @@ def main() -> None:
     print(f"ratio export / COPY: {export_s / copy_s:.2f}x  (targets: < {TARGETS['seconds']:.0f} s, "
           f"< {TARGETS['peak_rss_mb']:.0f} MB, <= {TARGETS['ratio_to_copy']:.0f}x)")
     print(printed)
-    out = ROOT / "bench" / "results" / "export.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(results_path("export"), result)
 
 
 if __name__ == "__main__":

@@ -18,22 +18,20 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench and training
 
-from grpo_learning import (  # noqa: E402
+from bench.common import machine, results_path, write_results
+from bench.grpo_learning import (
     RECIPE,
     TRAIN_TASKS,
     add_parent_options,
     evaluate,
     parent_checkpoint,
     run_training,
-    write_results,
     write_tasks,
 )
 
-RESULTS = REPO / "bench" / "results" / "grpo_budget.json"
+RESULTS = results_path("grpo_budget")
 GROUP_SIZES = (4, 8)
 
 
@@ -104,12 +102,14 @@ def main() -> int:
         gains = [r["gain_points_per_million_tokens"] for r in rows if r["group_size"] == size]
         print(f"groups of {size}: median held-out gain {statistics.median(gains):+.1f} points per million tokens")
 
-    write_results(RESULTS, {
+    shown = write_results(RESULTS, {
         "benchmark": "grpo_budget",
+        "machine": machine(),
         "settings": {"budget_tokens": args.budget, "seeds": args.seeds, "family": args.family, "heldout": args.heldout,
                      "samples": args.samples, "threads": args.threads, "recipe": RECIPE},
         "runs": rows,
     })
+    print(f"wrote {shown}")
     return 0
 
 

@@ -18,15 +18,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "grpo_learning.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and training
+
+from bench.common import ROOT, ChildRun, machine, results_path, run_measured, write_results
+
+RESULTS = results_path("grpo_learning")
 TARGET_GAIN_POINTS = 15.0
 CPU_MINUTES_LIMIT = 15.0
 
@@ -66,32 +67,20 @@ PARENT_RECIPE = {"steps": 5000, "misconception_share": 0.8}
 PARENT_FLAGS = [f"--{key.replace('_', '-')}={value}" for key, value in PARENT_RECIPE.items()]
 
 
-def run_child(command: list[str], threads: int) -> tuple[int, float, float, str]:
-    """(exit code, wall seconds, CPU seconds of the process tree, stderr tail) of one child process."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads)}
-    started = time.perf_counter()
-    with tempfile.TemporaryFile("w+") as err:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-        wall = time.perf_counter() - started
-        err.seek(0)
-        tail = err.read()[-2000:]
-    return os.waitstatus_to_exitcode(status), wall, usage.ru_utime + usage.ru_stime, tail
+def run_child(command: list[str], threads: int) -> ChildRun:
+    """One child process measured on `threads` OpenMP threads, its stderr kept."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads)}
+    return run_measured(command, env=env, keep="stderr")
 
 
 def run_training(command: str, config: Path, threads: int) -> tuple[float, float]:
     """`python -m training COMMAND --config CONFIG` in a child process: (wall seconds, CPU seconds), or SystemExit
     with the end of its stderr."""
-    code, wall, cpu, err = run_child([sys.executable, "-m", "training", command, "--config", str(config)], threads)
-    if code != 0:
-        raise SystemExit(f"python -m training {command} failed (exit {code}) with {config}: {err}")
-    return wall, cpu
-
-
-def write_results(path: Path, results: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {path.relative_to(REPO)}")
+    child = run_child([sys.executable, "-m", "training", command, "--config", str(config)], threads)
+    if child.exit_code != 0:
+        raise SystemExit(f"python -m training {command} failed (exit {child.exit_code}) with {config}: "
+                         f"{child.output[-2000:]}")
+    return child.wall_s, child.cpu_s
 
 
 def recipe(args) -> dict:
@@ -160,11 +149,11 @@ def parent_checkpoint(workdir: Path, seed: int, args) -> tuple[Path, float | Non
                              f"with python -m training tiny-sft --out {sft} --seed {seed} {' '.join(PARENT_FLAGS)}")
         return sft, None
     sft = workdir / f"sft-{seed}"
-    code, _, cpu, err = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(sft),
-                                   "--seed", str(seed), "--eval-tasks", "4", *PARENT_FLAGS], args.threads)
-    if code != 0:
-        raise SystemExit(f"tiny-sft --seed {seed} failed (exit {code}): {err}")
-    return sft, cpu
+    child = run_child([sys.executable, "-m", "training", "tiny-sft", "--out", str(sft), "--seed", str(seed),
+                       "--eval-tasks", "4", *PARENT_FLAGS], args.threads)
+    if child.exit_code != 0:
+        raise SystemExit(f"tiny-sft --seed {seed} failed (exit {child.exit_code}): {child.output[-2000:]}")
+    return sft, child.cpu_s
 
 
 def add_parent_options(parser: argparse.ArgumentParser) -> None:
@@ -241,7 +230,6 @@ def main() -> int:
                         help="drop zero-variance groups and draw fresh ones (DAPO's dynamic sampling)")
     args = parser.parse_args()
 
-    sys.path.insert(0, str(REPO))
     from training.grpo.ledger import format_ledger
 
     rows = []
@@ -285,13 +273,15 @@ def main() -> int:
               f"logged {row['zero_variance_first_last']}):")
         print(format_ledger(row["ledger"]))
 
-    write_results(RESULTS, {
+    shown = write_results(RESULTS, {
         "benchmark": "grpo_learning",
+        "machine": machine(),
         "settings": {"seeds": args.seeds, "parents": "taken from --parents (built by tiny-sft)" if args.parents else "built here", "family": args.family, "heldout": args.heldout, "samples": args.samples,
                      "threads": args.threads, "train_tasks": TRAIN_TASKS, "recipe": recipe(args)},
         "target": {"gain_points": TARGET_GAIN_POINTS, "cpu_minutes": CPU_MINUTES_LIMIT, "met": met},
         "runs": rows,
     })
+    print(f"wrote {shown}")
     return 0
 
 

@@ -27,34 +27,28 @@ Targets: 10k prompts under 2 s, 1M under 3 minutes, peak RSS flat in the file's 
 import argparse
 import json
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and the apps
+
+from bench.common import (
+    database_url,
+    drop_database,
+    machine,
+    recreate_database,
+    results_path,
+    run_measured,
+    setup_django_and_migrate,
+    write_results,
+)
+
 DB_NAME = "pairwise_bench_import"  # --database replaces it
-PG = "postgres://postgres@127.0.0.1:5432"
 TARGETS = {"seconds_10k": 2.0, "seconds_1m": 180.0}
-
-
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-
-
-def drop_database() -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
 
 
 def write_file(path: Path, prompts: int) -> int:
@@ -90,7 +84,7 @@ def setup_project(slug: str) -> None:
 
 
 def child_env() -> dict:
-    return {**os.environ, "DATABASE_URL": f"{PG}/{DB_NAME}", "DB_CONN_MAX_AGE": "0"}
+    return {**os.environ, "DATABASE_URL": database_url(DB_NAME), "DB_CONN_MAX_AGE": "0"}
 
 
 class BackendWatch:
@@ -100,7 +94,7 @@ class BackendWatch:
     def __init__(self):
         import psycopg
 
-        self._conn = psycopg.connect(f"{PG.replace('postgres://', 'postgresql://')}/{DB_NAME}", autocommit=True)
+        self._conn = psycopg.connect(database_url(DB_NAME).replace("postgres://", "postgresql://"), autocommit=True)
         self._seen: dict[int, float] = {}
         self.peak_private_mb = 0.0
         self._stop = threading.Event()
@@ -141,18 +135,13 @@ def run_child(args: list[str]) -> dict:
 
     connections.close_all()  # so the only other backend of the database is the child's
     load = os.getloadavg()[0]
-    with tempfile.TemporaryFile("w+") as output, BackendWatch() as backend:
-        started = time.perf_counter()
-        process = subprocess.Popen(args, cwd=ROOT, env=child_env(), stdout=output, stderr=subprocess.STDOUT, text=True)
-        _, status, usage = os.wait4(process.pid, 0)  # this child's rusage, not every child's so far
-        seconds = time.perf_counter() - started
-        process.returncode = os.waitstatus_to_exitcode(status)
-        output.seek(0)
-        printed = output.read().strip()
-    if process.returncode != 0:
+    with BackendWatch() as backend:
+        child = run_measured(args, env=child_env(), keep="both")
+    printed = child.output.strip()
+    if child.exit_code != 0:
         sys.exit(f"{' '.join(args[1:3])} failed:\n{printed[-3000:]}")
-    return {"seconds": seconds, "cpu_seconds_child": usage.ru_utime + usage.ru_stime,
-            "cpu_seconds_database": backend.seconds, "peak_rss_mb": usage.ru_maxrss / 1024,  # KiB on Linux
+    return {"seconds": child.wall_s, "cpu_seconds_child": child.cpu_s,
+            "cpu_seconds_database": backend.seconds, "peak_rss_mb": child.peak_rss_bytes / 2**20,
             "database_peak_private_mb": backend.peak_private_mb,
             "load_average": load, "printed": printed}
 
@@ -213,24 +202,18 @@ def main() -> None:
     args = parser.parse_args()
     DB_NAME = args.database
 
-    os.environ["DATABASE_URL"] = f"{PG}/{DB_NAME}"
+    os.environ["DATABASE_URL"] = database_url(DB_NAME)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
     own_data_dir = "PAIRWISE_DATA_DIR" not in os.environ  # the children inherit it
     if own_data_dir:
         os.environ["PAIRWISE_DATA_DIR"] = tempfile.mkdtemp(prefix="bench-import-data-")
-    sys.path.insert(0, str(ROOT))
     if args.api_child:
         api_child(args.api_child[0], Path(args.api_child[1]))
         return
 
-    import django
-
     sizes = [int(size) for size in args.sizes.split(",")]
-    recreate_database()
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    recreate_database(DB_NAME)
+    setup_django_and_migrate()
     work = Path(tempfile.mkdtemp(prefix="bench-import-"))
     measured = []
     try:
@@ -265,7 +248,7 @@ def main() -> None:
             from django.db import connections
 
             connections.close_all()
-            drop_database()
+            drop_database(DB_NAME)
 
     print(f"{'prompts':>9} {'file MB':>8}  {'run':<15}{'via':<13}{'seconds':>9}{'prompts/s':>10}"
           f"{'CPU s app':>10}{'CPU s db':>9}{'app MB':>8}{'db MB':>7}{'load':>6}")
@@ -286,16 +269,14 @@ def main() -> None:
         "runs": measured,
         "targets": TARGETS,
         "meets_targets": meets,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine(),
         "note": "seconds are the whole child process (start-up, reading, checking, staging, writing, commit), "
                 "except the API row: the upload request alone, through Django's test client; CPU seconds are the "
                 "child's (start-up included) and its database backend's; peak RSS is the child process's own; database "
                 "peak private MB is its backend's RssAnon (shared buffers not counted); "
                 "load is the 1-minute load average when the run started",
     }
-    out = ROOT / "bench" / "results" / "import.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(results_path("import"), result)
 
 
 if __name__ == "__main__":

@@ -19,36 +19,33 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import secrets
 import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-PG = "postgres://postgres@127.0.0.1:5432"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and the apps
+
+from bench.common import (
+    ROOT,
+    check_database,
+    database_url,
+    free_port,
+    machine,
+    percentile,
+    recreate_database,
+    results_path,
+    setup_django_and_migrate,
+    start_gunicorn,
+    utc_timestamp,
+    write_results,
+)
+
 RATIONALE = "The chosen answer divides distance by time correctly."
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
-
-def recreate_database(name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {name}")
 
 
 def make_project(*, slug: str, prompts: int, **overlap):
@@ -82,12 +79,7 @@ def reviewer_token(username: str) -> str:
 
 def prepare(*, prompts: int, reviewers: int, adaptive: bool) -> list[str]:
     """Migrate, import `prompts` prompts (one pair each), make reviewers; returns their tokens."""
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    setup_django_and_migrate()
     make_project(slug="load", prompts=prompts)
     if adaptive:
         make_project(slug="load-adaptive", prompts=prompts, min_overlap=2, max_overlap=5)
@@ -183,28 +175,6 @@ def prepare_far_ahead(*, judgments: int, prompts: int, others: int, others_judge
     return token
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_gunicorn(*, env: dict, port: int, workers: int, threads: int) -> subprocess.Popen:
-    command = [str(ROOT / ".venv/bin/gunicorn"), "-c", str(ROOT / "deploy/gunicorn.conf.py"), "annotate.wsgi:application"]
-    env = {**env, "PAIRWISE_BIND": f"127.0.0.1:{port}", "PAIRWISE_WORKERS": str(workers),
-           "PAIRWISE_THREADS": str(threads)}
-    server = subprocess.Popen(command, cwd=ROOT, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return server
-        except OSError:
-            time.sleep(0.2)
-    server.kill()
-    raise SystemExit("gunicorn did not start within 30 s")
-
-
 async def reviewer_loop(session, base: str, slug: str, token: str, stop_at: float, record: dict) -> None:
     import aiohttp
 
@@ -263,52 +233,15 @@ async def run_level(base: str, tokens: list[str], seconds: float, *, slug: str =
         "seconds": round(elapsed, 2),
         "judgments": len(record["created"]),
         "judgments_per_s": round(len(record["created"]) / elapsed, 1),
-        "p50_ms": round(percentile(both, 50), 1) if both else None,
-        "p99_ms": round(percentile(both, 99), 1) if both else None,
-        "next_p50_ms": round(percentile(record["next_ms"], 50), 1) if record["next_ms"] else None,
-        "next_p99_ms": round(percentile(record["next_ms"], 99), 1) if record["next_ms"] else None,
-        "submit_p99_ms": round(percentile(record["submit_ms"], 99), 1) if record["submit_ms"] else None,
+        "p50_ms": percentile(both, 50),
+        "p99_ms": percentile(both, 99),
+        "next_p50_ms": percentile(record["next_ms"], 50),
+        "next_p99_ms": percentile(record["next_ms"], 99),
+        "submit_p99_ms": percentile(record["submit_ms"], 99),
         "mean_ms": round(statistics.fmean(both), 1) if both else None,
         "errors": len(record["errors"]),
         "first_errors": record["errors"][:3],
         "_created": record["created"],
-    }
-
-
-def check_database(created_ids: list[int]) -> dict:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM review_judgment WHERE id = ANY(%s)", [created_ids])
-        stored = cursor.fetchone()[0]
-        cursor.execute("SELECT count(*) FROM review_judgment")
-        total = cursor.fetchone()[0]
-        cursor.execute(
-            "SELECT count(*) FROM (SELECT a.pair_id, a.reviewer_id FROM review_assignment a "
-            "WHERE NOT a.is_retest GROUP BY 1, 2 HAVING count(*) > 1) d"
-        )
-        duplicate_assignments = cursor.fetchone()[0]
-        cursor.execute(
-            "SELECT count(*) FROM (SELECT assignment_id FROM review_judgment WHERE NOT retracted "
-            "GROUP BY 1 HAVING count(*) > 1) d"
-        )
-        duplicate_judgments = cursor.fetchone()[0]
-        cursor.execute(
-            "SELECT count(*) FROM (SELECT a.pair_id FROM review_assignment a JOIN review_project p ON p.id = a.project_id "
-            "WHERE NOT a.is_retest AND a.status IN ('active', 'completed') GROUP BY a.pair_id, p.overlap "
-            "HAVING count(*) > p.overlap) o"
-        )
-        over_assigned = cursor.fetchone()[0]
-        cursor.execute(
-            "SELECT count(*) FROM review_pair p WHERE p.assigned_count <> (SELECT count(*) FROM review_assignment a "
-            "WHERE a.pair_id = p.id AND NOT a.is_retest AND a.status IN ('active', 'completed'))"
-        )
-        counter_drift = cursor.fetchone()[0]
-    return {
-        "responses_201": len(created_ids), "stored_of_those": stored, "lost": len(created_ids) - stored,
-        "judgments_in_db": total, "duplicate_judgments": duplicate_judgments,
-        "duplicate_assignments": duplicate_assignments, "over_assigned_pairs": over_assigned,
-        "pair_counter_drift": counter_drift,
     }
 
 
@@ -325,16 +258,15 @@ def main() -> int:
     parser.add_argument("--adaptive", type=int, default=32,
                         help="reviewers at once on a project with adaptive overlap 2-5 (0: no adaptive level)")
     parser.add_argument("--database", default="pairwise_bench", help="created and dropped by the bench")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/review_load.json")
+    parser.add_argument("--out", type=Path, default=results_path("review_load"))
     args = parser.parse_args()
 
     env = {
         **os.environ, "DEBUG": "false", "SECRET_KEY": secrets.token_urlsafe(50),
-        "DATABASE_URL": f"{PG}/{args.database}", "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
+        "DATABASE_URL": database_url(args.database), "CELERY_BROKER_URL": "redis://127.0.0.1:6379/0",
         "DJANGO_SETTINGS_MODULE": "annotate.settings", "PAIRWISE_DATA_DIR": str(ROOT / "var/bench"),
     }
     os.environ.update(env)
-    sys.path.insert(0, str(ROOT))
     recreate_database(args.database)
     warmers = max(args.levels)
     tokens = prepare(prompts=args.prompts, reviewers=sum(args.levels) + warmers + args.adaptive,
@@ -389,11 +321,10 @@ def main() -> int:
         if args.adaptive else None,
         "far_ahead": {"judged_before": args.far_ahead, "pairs": args.far_ahead_prompts, "others": 31,
                       "others_judged_before": 30} if args.far_ahead else None,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "created_at": utc_timestamp(),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_results(args.out, report)
     ok = checks["lost"] == checks["duplicate_judgments"] == checks["over_assigned_pairs"] == 0
     return 0 if ok and all(r["errors"] == 0 for r in results) else 1
 

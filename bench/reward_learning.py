@@ -34,21 +34,22 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from grpo_learning import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench and training
+
+from bench.common import machine, results_path, write_results
+from bench.grpo_learning import (
     PARENT_RECIPE,
     RECIPE,
-    REPO,
     TRAIN_TASKS,
     add_parent_options,
     evaluate,
     parent_checkpoint,
     run_training,
-    write_results,
     write_tasks,
 )
 
-RESULTS = REPO / "bench" / "results" / "reward_learning.json"
-VERIFIER_RESULTS = REPO / "bench" / "results" / "grpo_learning.json"
+RESULTS = results_path("reward_learning")
+VERIFIER_RESULTS = results_path("grpo_learning")
 TARGET_GAIN_POINTS = 10.0
 TARGET_REWARD_ACCURACY = 0.85
 REWARD_CPU_MINUTES_LIMIT = 10.0
@@ -198,7 +199,6 @@ def main() -> int:
     add_parent_options(parser)
     args = parser.parse_args()
 
-    sys.path.insert(0, str(REPO))
     from training.grpo.ledger import format_steps
 
     rows = []
@@ -244,8 +244,9 @@ def main() -> int:
               "step")
         print("\n".join(format_steps(row["by_step"])[1:]))
 
-    write_results(RESULTS, {
+    shown = write_results(RESULTS, {
         "benchmark": "reward_learning",
+        "machine": machine(),
         "settings": {"seeds": args.seeds, "parents": "taken from --parents (built by tiny-sft)" if args.parents
                      else "built here", "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
                      "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
@@ -256,6 +257,7 @@ def main() -> int:
         "verifier_trained_children": verifier_children,
         "runs": rows,
     })
+    print(f"wrote {shown}")
     return 0
 
 

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import pwd
 import random
 import secrets
@@ -43,9 +42,20 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from review_load import check_database, free_port, percentile, start_gunicorn
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and the apps
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import (
+    ROOT,
+    check_database,
+    free_port,
+    machine,
+    percentile,
+    results_path,
+    start_gunicorn,
+    utc_timestamp,
+    write_results,
+)
+
 RATIONALE = "The chosen answer divides the distance by the time and keeps the unit."
 RESTART_AT, EXPORT_AT = 0.4, 0.6  # shares of --judgments at which the faults come
 SETTLE_SECONDS = 3.0  # after the database is back, how long stale connections may still answer 503
@@ -446,7 +456,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker")
     parser.add_argument("--seed", type=int, default=0, help="the simulated reviewers' choices")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench/results/soak.json")
+    parser.add_argument("--out", type=Path, default=results_path("soak"))
     args = parser.parse_args()
     for tool in ("redis-server", "redis-cli"):
         if shutil.which(tool) is None:
@@ -470,7 +480,6 @@ def main() -> int:
                "DB_CONN_HEALTH_CHECKS": "true", "DB_CONN_MAX_AGE": "60", "LOG_LEVEL": "ERROR",
                "PAIRWISE_LOG_LEVEL": "error"}
         os.environ.update(env)
-        sys.path.insert(0, str(ROOT))
         subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
         import django
 
@@ -520,8 +529,8 @@ def main() -> int:
         "benchmark": "soak", "reviewers": args.reviewers, "judgments_target": args.judgments,
         "seconds": round(outcome["seconds"], 1), "prepare_seconds": round(prepare_seconds, 1),
         "judgments_per_s": round(len(record.acknowledged) / outcome["seconds"], 1),
-        "p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
-        "p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
+        "p50_ms": percentile(latencies, 50),
+        "p99_ms": percentile(latencies, 99),
         "drops": record.drops, "drops_stored_before_retry": record.drops_stored_before_retry, "resends": record.resends, "resend_mismatches": record.resend_mismatches,
         "gave_up": record.gave_up, "reviewers_out_of_work": record.exhausted,
         "database_down_seconds": down_window, "database_down_planned_seconds": args.down,
@@ -531,8 +540,8 @@ def main() -> int:
         "invariants": invariants, "ok": all(invariants.values()),
         "gunicorn": {"workers": args.workers, "threads": args.threads},
         "faults": {"drop": args.drop, "resend": args.resend, "restart_at": RESTART_AT, "export_at": EXPORT_AT},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "created_at": utc_timestamp(),
     }
     print(f"{'reviewers':>9} {'judgments':>9} {'seconds':>8} {'judg/s':>7} {'p50 ms':>7} {'p99 ms':>7} "
           f"{'drops':>6} {'resends':>7} {'503s':>5} {'db down s':>9} {'export':>14}")
@@ -544,8 +553,7 @@ def main() -> int:
     print("errors:", json.dumps(errors))
     for name, held in invariants.items():
         print(f"{'ok  ' if held else 'FAIL'} {name}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_results(args.out, result)
     return 0 if result["ok"] else 1
 
 

@@ -22,21 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and training
 
+from bench.common import machine, results_path, write_results
 from training.verifiers.code_verifier import CODE_SCORER, CodeVerifier
 from training.verifiers.humaneval_import import humaneval_problems, humaneval_tasks
 from training.verifiers.math_verifier import MathVerifier, math_scorer_name
 from training.verifiers.sandbox import SandboxPool, SandboxServer
 from training.verifiers.sandbox_as_user import UNPRIVILEGED_UID, UserCodeVerifier
 
-RESULTS = Path(__file__).resolve().parent / "results" / "verify.json"
+RESULTS = results_path("verify")
 
 
 MATH_DATA = Path(__file__).resolve().parent / "data" / "math_answers.jsonl"
@@ -246,8 +246,7 @@ def main_math_only(workers: int, count: int) -> int:
     results["rows"] += [ours_math, bare_math]
     results.setdefault("ratios", {})["math_vs_bare_math_verify"] = ratio
     results["math"] = {**math_report, "workers": workers}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(RESULTS, results)
     print(f"wrote {RESULTS} (math part only)")
     return 0
 
@@ -290,18 +289,17 @@ def main() -> int:
     print(f"all 164 HumanEval canonical solutions correct in the sandbox, every mode: {all_canonical}")
     math_report = report_math(items, ours_math, bare_math, ours_math_verdicts, bare_math_verdicts)
 
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({
+    write_results(RESULTS, {
         "benchmark": "verify",
         "workers": args.workers,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": machine(),
         "rows": rows,
         "ratios": ratios,
         "targets": targets,
         "all_canonical_correct": all_canonical,
         "seccomp_cost": seccomp_cost,
         "math": math_report,
-    }, indent=2) + "\n")
+    })
     print(f"wrote {RESULTS.relative_to(Path.cwd()) if RESULTS.is_relative_to(Path.cwd()) else RESULTS}")
     return 0 if all_canonical else 1
 

@@ -1,0 +1,198 @@
+"""What the benchmarks share: where results go and how they are written, the machine they ran on, a PostgreSQL
+database of their own and Django on it, measured child processes, local servers and their ports, latency
+percentiles, and the database checks after simulated reviewers.
+
+A benchmark runs as `python bench/NAME.py` (or `python -m bench.NAME` from the repository root): it puts the
+repository first on sys.path, then imports this module as bench.common.
+"""
+
+import contextlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Literal
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "bench" / "results"
+LOCAL_POSTGRES = "postgres://postgres@127.0.0.1:5432"  # the benchmarks' server: trust auth, as scripts/test.sh uses
+# Versions worth knowing beside a figure; those not installed are left out.
+RECORDED_PACKAGES = ("django", "psycopg", "numpy", "scipy", "torch", "transformers", "trl")
+
+
+def results_path(name: str) -> Path:
+    return RESULTS_DIR / f"{name}.json"
+
+
+def shown_path(path: Path) -> str:
+    """`path` relative to the repository when it is inside it, else as given."""
+    resolved = path.resolve()
+    return str(resolved.relative_to(ROOT)) if resolved.is_relative_to(ROOT) else str(path)
+
+
+def write_results(path: Path, results: dict) -> str:
+    """Write the results as indented JSON (its folder made if needed); returns shown_path(path)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    return shown_path(path)
+
+
+def utc_timestamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def machine() -> dict:
+    """The machine a benchmark ran on: CPUs, memory, Python and the versions of the main packages."""
+    packages = {}
+    for name in RECORDED_PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            packages[name] = metadata.version(name)
+    memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    return {"cpus": os.cpu_count(), "memory_gb": memory_gb, "processor": platform.machine(),
+            "platform": platform.platform(), "python": platform.python_version(), "packages": packages}
+
+
+def database_url(name: str) -> str:
+    return f"{LOCAL_POSTGRES}/{name}"
+
+
+def recreate_database(name: str) -> str:
+    """Drop the database `name` on the local PostgreSQL (ending its connections) and create it empty; returns
+    its URL."""
+    import psycopg
+
+    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    return database_url(name)
+
+
+def drop_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(database_url("postgres"), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def setup_django_and_migrate() -> None:
+    """Django on the database DATABASE_URL names (the embedded SQLite file when unset), its tables made."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "annotate.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+@dataclass
+class ChildRun:
+    exit_code: int
+    wall_s: float
+    cpu_s: float  # user + system time of the child and of the processes it waited for
+    peak_rss_bytes: int
+    output: str
+
+
+def run_measured(command: list[str], *, env: dict, keep: Literal["stdout", "stderr", "both"]) -> ChildRun:
+    """Run a child process in the repository to its end and measure it (wait4: this child's own usage, not
+    that of every child so far). `keep` says what it printed that comes back: stdout or stderr (the other is
+    discarded), or both merged."""
+    started = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as printed:
+        streams = {"stdout": {"stdout": printed, "stderr": subprocess.DEVNULL},
+                   "stderr": {"stdout": subprocess.DEVNULL, "stderr": printed},
+                   "both": {"stdout": printed, "stderr": subprocess.STDOUT}}[keep]
+        process = subprocess.Popen(command, cwd=ROOT, env=env, **streams)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+        wall = time.perf_counter() - started
+        printed.seek(0)
+        output = printed.read()
+    return ChildRun(exit_code=process.returncode, wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime,
+                    peak_rss_bytes=usage.ru_maxrss * 1024, output=output)  # ru_maxrss is in KiB on Linux
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_port(port: int, *, seconds: float, process: subprocess.Popen | None = None,
+                  probe_timeout: float = 0.2) -> bool:
+    """Whether something listens on the local `port` within `seconds` (False at once if `process` exits)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=probe_timeout).close()
+            return True
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def start_gunicorn(*, env: dict, port: int, workers: int, threads: int) -> subprocess.Popen:
+    """The app under gunicorn with the deployment's config, listening on `port`."""
+    command = [str(ROOT / ".venv/bin/gunicorn"), "-c", str(ROOT / "deploy/gunicorn.conf.py"), "annotate.wsgi:application"]
+    env = {**env, "PAIRWISE_BIND": f"127.0.0.1:{port}", "PAIRWISE_WORKERS": str(workers),
+           "PAIRWISE_THREADS": str(threads)}
+    server = subprocess.Popen(command, cwd=ROOT, env=env)
+    if not wait_for_port(port, seconds=30):
+        server.kill()
+        raise SystemExit("gunicorn did not start within 30 s")
+    return server
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-th percentile (nearest rank) of `values`, rounded to a tenth; None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))], 1)
+
+
+# What check_database counts besides the judgments it was told of, each a count(*) over the whole database.
+DATABASE_CHECKS = {
+    "judgments_in_db": "SELECT count(*) FROM review_judgment",
+    "duplicate_judgments": (
+        "SELECT count(*) FROM (SELECT assignment_id FROM review_judgment WHERE NOT retracted "
+        "GROUP BY 1 HAVING count(*) > 1) d"
+    ),
+    "duplicate_assignments": (
+        "SELECT count(*) FROM (SELECT a.pair_id, a.reviewer_id FROM review_assignment a "
+        "WHERE NOT a.is_retest GROUP BY 1, 2 HAVING count(*) > 1) d"
+    ),
+    "over_assigned_pairs": (
+        "SELECT count(*) FROM (SELECT a.pair_id FROM review_assignment a JOIN review_project p ON p.id = a.project_id "
+        "WHERE NOT a.is_retest AND a.status IN ('active', 'completed') GROUP BY a.pair_id, p.overlap "
+        "HAVING count(*) > p.overlap) o"
+    ),
+    "pair_counter_drift": (
+        "SELECT count(*) FROM review_pair p WHERE p.assigned_count <> (SELECT count(*) FROM review_assignment a "
+        "WHERE a.pair_id = p.id AND NOT a.is_retest AND a.status IN ('active', 'completed'))"
+    ),
+}
+
+
+def check_database(created_ids: list[int]) -> dict:
+    """After simulated reviewers: judgments answered 201 but not stored, judgments or assignments stored twice,
+    pairs with more reviewers than the overlap, pair counters that disagree with the assignments."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM review_judgment WHERE id = ANY(%s)", [created_ids])
+        stored = cursor.fetchone()[0]
+        counts = {}
+        for name, query in DATABASE_CHECKS.items():
+            cursor.execute(query)
+            counts[name] = cursor.fetchone()[0]
+    return {"responses_201": len(created_ids), "stored_of_those": stored, "lost": len(created_ids) - stored, **counts}
