@@ -1,6 +1,3 @@
-import subprocess
-import sys
-
 from training.verifiers.reward_function import make_reward_function
 
 MATH = {"task_id": "speed-001", "kind": "math", "prompt": "How fast?", "answer": "50", "unit": "km/h"}
@@ -46,12 +43,3 @@ def test_tasks_given_up_front_are_looked_up_by_id():
     finally:
         reward.close()
 
-
-def test_verifiers_import_without_django():
-    code = (
-        "import sys, training.verifiers.commands, training.verifiers.reward_function, training.tasks, "
-        "training.verifiers.code_verifier, training.verifiers.math_verifier\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'annotate', 'celery', 'rest_framework')]\n"
-        "assert not bad, bad"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)
