@@ -49,7 +49,7 @@ def test_tasks_given_up_front_are_looked_up_by_id():
 
 def test_verifiers_import_without_django():
     code = (
-        "import sys, training.verifiers.commands, training.verifiers.reward_function, training.tasks, "
+        "import sys, training.verifier_commands, training.verifiers.reward_function, training.tasks, "
         "training.verifiers.code_verifier, training.verifiers.math_verifier\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('django', 'annotate', 'celery', 'rest_framework')]\n"
         "assert not bad, bad"
