@@ -115,7 +115,7 @@ def wrong_method_share(checkpoint: Path, tasks: list[dict], *, samples: int, see
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from training.tiny import generate_completions
+    from training.generation import generate_completions
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)

@@ -78,9 +78,9 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from training.generation import generate_completions
     from training.snapshot import SnapshotWriter
     from training.task_families import make_tasks
-    from training.tiny import generate_completions
     from training.verifiers.task_verifier import TaskVerifier
 
     torch.set_num_threads(threads)

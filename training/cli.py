@@ -17,11 +17,11 @@ EXIT_INTERRUPTED = 130  # the shell's code for Ctrl-C
 
 
 def _verifiers_command(function_name: str) -> Callable:
-    """Dispatch to training.verifiers.commands, which is imported only when the command runs."""
+    """Dispatch to training.verifier_commands, which is imported only when the command runs."""
     def run(args) -> int:
-        from training.verifiers import commands
+        from training import verifier_commands
 
-        return int(getattr(commands, function_name)(args))
+        return int(getattr(verifier_commands, function_name)(args))
 
     return run
 

@@ -4,7 +4,7 @@ For each checkpoint and family: success rate with a 95% Wilson interval, mean co
 format violations, verifier errors, timeouts, a few of the worst failures with their text, and the
 scorer (name@version) that produced the figures; as a table (`format_eval_table`) and as JSON.
 
-Completions come from transformers' `generate` through `training.tiny.generate_completions` (batched,
+Completions come from transformers' `generate` through `training.generation.generate_completions` (batched,
 on the CPU), from any local Hugging Face causal-LM checkpoint: a prompt goes through the checkpoint's
 chat template as one user message (chat-message prompts as they are), or as plain text when it has
 none. They are scored by `training.verifiers` (TaskVerifier) unless another scorer is given.
@@ -163,7 +163,7 @@ def generate_attempts(checkpoint: str, tasks: list[dict], *, samples: int, tempe
     """`samples` completions per task from one checkpoint, in the order of `tasks`."""
     from transformers import set_seed
 
-    from training.tiny import generate_completions
+    from training.generation import generate_completions
 
     model, tokenizer = _load_model(checkpoint, chat_prompts=any(not isinstance(t["prompt"], str) for t in tasks))
     try:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from training.errors import PairwiseInputError
+from training.generation import chat_prompt, generate_completions
 from training.task_families import iter_tasks, make_tasks
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
@@ -105,15 +106,6 @@ def build_tiny_model(tokenizer, config: TinySFTConfig):
     return model
 
 
-def _chat_prompt(tokenizer, prompt) -> str:
-    """The text a model is prompted with: its chat template over the prompt's messages (a string is one
-    user message), as TRL's trainers render it; without a chat template, a string prompt as it is."""
-    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
-    if not tokenizer.chat_template and isinstance(prompt, str):
-        return prompt
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
-
 def noisy_wording(prompt: str, rng: random.Random, rate: float) -> str:
     """`prompt` with some words replaced by made-up ones; numbers and the word after each number (its
     unit) are kept. Trained on such prompts too, the tiny model finds a problem's quantities by their
@@ -188,7 +180,7 @@ class SFTProblemStream:
             prompt = noisy_wording(prompt, self._wording, config.noise_rate)
         if config.misconception_share > 0 and self._mistakes.random() < config.misconception_share:
             solution = misconceived_solution(task) or solution
-        prompt_ids = tokenizer(_chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
+        prompt_ids = tokenizer(chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"]
         answer_ids = tokenizer(solution, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         return prompt_ids + answer_ids, len(prompt_ids)
 
@@ -297,30 +289,6 @@ def score_completions(pairs: list[tuple[dict, str]]) -> tuple[list[bool], str]:
         # "error" means the verifier could not judge (not that the answer is wrong): use the exact check.
         verdicts.append(exact if result.status == "error" else result.status == "correct")
     return verdicts, "training.verifiers"
-
-
-def generate_completions(model, tokenizer, prompts: list, *, samples: int, temperature: float,
-                         max_new_tokens: int, batch_size: int = 64, top_p: float = 1.0,
-                         top_k: int = 0) -> list[list[str]]:
-    """`samples` completions per prompt (a string or chat messages); temperature 0 means greedy; top_k 0
-    and top_p 1 leave the distribution whole."""
-    import torch
-
-    results: list[list[str]] = [[] for _ in prompts]
-    flat = [(i, p) for i, p in enumerate(prompts) for _ in range(samples)]
-    for start in range(0, len(flat), batch_size):
-        chunk = flat[start : start + batch_size]
-        texts = [_chat_prompt(tokenizer, p) for _, p in chunk]
-        encoded = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-        kwargs = {"do_sample": False} if temperature == 0 else {"do_sample": True, "temperature": temperature,
-                                                                "top_k": top_k, "top_p": top_p}
-        with torch.no_grad():
-            output = model.generate(**encoded, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id,
-                                    eos_token_id=tokenizer.eos_token_id, **kwargs)
-        new_tokens = output[:, encoded["input_ids"].shape[1] :]
-        for (index, _), ids in zip(chunk, new_tokens, strict=True):
-            results[index].append(tokenizer.decode(ids, skip_special_tokens=True))
-    return results
 
 
 def evaluate_heldout(model, tokenizer, tasks: list[dict], config: TinySFTConfig) -> dict:

@@ -22,6 +22,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from annotate.celery import app as celery_app
 from annotate.exports.filters import ExportError, ExportFilters, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import snapshot_write
@@ -32,12 +33,14 @@ from training.snapshot import code_version, discard_partial
 logger = logging.getLogger(__name__)
 
 STALE_AFTER = dt.timedelta(minutes=10)  # a running export reports progress far more often than this
+# The task that runs an export (annotate/exports/tasks.py), found by its name in Celery's registry: that module
+# calls this one, so this one does not import it. The app's ready() imports it, so the name is registered here.
+EXPORT_SNAPSHOT = "annotate.exports.tasks.export_snapshot"
 
 
 def _send(export_id: int, attempt: int) -> None:
     """Hand the export to Celery (runs after commit). A broker that cannot be reached fails the export."""
-    from annotate.exports.tasks import export_snapshot
-
+    export_snapshot = celery_app.tasks[EXPORT_SNAPSHOT]
     try:
         export_snapshot.delay(export_id, attempt)
     except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth

@@ -6,7 +6,7 @@ from celery.signals import worker_ready
 from annotate.exports import services
 
 
-@shared_task(bind=True)
+@shared_task(bind=True, name=services.EXPORT_SNAPSHOT)
 def export_snapshot(self, export_id: int, attempt: int) -> str:
     """Run one attempt of an export; a stale or repeated delivery does nothing."""
     export = services.export_run(export_id=export_id, attempt=attempt, worker=self.request.hostname or "in-process")

@@ -52,8 +52,8 @@ from annotate.review.models import Assignment, Pair, Project, live_assignment
 from annotate.review.overlap import reviewers_with_one_more
 from annotate.review.services import votes_of_pairs
 from annotate.runs.checkpoints import checkpoint_resolve, is_reward_model
-from annotate.runs.launch import training_command, training_env
 from annotate.runs.models import Checkpoint
+from annotate.runs.training_process import training_command, training_env
 from training.reward_model_scorer import reward_model_identity
 
 logger = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ def _send(reviewer_id: int, attempt: int) -> None:
     (annotate/runs/launch.py send), so the request that attached it returns at once."""
     from annotate.celery import app
     from annotate.quality.tasks import score_model_reviewer
-    from annotate.runs.tasks import QUEUE
+    from annotate.runs.queue import QUEUE
 
     if app.conf.task_always_eager:
         threading.Thread(target=_score_in_thread, args=(reviewer_id, attempt), name=f"model-reviewer-{reviewer_id}",

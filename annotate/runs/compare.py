@@ -22,8 +22,10 @@ from annotate.review.importing import ImportRejected
 from annotate.review.models import Project
 from annotate.review.services import items_import_file
 from annotate.runs.checkpoints import local_checkpoints
-from annotate.runs.launch import input_path, queue_checkpoints_run
+from annotate.runs.input_paths import input_path
 from annotate.runs.models import Run
+from annotate.runs.queue import queue_checkpoints_run
+from annotate.runs.task_sets import task_set_resolve
 
 ITEMS_FILE = "items.jsonl"
 MAX_PROJECT_PROMPTS = 500  # a comparison samples every prompt from every checkpoint: keep a project's batch bounded
@@ -48,8 +50,6 @@ def project_prompts_file(project: Project) -> Path:
 
 def _prompts_path(*, prompts: str | None, task_set, prompts_project: str | None) -> Path:
     """Where the prompts come from: a project's prompts, a task set, or (through the API) a file's path."""
-    from annotate.runs.task_sets import task_set_resolve
-
     given = [name for name, value in (("prompts", prompts), ("task_set", task_set),
                                       ("prompts_project", prompts_project)) if value]
     if len(given) != 1:

@@ -18,8 +18,8 @@ from django.db import transaction
 from annotate.errors import UserMistake
 from annotate.limits import MAX_INT32, whole_number
 from annotate.runs.checkpoints import checkpoint_register
-from annotate.runs.launch import run_folder_for, send
 from annotate.runs.models import Checkpoint, Run
+from annotate.runs.queue import run_folder_for, send
 
 DEMO_CHECKPOINT = "tiny-sft"
 DEMO_STEPS = 320  # tiny-sft's own default recipe; PAIRWISE_DEMO_SFT_STEPS or build_demo_checkpoint --steps change it

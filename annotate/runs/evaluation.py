@@ -13,8 +13,10 @@ from annotate.errors import UserMistake
 from annotate.limits import MAX_INT32, whole_number
 from annotate.runs.checkpoints import local_checkpoints
 from annotate.runs.folder import read_json
-from annotate.runs.launch import input_path, queue_checkpoints_run
+from annotate.runs.input_paths import input_path
 from annotate.runs.models import Checkpoint, Run
+from annotate.runs.queue import queue_checkpoints_run
+from annotate.runs.task_sets import task_set_for_path, task_set_resolve
 
 EVAL_FILE = "eval.json"
 
@@ -34,8 +36,6 @@ def eval_launch(*, checkpoints: list, tasks: str | None = None, task_set=None, s
                 launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
     """Check an evaluation and queue it; the first checkpoint is the base the others are read against. The tasks
     are a task set of the app or, through the API, a task file's path."""
-    from annotate.runs.task_sets import task_set_for_path, task_set_resolve
-
     chosen = local_checkpoints(checkpoints, at_least=1, purpose="evaluate")
     if bool(tasks) == bool(task_set):
         raise UserMistake("give the tasks once: a task set (task_set), or a task file's path (tasks)")

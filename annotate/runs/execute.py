@@ -25,10 +25,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from annotate.errors import UserMistake
+from annotate.runs.compare import sample_command_args, sample_import
+from annotate.runs.demo_checkpoint import sft_command_args, sft_register
+from annotate.runs.evaluation import eval_command_args, eval_result
 from annotate.runs.folder import FolderReader, last_error_line, sidecar
-from annotate.runs.launch import training_command, training_env
 from annotate.runs.models import Run
 from annotate.runs.services import run_apply_folder, run_finish
+from annotate.runs.training_process import training_command, training_env
 from training.run_folder import RecordStatus
 
 logger = logging.getLogger(__name__)
@@ -61,16 +64,10 @@ def write_config(run: Run) -> Path:
 def command_args(run: Run, config_file: Path) -> list[str]:
     """The training command's arguments: a trainer reads its config file; sampling takes its options."""
     if run.kind == Run.Kind.SAMPLE:
-        from annotate.runs.compare import sample_command_args
-
         return sample_command_args(run)
     if run.kind == Run.Kind.EVAL:
-        from annotate.runs.evaluation import eval_command_args
-
         return eval_command_args(run)
     if run.kind == Run.Kind.SFT:
-        from annotate.runs.demo_checkpoint import sft_command_args
-
         return sft_command_args(run)
     return [run.kind, "--config", str(config_file)]
 
@@ -79,13 +76,9 @@ def _after_success(run: Run) -> Run:
     """What a kind does once its command succeeded: an evaluation's figures are kept; a comparison's answers
     go into their project."""
     if run.kind == Run.Kind.EVAL:
-        from annotate.runs.evaluation import eval_result
-
         run.record = {**(run.record or {}), "eval": eval_result(run)}
         Run.objects.filter(pk=run.pk).update(record=run.record)
     if run.kind == Run.Kind.SFT:
-        from annotate.runs.demo_checkpoint import sft_register
-
         try:
             sft_register(run)
         except UserMistake as error:
@@ -93,8 +86,6 @@ def _after_success(run: Run) -> Run:
                               f"be registered: {error}")
     if run.kind != Run.Kind.SAMPLE:
         return run_finish(run, status=Run.Status.SUCCEEDED, exit_code=0)
-    from annotate.runs.compare import sample_import
-
     try:
         imported = sample_import(run)
     except UserMistake as error:

@@ -12,7 +12,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 from functools import partial
@@ -21,15 +20,18 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from annotate.errors import UserMistake
 from annotate.exports.models import Export
-from annotate.limits import text_within
 from annotate.runs.checkpoints import checkpoint_resolve, reward_model_resolve, text_model
+from annotate.runs.input_paths import input_path
 from annotate.runs.models import Checkpoint, Run
+from annotate.runs.queue import run_folder_for, send
 from annotate.runs.services import snapshot_manifest
+from annotate.runs.task_sets import task_set_for_path, task_set_resolve
+from annotate.runs.training_process import training_command, training_env
 from training.config import ConfigError, yaml_config
 from training.trl_setup import resume_value
 
@@ -52,39 +54,6 @@ OFF_SERVER_KEYS = ("push_to_hub", "hub_model_id", "hub_token", "hub_strategy", "
 LOCAL_REPORT_TO = ("tensorboard", "none")
 # Config keys whose text value is a file the trainer reads (a dict value is the settings themselves).
 FILE_KEYS = ("accelerator_config", "deepspeed", "fsdp_config")
-MAX_PATH_CHARS = 4096
-
-
-def training_env() -> dict[str, str]:
-    """The environment of a training subprocess: this checkout importable, output unbuffered for the log, and
-    offline (nothing is downloaded or pushed: a run reads local checkpoints only)."""
-    path = os.pathsep.join(filter(None, [str(settings.BASE_DIR), os.environ.get("PYTHONPATH", "")]))
-    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-
-
-def input_roots() -> list[Path]:
-    return [Path(root).expanduser().resolve() for root in settings.PAIRWISE_RUN_INPUT_ROOTS]
-
-
-def input_path(name: str, value) -> Path:
-    """A path a run will read, resolved (links followed), or UserMistake unless it lies in the run input folders
-    (PAIRWISE_RUN_INPUT_ROOTS). Checked before anything opens it: a file elsewhere is never read, so nothing of
-    it can show in an error."""
-    text = str(value if value is not None else "").strip()
-    text_within(name, text, MAX_PATH_CHARS)
-    if "\0" in text:
-        raise UserMistake(f"{name} contains a NUL character; give the path of a file or folder")
-    path = Path(text).expanduser().resolve()
-    roots = input_roots()
-    if not any(path.is_relative_to(root) for root in roots):
-        raise UserMistake(f"{name} {text} is outside the folders runs read from ({', '.join(map(str, roots))}); move "
-                          "it under one of them, or add its folder to PAIRWISE_RUN_INPUT_ROOTS")
-    return path
-
-
-def training_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "training", *args]
 
 
 def check_config(kind: str, config: dict) -> dict:
@@ -187,8 +156,6 @@ def export_for_training(reference) -> Export:
 def _input_path(kind: str, snapshot: str | None, tasks: str | None, export, task_set) -> tuple[str, str, dict]:
     """The snapshot (DPO, reward) or task file (GRPO) the kind needs, as an absolute path, with the app's export or
     task set it is (picked, or found by its path)."""
-    from annotate.runs.task_sets import task_set_for_path, task_set_resolve
-
     on_snapshot = kind in SNAPSHOT_KINDS
     wanted, other = ("snapshot", "tasks") if on_snapshot else ("tasks", "snapshot")
     given = {"snapshot": snapshot or export, "tasks": tasks or task_set}
@@ -214,10 +181,6 @@ def _input_path(kind: str, snapshot: str | None, tasks: str | None, export, task
         return wanted, path, {"export": found} if found else {}
     found = task_set_for_path(path)
     return wanted, path, {"task_set": found} if found else {}
-
-
-def run_folder_for(run_id: int) -> Path:
-    return Path(settings.RUN_ROOT) / f"run-{run_id:06d}"
 
 
 def picked_reward_model(kind: str, reward_model, config: dict) -> Checkpoint | None:
@@ -286,51 +249,6 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
         if enqueue:
             transaction.on_commit(partial(send, run.pk))
     return run
-
-
-def queue_checkpoints_run(*, kind: str, checkpoints: list[Checkpoint], options: dict,
-                          launched_by: AbstractBaseUser | None, enqueue: bool, **fields) -> Run:
-    """Record a run over registered checkpoints (an evaluation, a comparison) and queue it after commit; the
-    first checkpoint is its base. Its config is the checkpoints and `options`, already checked."""
-    with transaction.atomic():
-        run = Run.objects.create(kind=kind, base_checkpoint=checkpoints[0], launched_by=launched_by, folder="",
-                                 **fields)
-        run.folder = str(run_folder_for(run.pk))
-        run.config = {"checkpoints": [{"id": c.pk, "name": c.name, "path": c.uri} for c in checkpoints], **options}
-        run.resolved_config = run.config
-        run.save(update_fields=["folder", "config", "resolved_config"])
-        if enqueue:
-            transaction.on_commit(partial(send, run.pk))
-    return run
-
-
-def execute_in_thread(run_id: int) -> None:
-    from annotate.runs.execute import run_execute
-
-    try:
-        run_execute(run_id=run_id, worker="in-process")
-    except Exception:
-        logger.exception("run %s failed in its thread", run_id)
-    finally:
-        connections.close_all()  # this thread's own connections; they would outlive it otherwise
-
-
-def send(run_id: int) -> None:
-    """Hand the run to the training queue. With no broker (the embedded default) it runs in a thread of this
-    process instead, so a launch from the page returns at once; a broker that cannot be reached fails it."""
-    from annotate.celery import app
-    from annotate.runs.tasks import QUEUE, execute_run
-
-    if app.conf.task_always_eager:
-        threading.Thread(target=execute_in_thread, args=(run_id,), name=f"run-{run_id}", daemon=True).start()
-        return
-    try:
-        execute_run.apply_async((run_id,), queue=QUEUE)
-    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
-        logger.exception("run %s could not be queued", run_id)
-        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
-            status=Run.Status.FAILED, finished_at=timezone.now(),
-            error=f"the run could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL")
 
 
 def run_cancel(run: Run) -> Run:

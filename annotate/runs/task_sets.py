@@ -27,8 +27,9 @@ from annotate.exports.filters import ExportFilters
 from annotate.exports.pipeline import prompt_split
 from annotate.limits import MAX_INT32, share_number, whole_number
 from annotate.review.models import Project
-from annotate.runs.launch import input_path, training_command, training_env
+from annotate.runs.input_paths import input_path
 from annotate.runs.models import TaskSet
+from annotate.runs.training_process import training_command, training_env
 from training.errors import PairwiseInputError
 from training.task_families import FAMILIES, VARIANTS, make_tasks
 from training.tasks import write_jsonl_atomically

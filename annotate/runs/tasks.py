@@ -6,11 +6,10 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from annotate.runs import execute, sweeps
+from annotate.runs.queue import EXECUTE_RUN, QUEUE
 
-QUEUE = "training"  # given at each send: Celery 6 drops the per-task queue attribute
 
-
-@shared_task(bind=True)
+@shared_task(bind=True, name=EXECUTE_RUN)
 def execute_run(self, run_id: int) -> str:
     """Run one queued run to its end; a repeated or stale delivery does nothing."""
     run = execute.run_execute(run_id=run_id, worker=self.request.hostname or "in-process")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from django.core.management import call_command
 
-from annotate.runs.launch import run_folder_for
 from annotate.runs.models import Run
+from annotate.runs.queue import run_folder_for
 from training.run_folder import checkpoint_content_hash
 
 

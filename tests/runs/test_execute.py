@@ -13,8 +13,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from annotate.runs import execute
-from annotate.runs.launch import execute_in_thread, run_cancel, run_launch
+from annotate.runs.launch import run_cancel, run_launch
 from annotate.runs.models import Checkpoint, Run
+from annotate.runs.queue import execute_in_thread
 from tests.exports.helpers import wait_for
 from tests.runs.conftest import process_alive
 from tests.runs.helpers import queued_run

@@ -14,8 +14,9 @@ from django.utils import timezone
 
 from annotate.celery import app as celery_app
 from annotate.runs import execute, sweeps
-from annotate.runs.launch import execute_in_thread, run_cancel, run_folder_for
+from annotate.runs.launch import run_cancel
 from annotate.runs.models import Run
+from annotate.runs.queue import execute_in_thread, run_folder_for
 from annotate.runs.slurm import slurm_refresh
 from tests.exports.helpers import wait_for
 from tests.runs.helpers import slurm_run

@@ -10,7 +10,7 @@ from django.core.management import call_command
 
 from annotate.celery import app as celery_app
 from annotate.runs.models import Checkpoint, Run
-from annotate.runs.tasks import QUEUE
+from annotate.runs.queue import QUEUE
 from tests.exports.conftest import voted_project  # noqa: F401 - judged pairs to export
 from tests.exports.helpers import REDIS_URL, Worker, configure_celery, needs_redis, wait_for
 from tests.runs.conftest import process_alive

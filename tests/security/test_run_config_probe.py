@@ -19,6 +19,7 @@ from django.core.management.base import CommandError
 from annotate.runs import execute, launch
 from annotate.runs.audit import audit_create
 from annotate.runs.models import AuditItem, AuditJudgment, Checkpoint, Run
+from annotate.runs.queue import run_folder_for
 from tests.runs.conftest import (  # noqa: F401 - fixtures
     base_checkpoint,
     engineer_api,
@@ -173,7 +174,7 @@ def test_the_local_backend_runs_the_trainer_offline(base_checkpoint, tmp_path, m
                       "    print(f'{name}={os.environ.get(name)}')\n")
     monkeypatch.setattr(execute, "training_command", lambda *args: [sys.executable, str(script), *args])
     run = Run.objects.create(kind="dpo", base_checkpoint=base_checkpoint, folder="")
-    run.folder = str(launch.run_folder_for(run.pk))
+    run.folder = str(run_folder_for(run.pk))
     run.config = {"base_checkpoint": base_checkpoint.uri, "output_dir": run.folder}
     run.save()
     run = execute.run_execute(run_id=run.pk, worker="w1@test")

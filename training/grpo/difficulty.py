@@ -26,7 +26,7 @@ def pass_rates(*, checkpoint: str | Path, tasks: list[dict], samples: int, tempe
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
-    from training.tiny import generate_completions
+    from training.generation import generate_completions
     from training.verifiers.task_verifier import TaskVerifier
 
     ordered = sorted(tasks, key=lambda task: task["task_id"])

@@ -2,7 +2,7 @@ import json
 from types import SimpleNamespace
 
 from training.tasks import load_tasks
-from training.verifiers.commands import import_humaneval_main, verify_main
+from training.verifier_commands import import_humaneval_main, verify_main
 
 MATH = {"task_id": "speed-001", "kind": "math", "prompt": "How fast?", "answer": "50", "unit": "km/h"}
 

@@ -1,0 +1,20 @@
+"""The command line and environment of a `python -m training` subprocess, for every part of the app that starts
+one: a launch's config check, the worker running a run, a task set's description and a model reviewer's scoring.
+Only settings and the standard library, so any of them may import it."""
+
+import os
+import sys
+
+from django.conf import settings
+
+
+def training_env() -> dict[str, str]:
+    """The environment of a training subprocess: this checkout importable, output unbuffered for the log, and
+    offline (nothing is downloaded or pushed: a run reads local checkpoints only)."""
+    path = os.pathsep.join(filter(None, [str(settings.BASE_DIR), os.environ.get("PYTHONPATH", "")]))
+    return {**os.environ, "PYTHONPATH": path, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+
+
+def training_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "training", *args]
