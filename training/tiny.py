@@ -13,12 +13,12 @@ import json
 import math
 import random
 import re
-import shutil
 import string
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from training.atomic_write import atomic_folder, discard_partial
 from training.errors import PairwiseInputError
 from training.task_families import iter_tasks, make_tasks
 
@@ -397,11 +397,10 @@ def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
     results = evaluate_heldout(model, tokenizer, eval_tasks, config)
     wall_s = time.perf_counter() - started
 
-    tmp = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    discard_partial(out)  # what a killed build left beside it
+    with atomic_folder(out) as partial:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
         info = {
             "recipe": "pairwise.tiny-sft/1",
             "config": asdict(config),
@@ -412,13 +411,9 @@ def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
             "train_s": round(train_s, 1),
             "wall_s": round(wall_s, 1),
         }
-        (tmp / "tiny_sft.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        (partial / "tiny_sft.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
         if out.exists():
             out.rmdir()  # empty, checked above
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return info
 
 
