@@ -20,6 +20,7 @@ from pathlib import Path
 
 from training.atomic_write import atomic_folder, discard_partial
 from training.errors import PairwiseInputError
+from training.share_input import NotAShare, read_share
 from training.task_families import iter_tasks, make_tasks
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
@@ -441,9 +442,11 @@ def tiny_sft_main(args) -> int:
     if args.eval_tasks is not None:
         config.eval_tasks = args.eval_tasks
     if args.misconception_share is not None:
-        if not 0.0 <= args.misconception_share <= 1.0:  # also refuses NaN
-            raise PairwiseInputError(f"--misconception-share must be a share from 0 to 1, got {args.misconception_share}")
-        config.misconception_share = args.misconception_share
+        try:
+            config.misconception_share = read_share(args.misconception_share)
+        except NotAShare:
+            raise PairwiseInputError(f"--misconception-share must be a share from 0 to 1, got "
+                                     f"{args.misconception_share}") from None
     info = build_tiny_sft(Path(args.out), config)
     print(format_report(info))
     print(f"saved tiny SFT checkpoint to {args.out}")
