@@ -9,6 +9,7 @@ accepted body.
 from django.conf import settings
 
 from annotate.errors import UserMistake
+from training.share_input import NotAShare, read_share
 
 # A reviewer's or adjudicator's rationale: a few paragraphs; a page of text is already far more than one.
 MAX_RATIONALE_CHARS = 10_000
@@ -92,19 +93,15 @@ def whole_number(name: str, value, *, low: int, high: int, error=UserMistake, hi
 
 def share_number(name: str, value, *, low: float = 0.0, high: float = 1.0, error=UserMistake, hint: str = "") -> float:
     """A number from low to high (a share, a rate, a pass mark) from JSON or a form's text: never true/false, NaN
-    or an infinity. The one rule for every such setting and filter, and its one message."""
-    span = f"a number from {low:g} to {high:g}" + (f" ({hint})" if hint else "")
-    number = None
-    if not isinstance(value, bool) and isinstance(value, int | float | str):
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
-    shown = repr(number) if number is not None else repr(value)
-    shown = shown if len(shown) <= 42 else f"{shown[:40]}... ({len(str(value))} characters)"
-    if number is None or not low <= number <= high:  # the comparison also refuses NaN
-        raise error(f"{name}: {shown} must be {span}")
-    return number
+    or an infinity. The one rule (training.share_input.read_share) for every such setting and filter, in the
+    app's one message."""
+    try:
+        return read_share(value, low=low, high=high)
+    except NotAShare as refused:
+        span = f"a number from {low:g} to {high:g}" + (f" ({hint})" if hint else "")
+        shown = repr(refused.number) if refused.number is not None else repr(value)
+        shown = shown if len(shown) <= 42 else f"{shown[:40]}... ({len(str(value))} characters)"
+        raise error(f"{name}: {shown} must be {span}") from None
 
 
 TRUE_WORDS = ("true", "1", "yes", "on")

@@ -12,6 +12,7 @@ import platform
 from pathlib import Path
 from typing import Any
 
+from training.atomic_write import write_text_atomic
 from training.errors import PairwiseInputError
 from training.snapshot import file_sha256
 
@@ -172,11 +173,8 @@ def checkpoint_parent_record(checkpoint: str | os.PathLike) -> dict | None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON through a temporary file and rename, so a reader (the web app polling a run) never sees
-    half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    """Write JSON aside and rename, so a reader (the web app polling a run) never sees half a file."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
 class RunFolder:

@@ -18,15 +18,18 @@ datasets are imported where they are needed.
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from training.atomic_write import (
+    atomic_folder,
+    discard_partial,  # noqa: F401 - the snapshot format's documented name for it
+)
 from training.errors import PairwiseInputError
 
 FORMAT = "pairwise.snapshot/1"
@@ -144,10 +147,7 @@ class _JsonlSplitWriter:
         self._handle.write(_canonical_json(row) + "\n")
 
     def close(self) -> None:
-        if not self._handle.closed:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
+        self._handle.close()
 
 
 def _parquet_schema(row_format: str):
@@ -210,21 +210,6 @@ def code_version() -> dict:
     return {"package": version, "git_commit": commit, "git_dirty": dirty}
 
 
-def _partial_prefix(out_dir: Path) -> str:
-    return f".{out_dir.name}.partial-"
-
-
-def discard_partial(out_dir: str | os.PathLike) -> int:
-    """Remove what a killed writer left beside `out_dir` (its hidden partial folders); returns how many."""
-    folder = Path(out_dir)
-    if not folder.parent.is_dir():
-        return 0
-    leftovers = list(folder.parent.glob(f"{_partial_prefix(folder)}*"))
-    for leftover in leftovers:
-        shutil.rmtree(leftover, ignore_errors=True)
-    return len(leftovers)
-
-
 class SnapshotWriter:
     """Write a snapshot row by row, atomically.
 
@@ -265,6 +250,7 @@ class SnapshotWriter:
         self.row_format = row_format
         self.file_format = file_format
         self.manifest: dict | None = None
+        self._folder: ExitStack | None = None  # holds the hidden folder the rows go to (atomic_folder)
         self._tmp: Path | None = None
         self._writers: dict = {}
         self._rows = dict.fromkeys(SPLITS, 0)
@@ -278,14 +264,15 @@ class SnapshotWriter:
             raise FileExistsError(f"snapshot folder {self.out_dir} already exists; a snapshot is never overwritten")
         if not self.out_dir.parent.is_dir():
             raise FileNotFoundError(f"parent folder {self.out_dir.parent} does not exist")
-        self._tmp = self.out_dir.parent / f"{_partial_prefix(self.out_dir)}{uuid.uuid4().hex[:12]}"
-        self._tmp.mkdir()
-        for split in SPLITS:
-            path = self._tmp / self.file_name(split)
-            if self.file_format == "jsonl":
-                self._writers[split] = _JsonlSplitWriter(path)
-            else:
-                self._writers[split] = _ParquetSplitWriter(path, self.row_format)
+        with ExitStack() as folder:  # a writer that cannot start removes the hidden folder again
+            self._tmp = folder.enter_context(atomic_folder(self.out_dir))
+            for split in SPLITS:
+                path = self._tmp / self.file_name(split)
+                if self.file_format == "jsonl":
+                    self._writers[split] = _JsonlSplitWriter(path)
+                else:
+                    self._writers[split] = _ParquetSplitWriter(path, self.row_format)
+            self._folder = folder.pop_all()
         return self
 
     def add_row(self, split: str, row: Mapping) -> None:
@@ -314,16 +301,18 @@ class SnapshotWriter:
         try:
             for writer in self._writers.values():
                 writer.close()
-            if exc_type is None:
-                self._finish()
-        except BaseException:
-            self._discard()
+            manifest = self._finish() if exc_type is None else None
+        except BaseException as error:
+            self._folder.__exit__(type(error), error, error.__traceback__)  # removes the hidden folder
             raise
-        if exc_type is not None:
-            self._discard()
+        finally:
+            self._tmp = None
+        self._folder.__exit__(exc_type, exc, tb)  # renames the folder to out_dir on a clean exit, else removes it
+        self.manifest = manifest
         return False  # never swallow the caller's exception
 
-    def _finish(self) -> None:
+    def _finish(self) -> dict:
+        """Hash the files and write the manifest into the hidden folder; returns the manifest."""
         if set(self.extra_counts) & {*SPLITS, "prompts"}:
             raise ValueError("extra counts may not set 'train', 'test' or 'prompts': the writer counts those")
         files = {self.file_name(split): file_sha256(self._tmp / self.file_name(split)) for split in SPLITS}
@@ -351,18 +340,9 @@ class SnapshotWriter:
         manifest_path = self._tmp / MANIFEST
         with open(manifest_path, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(_canonical_json(manifest, indent=2) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
         if self.out_dir.exists():
             raise FileExistsError(f"snapshot folder {self.out_dir} appeared while writing; not overwriting it")
-        os.rename(self._tmp, self.out_dir)
-        self._tmp = None
-        self.manifest = manifest
-
-    def _discard(self) -> None:
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        return manifest
 
 
 # --- reading -------------------------------------------------------------------------------------------

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import keyword
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from training.atomic_write import atomic_file
 from training.errors import PairwiseInputError
 
 KINDS = ("math", "code", "missing_info", "short_answer", "open")
@@ -319,20 +319,13 @@ def load_tasks(path: str | os.PathLike, *, check_solutions: bool = True, verifie
 
 
 def write_jsonl_atomically(path: str | os.PathLike, rows: list[dict]) -> None:
-    """Writes rows next to path, then renames, so path is either the old file or the whole new one."""
+    """Writes rows next to path, then renames, so path is either the old file or the whole new one. The file is
+    readable by its owner only, the mode these files have always had."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            for row in rows:
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_file(target, "w", private=True) as out:
+        for row in rows:
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def write_tasks(path: str | os.PathLike, tasks: list[dict]) -> None:

@@ -13,14 +13,15 @@ import json
 import math
 import random
 import re
-import shutil
 import string
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from training.atomic_write import atomic_folder, discard_partial
 from training.errors import PairwiseInputError
 from training.generation import chat_prompt, generate_completions
+from training.share_input import NotAShare, read_share
 from training.task_families import iter_tasks, make_tasks
 
 SPECIAL_TOKENS = ["<pad>", "<unk>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>"]
@@ -365,11 +366,10 @@ def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
     results = evaluate_heldout(model, tokenizer, eval_tasks, config)
     wall_s = time.perf_counter() - started
 
-    tmp = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+    discard_partial(out)  # what a killed build left beside it
+    with atomic_folder(out) as partial:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
         info = {
             "recipe": "pairwise.tiny-sft/1",
             "config": asdict(config),
@@ -380,13 +380,9 @@ def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
             "train_s": round(train_s, 1),
             "wall_s": round(wall_s, 1),
         }
-        (tmp / "tiny_sft.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        (partial / "tiny_sft.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
         if out.exists():
             out.rmdir()  # empty, checked above
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return info
 
 
@@ -414,9 +410,11 @@ def tiny_sft_main(args) -> int:
     if args.eval_tasks is not None:
         config.eval_tasks = args.eval_tasks
     if args.misconception_share is not None:
-        if not 0.0 <= args.misconception_share <= 1.0:  # also refuses NaN
-            raise PairwiseInputError(f"--misconception-share must be a share from 0 to 1, got {args.misconception_share}")
-        config.misconception_share = args.misconception_share
+        try:
+            config.misconception_share = read_share(args.misconception_share)
+        except NotAShare:
+            raise PairwiseInputError(f"--misconception-share must be a share from 0 to 1, got "
+                                     f"{args.misconception_share}") from None
     info = build_tiny_sft(Path(args.out), config)
     print(format_report(info))
     print(f"saved tiny SFT checkpoint to {args.out}")

@@ -43,10 +43,7 @@ def verify_main(args) -> int:
     from training.verifiers.sandbox import SandboxUnavailable
     from training.verifiers.task_verifier import TaskVerifier
 
-    try:
-        tasks = load_tasks(args.tasks)
-    except TaskFileError as exc:
-        return _fail(str(exc))  # its one line
+    tasks = load_tasks(args.tasks)  # a TaskFileError is the CLI's one line
     tasks_by_id = {task["task_id"]: task for task in tasks}
     try:
         completions = load_completions(args.completions, tasks_by_id)

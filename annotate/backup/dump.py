@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from annotate.backup.contents import (
 )
 from annotate.review.models import Project
 from annotate.review.services import ROLES
+from training.atomic_write import atomic_file
 
 CHUNK = 2000  # rows read and serialised at a time: memory stays flat however large the project
 
@@ -80,33 +80,27 @@ def backup_write(*, slug: str, out: Path) -> dict:
         raise BackupError(f"{out} already exists; give a new file name (a backup never overwrites one)")
     if not out.parent.is_dir():
         raise BackupError(f"{out.parent} is not a folder; create it first")
-    partial = out.with_name(f".{out.name}.partial")
     outermost = not connection.in_atomic_block
-    try:
-        with transaction.atomic(), partial.open("wb") as stream:
-            if outermost and connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            hasher = LineHasher()
+    # The file is renamed into place once the transaction has ended (the outer block closes last).
+    with atomic_file(out, "wb") as stream, transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        hasher = LineHasher()
 
-            def write(record: dict) -> None:
-                line = line_bytes(record)
-                hasher.add(line)
-                stream.write(line)
+        def write(record: dict) -> None:
+            line = line_bytes(record)
+            hasher.add(line)
+            stream.write(line)
 
-            users = _users(project)
-            counts = {"users": len(users)} | {model._meta.label_lower: _project_rows(model, lookup, project).count()
-                                              for model, lookup in project_models()}
-            write({"format": FORMAT, "version": VERSION, "project": project.slug, "counts": counts,
-                   "schema": schema_state(), "made_at": datetime.now(UTC).isoformat()})
-            for user in users:
-                write(user)
-            for record in _records(project):
-                write(record)
-            stream.write(line_bytes(hasher.closing_record()))
-            stream.flush()
-            os.fsync(stream.fileno())
-        partial.rename(out)
-    finally:
-        partial.unlink(missing_ok=True)
+        users = _users(project)
+        counts = {"users": len(users)} | {model._meta.label_lower: _project_rows(model, lookup, project).count()
+                                          for model, lookup in project_models()}
+        write({"format": FORMAT, "version": VERSION, "project": project.slug, "counts": counts,
+               "schema": schema_state(), "made_at": datetime.now(UTC).isoformat()})
+        for user in users:
+            write(user)
+        for record in _records(project):
+            write(record)
+        stream.write(line_bytes(hasher.closing_record()))
     return counts

@@ -28,7 +28,8 @@ from annotate.exports.models import Export
 from annotate.exports.pipeline import snapshot_write
 from annotate.exports.selectors import pairs_with_votes_count
 from annotate.review.models import Project
-from training.snapshot import code_version, discard_partial
+from training.atomic_write import discard_partial
+from training.snapshot import code_version
 
 logger = logging.getLogger(__name__)
 

@@ -26,6 +26,7 @@ from annotate.runs.input_paths import input_path
 from annotate.runs.models import Run
 from annotate.runs.queue import queue_checkpoints_run
 from annotate.runs.task_sets import task_set_resolve
+from training.atomic_write import write_text_atomic
 
 ITEMS_FILE = "items.jsonl"
 MAX_PROJECT_PROMPTS = 500  # a comparison samples every prompt from every checkpoint: keep a project's batch bounded
@@ -42,9 +43,7 @@ def project_prompts_file(project: Project) -> Path:
     path = Path(settings.INPUTS_ROOT) / "prompts" / f"{project.slug}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.jsonl"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = path.with_name(f".{path.name}.part")
-        scratch.write_text(text, encoding="utf-8")
-        scratch.replace(path)
+        write_text_atomic(path, text)
     return path
 
 

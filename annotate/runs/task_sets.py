@@ -30,6 +30,7 @@ from annotate.review.models import Project
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import TaskSet
 from annotate.runs.training_process import training_command, training_env
+from training.atomic_write import move_into_place
 from training.errors import PairwiseInputError
 from training.task_families import FAMILIES, VARIANTS, make_tasks
 from training.tasks import write_jsonl_atomically
@@ -93,7 +94,7 @@ def _keep(*, scratch: Path, summary: dict, name: str, shown_as: str, source: str
     target = task_set_folder() / f"{summary['sha256']}.jsonl"
     input_path("task set folder", target)  # PAIRWISE_INPUTS_ROOT must be one the runs may read
     target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(scratch, target)
+    move_into_place(scratch, target)
     try:
         with transaction.atomic():
             return TaskSet.objects.create(

@@ -79,7 +79,6 @@ def _slug(names: list[str]) -> str:
 def rescore_run(*, run: str | Path, scorer: str, workers: int | None = None) -> dict:
     """Score every rollout of `run` again; write rescored/<scorer>.parquet; return the comparison."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from training.run_folder import utc_now, write_json_atomic
     from training.tasks import TaskFileError, load_tasks
@@ -129,10 +128,7 @@ def rescore_run(*, run: str | Path, scorer: str, workers: int | None = None) -> 
                         ("reward", pa.float64()), ("components", pa.string()), ("reason", pa.string()),
                         ("scorer", pa.string()), ("original_status", pa.string()), ("original_reward", pa.float64()),
                         ("original_scorer", pa.string())])
-    target.parent.mkdir(exist_ok=True)
-    tmp = target.with_name(f".{target.name}.part")
-    pq.write_table(pa.Table.from_pylist(new_rows, schema=schema), tmp)
-    tmp.replace(target)
+    _write_rescored(target, pa.Table.from_pylist(new_rows, schema=schema))
 
     comparison = {
         "original": _figures([(r["original_status"], r["original_reward"]) for r in new_rows],
@@ -145,6 +141,17 @@ def rescore_run(*, run: str | Path, scorer: str, workers: int | None = None) -> 
     record.setdefault("rescores", []).append(comparison)
     write_json_atomic(folder.run_json, record)
     return comparison
+
+
+def _write_rescored(target: Path, table) -> None:
+    """The new scores, written aside and renamed: a failed rescore leaves no file, so it can be run again."""
+    import pyarrow.parquet as pq
+
+    from training.atomic_write import atomic_path
+
+    target.parent.mkdir(exist_ok=True)
+    with atomic_path(target) as partial:
+        pq.write_table(table, partial)
 
 
 def _figures(verdicts: list[tuple[str, float | None]], scorers: list[str]) -> dict:
@@ -177,7 +184,6 @@ def rescore_with_reward_model(*, run: str | Path, reward_model: str, batch_size:
     from collections import defaultdict
 
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     from training.reward_model_scorer import RewardModelScorer, reward_model_identity
     from training.run_folder import (
@@ -219,10 +225,7 @@ def rescore_with_reward_model(*, run: str | Path, reward_model: str, batch_size:
     schema = pa.schema([("rollout_id", pa.string()), ("task_id", pa.string()), ("reward_model_score", pa.float64()),
                         ("reward_model", pa.string()), ("original_reward_model_score", pa.float64()),
                         ("original_reward_model", pa.string())])
-    target.parent.mkdir(exist_ok=True)
-    tmp = target.with_name(f".{target.name}.part")
-    pq.write_table(pa.Table.from_pylist(new_rows, schema=schema), tmp)
-    tmp.replace(target)
+    _write_rescored(target, pa.Table.from_pylist(new_rows, schema=schema))
 
     paired = [(row["reward_model_score"], score) for row, score in zip(rows, scores, strict=True)
               if row["reward_model_score"] is not None]

@@ -13,6 +13,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from training.atomic_write import atomic_path
+
 ROLLOUT_FORMAT = "pairwise.rollouts/1"
 BATCH_FILE = re.compile(r"batch-(\d+)-rank(\d+)\.parquet$")
 # TRL adds this to the standard deviation before dividing (grpo_trainer.py, _generate_and_score_completions).
@@ -59,9 +61,8 @@ def write_batch(folder: Path, batch: int, process_index: int, rows: list[dict]) 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"batch-{batch:06d}-rank{process_index}.parquet"
     table = pa.Table.from_pylist(rows, schema=rollout_schema())
-    tmp = path.with_name(f".{path.name}.part")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as partial:
+        pq.write_table(table, partial)
     return path
 
 

@@ -1,6 +1,7 @@
 import json
 from types import SimpleNamespace
 
+from training.cli import main
 from training.tasks import load_tasks
 from training.verifier_commands import import_humaneval_main, verify_main
 
@@ -44,7 +45,8 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path, capsys):
     tasks = write_jsonl(tmp_path / "tasks.jsonl", [MATH, {"task_id": "b", "kind": "math"}])
     completions = write_jsonl(tmp_path / "c.jsonl", [{"task_id": "speed-001", "completion": "50"}])
     out = tmp_path / "results.jsonl"
-    assert verify_main(SimpleNamespace(tasks=tasks, completions=completions, out=str(out))) == 2
+    # A bad task file reaches the command line's own one-line answer, as `python -m training verify` shows it.
+    assert main(["verify", "--tasks", tasks, "--completions", completions, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "line 2:" in err and "Traceback" not in err
     assert not out.exists()
