@@ -1,8 +1,11 @@
 """Shared fixtures: a project with criteria, imported items, reviewers with API tokens."""
 
 import json
+import os
+import sys
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -15,10 +18,54 @@ from annotate.review.demo_data import DEMO_CRITERIA
 from annotate.review.importing import items_parse
 
 
-def pytest_collection_modifyitems(config, items):
-    """Say plainly that row-locking tests are skipped when the suite runs on SQLite."""
+def _own_folders_and_broker_per_worker() -> None:
+    """Under pytest-xdist (scripts/test.sh runs two workers) each worker gets its own data folder, Redis
+    database and one torch thread: test databases are already per worker, but export and run folders are
+    numbered by database rows, a queue on a shared broker would hand one worker's task to the other's
+    Celery worker, and two torch processes each spinning two threads on two cores slow each other tenfold."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
     from django.conf import settings
 
+    index = int(worker.removeprefix("gw"))
+    data_dir = Path(settings.DATA_DIR) / worker
+    settings.DATA_DIR = data_dir
+    settings.SNAPSHOT_ROOT, settings.RUN_ROOT = data_dir / "snapshots", data_dir / "runs"
+    settings.INPUTS_ROOT = data_dir / "inputs"
+    settings.PAIRWISE_RUN_INPUT_ROOTS = [settings.SNAPSHOT_ROOT, settings.RUN_ROOT, settings.INPUTS_ROOT]
+    os.environ["PAIRWISE_DATA_DIR"] = str(data_dir)  # for the manage.py and worker processes tests start
+    if redis_url := os.environ.get("PAIRWISE_TEST_REDIS_URL"):
+        base, _, database = redis_url.rpartition("/")
+        os.environ["PAIRWISE_TEST_REDIS_URL"] = f"{base}/{(int(database or 0) - index) % 16}"
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+_own_folders_and_broker_per_worker()
+# Threads for the tests' training runs: two when the suite runs alone, one per worker under pytest-xdist.
+TORCH_THREADS = int(os.environ.get("OMP_NUM_THREADS") or 2) if os.environ.get("PYTEST_XDIST_WORKER") else 2
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--quick", action="store_true",
+        help="the quick run for development: every test but those marked slow (they train a model or run "
+             "many subprocesses) or e2e (they drive Chromium); CI runs the whole suite",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """--quick leaves out the slow and browser tests; row-locking tests are skipped, saying so, on SQLite."""
+    from django.conf import settings
+
+    if config.getoption("quick"):
+        quick = [item for item in items if "slow" not in item.keywords and "e2e" not in item.keywords]
+        if len(quick) < len(items):
+            kept = set(map(id, quick))
+            config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+            items[:] = quick
     if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL row locks; set DATABASE_URL=postgres://... to run it")

@@ -7,6 +7,7 @@ import pytest
 import yaml
 from django.core.management import call_command
 
+from tests.conftest import TORCH_THREADS
 from tests.training.conftest import tiny_checkpoint  # noqa: F401 - the session's tiny SFT checkpoint
 from training import snapshot
 from training.cli import main as training_main
@@ -28,7 +29,7 @@ def test_an_exported_snapshot_trains_two_dpo_steps_on_the_tiny_model(voted_proje
     config.write_text(yaml.safe_dump({
         "base_checkpoint": str(tiny_checkpoint), "snapshot": str(out), "output_dir": str(tmp_path / "run"),
         "learning_rate": 1e-3, "max_steps": 2, "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8,
-        "logging_steps": 1, "torch_threads": 2, "use_cpu": True, "report_to": ["none"],
+        "logging_steps": 1, "torch_threads": TORCH_THREADS, "use_cpu": True, "report_to": ["none"],
     }))
     assert training_main(["dpo", "--config", str(config)]) == 0
 

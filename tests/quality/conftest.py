@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TORCH_THREADS
+
 TEST_SFT_STEPS = 20  # enough for a loadable checkpoint; tests never need it to be good
 
 
@@ -24,7 +26,7 @@ def tiny_reward_model(tmp_path_factory) -> dict[str, Path]:
     config = {"base_checkpoint": str(root / "sft"), "snapshot": str(root / "snapshot"),
               "output_dir": str(root / "run"), "learning_rate": 1e-3, "max_steps": 2,
               "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8, "logging_steps": 1,
-              "torch_threads": 2, "use_cpu": True, "seed": 0}
+              "torch_threads": TORCH_THREADS, "use_cpu": True, "seed": 0}
     (root / "reward.yaml").write_text(yaml.safe_dump(config))
     run_reward(load_reward_config(root / "reward.yaml"))
     return {"sft": root / "sft", "reward": root / "run" / "checkpoint"}

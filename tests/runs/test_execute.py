@@ -16,6 +16,7 @@ from annotate.runs import execute
 from annotate.runs.launch import run_cancel, run_launch
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.queue import execute_in_thread
+from tests.conftest import TORCH_THREADS
 from tests.exports.helpers import wait_for
 from tests.runs.conftest import process_alive
 from tests.runs.helpers import queued_run
@@ -124,7 +125,7 @@ def test_a_grpo_run_that_changes_no_weight_links_no_checkpoint_and_says_why(base
                                                                            client_for, tmp_path):
     tasks = write_unlearnable_tasks(tmp_path / "missing.jsonl")
     config = {"max_steps": 2, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 4,
-              "learning_rate": 5e-3, "logging_steps": 1, "save_strategy": "no", "use_cpu": True, "torch_threads": 2,
+              "learning_rate": 5e-3, "logging_steps": 1, "save_strategy": "no", "use_cpu": True, "torch_threads": TORCH_THREADS,
               "verifier_workers": 1, "report_to": ["none"], "seed": 0}
     launched = run_launch(kind="grpo", base_checkpoint="tiny-sft", tasks=str(tasks), config=config, enqueue=False)
     run = execute.run_execute(run_id=launched.pk, worker="w1@test")

@@ -14,13 +14,13 @@ from annotate.exports.pipeline import prompt_split
 from annotate.runs.checkpoints import checkpoint_register, is_reward_model
 from annotate.runs.execute import run_execute
 from annotate.runs.models import Checkpoint, Run, TaskSet
-from tests.conftest import import_rows, make_items
+from tests.conftest import TORCH_THREADS, import_rows, make_items
 from training.snapshot import read_manifest
 
 pytestmark = pytest.mark.django_db
 
 TWO_STEPS = {"learning_rate": 1e-3, "max_steps": 2, "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8,
-             "logging_steps": 1, "torch_threads": 2, "use_cpu": True, "report_to": ["none"]}
+             "logging_steps": 1, "torch_threads": TORCH_THREADS, "use_cpu": True, "report_to": ["none"]}
 
 
 @pytest.fixture

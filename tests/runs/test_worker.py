@@ -11,12 +11,13 @@ from django.core.management import call_command
 from annotate.celery import app as celery_app
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.queue import QUEUE
+from tests.conftest import TORCH_THREADS
 from tests.exports.conftest import voted_project  # noqa: F401 - judged pairs to export
 from tests.exports.helpers import REDIS_URL, Worker, configure_celery, needs_redis, wait_for
 from tests.runs.conftest import process_alive
 
 TWO_STEPS = {"learning_rate": 1e-3, "max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1,
-             "torch_threads": 2, "use_cpu": True, "report_to": ["none"]}
+             "torch_threads": TORCH_THREADS, "use_cpu": True, "report_to": ["none"]}
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TORCH_THREADS
+
 REPO = Path(__file__).resolve().parents[2]
 TEST_SFT_STEPS = 20  # enough for a loadable checkpoint; tests never need it to be good
 
@@ -32,7 +34,7 @@ def tiny_snapshot(tmp_path_factory) -> Path:
 
 def run_training_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     """`python -m training ARGS` in a fresh process, as a user runs it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(TORCH_THREADS), "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run([sys.executable, "-m", "training", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=timeout)
 

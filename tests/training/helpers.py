@@ -1,4 +1,5 @@
 """Helpers the training tests (and the runs tests that train) share."""
+from tests.conftest import TORCH_THREADS
 
 
 def write_unlearnable_tasks(path):
@@ -24,7 +25,7 @@ def write_snapshot_run_config(tmp_path, checkpoint, snapshot, *, name: str, **ov
         "per_device_train_batch_size": 4,
         "per_device_eval_batch_size": 8,
         "logging_steps": 1,
-        "torch_threads": 2,
+        "torch_threads": TORCH_THREADS,
         "use_cpu": True,
         **overrides,
     }

@@ -11,6 +11,7 @@ import random
 import pytest
 import yaml
 
+from tests.conftest import TORCH_THREADS
 from tests.training.helpers import write_unlearnable_tasks
 from training.cli import main
 from training.run_folder import checkpoint_content_hash
@@ -61,7 +62,7 @@ def write_config(tmp_path, checkpoint, tasks, name="grpo", **overrides):
         "logging_steps": 1,
         "save_strategy": "no",
         "use_cpu": True,
-        "torch_threads": 2,
+        "torch_threads": TORCH_THREADS,
         "verifier_workers": 1,
         "report_to": ["none"],
         "seed": 0,

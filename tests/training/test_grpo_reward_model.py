@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from tests.conftest import TORCH_THREADS
 from training.cli import main
 from training.grpo.rollouts import read_rollouts, recompute_advantages
 from training.run_folder import checkpoint_content_hash
@@ -28,7 +29,7 @@ def write_config(tmp_path, checkpoint, tasks, *, name="grpo", **overrides):
     config = {
         "base_checkpoint": str(checkpoint), "tasks": str(tasks), "output_dir": str(tmp_path / name),
         "max_steps": 2, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 16,
-        "learning_rate": 5e-3, "logging_steps": 1, "save_strategy": "no", "use_cpu": True, "torch_threads": 2,
+        "learning_rate": 5e-3, "logging_steps": 1, "save_strategy": "no", "use_cpu": True, "torch_threads": TORCH_THREADS,
         "verifier_workers": 1, "report_to": ["none"], "seed": 0, **overrides,
     }
     path = tmp_path / f"{name}.yaml"

@@ -5,6 +5,7 @@ import json
 import pytest
 import yaml
 
+from tests.conftest import TORCH_THREADS
 from training.cli import main
 from training.reward_eval import human_ceiling, pair_agreement
 
@@ -101,7 +102,7 @@ def write_reward_config(tmp_path, checkpoint, snapshot):
     path.write_text(yaml.safe_dump({
         "base_checkpoint": str(checkpoint), "snapshot": str(snapshot), "output_dir": str(tmp_path / "rm"),
         "learning_rate": 1e-3, "max_steps": 2, "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8,
-        "logging_steps": 1, "torch_threads": 2, "use_cpu": True, "report_to": ["none"],
+        "logging_steps": 1, "torch_threads": TORCH_THREADS, "use_cpu": True, "report_to": ["none"],
     }))
     return path
 
