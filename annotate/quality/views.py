@@ -53,8 +53,9 @@ from annotate.quality.reviewers import (
 )
 from annotate.quality.services import STORED_BOOTSTRAP, StoredReportState, stored_report_read
 from annotate.review import selectors as review_selectors
-from annotate.review import services as review_services
+from annotate.review.errors import ReviewError
 from annotate.review.models import qualification_gold_short
+from annotate.review.qualification import qualification_release
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.selectors import user_roles
 
@@ -372,9 +373,9 @@ def qualification_release_page(request, slug: str):
         messages.error(request, f"no reviewer {request.POST.get('username', '')!r}")
     else:
         try:
-            attempt = review_services.qualification_release(
+            attempt = qualification_release(
                 project=project, reviewer=reviewer, action=request.POST.get("action", ""), admin=request.user)
-        except review_services.ReviewError as exc:
+        except ReviewError as exc:
             messages.error(request, str(exc))
         else:
             verb = "passed" if attempt.status == attempt.Status.PASSED else f"may start attempt {attempt.number}"

@@ -35,6 +35,8 @@ from django.utils import timezone
 from annotate.limits import MAX_RATIONALE_CHARS, share_number, text_within, whole_number
 from annotate.quality.consensus import NO_CONSENSUS, strict_majority
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
+from annotate.review.errors import ReviewError
+from annotate.review.judgments import choice_and_strength_check
 from annotate.review.models import (
     Adjudication,
     AdjudicationAssignment,
@@ -45,9 +47,9 @@ from annotate.review.models import (
     live_assignment,
     live_assignment_sql,
 )
+from annotate.review.overlap import votes_of_pairs
 from annotate.review.rationale import FLAGS
 from annotate.review.rendering import markdown_to_safe_html
-from annotate.review.services import ReviewError, choice_and_strength_check, votes_of_pairs
 
 HOLD_MINUTES = 30  # an adjudication not ruled on within this returns to the queue
 BATCH_PAIRS = 2000  # pairs whose votes are read and decided at a time while the queue is walked

@@ -14,8 +14,13 @@ from annotate.api_errors import MAX_ID
 from annotate.limits import whole_number
 from annotate.parsers import JSONParser
 from annotate.permissions import CanAdjudicate, CanReview, IsAdmin, IsAdminOrEngineer
-from annotate.review import adjudication, selectors, services
+from annotate.review import adjudication, selectors
+from annotate.review.assignments import assignment_next
+from annotate.review.errors import ReviewError
+from annotate.review.import_sql import items_import_file
 from annotate.review.importing import ImportRejected
+from annotate.review.judgments import judgment_submit, judgment_undo_last
+from annotate.review.qualification import QUALIFICATION_ACTIONS, qualification_release, qualification_state
 from annotate.review.rationale import typing_parse
 
 
@@ -42,23 +47,23 @@ class JudgmentInSerializer(serializers.Serializer):
 
 
 def judgment_input(data) -> dict:
-    """The judgment's fields with their shapes checked; services.judgment_submit checks their values.
+    """The judgment's fields with their shapes checked; judgment_submit checks their values.
 
     Plain checks rather than a DRF serializer: this runs on every judgment, and a serializer costs more
     than the rest of the request's Python.
     """
     if not isinstance(data, dict):
-        raise services.ReviewError("send a JSON object with choice, strength, criteria, rationale and client_key")
+        raise ReviewError("send a JSON object with choice, strength, criteria, rationale and client_key")
     for name in ("choice", "criteria", "rationale", "client_key"):
         if name not in data:
-            raise services.ReviewError(f"{name}: this field is required")
+            raise ReviewError(f"{name}: this field is required")
     strength = data.get("strength")
     if isinstance(strength, str):  # a form-minded client's "2"; never "²" or "٣" (see whole_number)
-        strength = whole_number("strength", strength, low=1, high=3, error=services.ReviewError)
+        strength = whole_number("strength", strength, low=1, high=3, error=ReviewError)
     try:
         client_key = uuid.UUID(str(data["client_key"]))
     except ValueError:
-        raise services.ReviewError(
+        raise ReviewError(
             f"client_key: {data['client_key']!r} is not a UUID; send a fresh UUID per judgment"
         ) from None
     return {"choice": data["choice"], "strength": strength, "criteria": data["criteria"],
@@ -76,7 +81,7 @@ class AssignmentNextView(APIView):
     )
     def get(self, request, slug: str):
         project = _project_or_404(slug)
-        assignment = services.assignment_next(project=project, reviewer=request.user)
+        assignment = assignment_next(project=project, reviewer=request.user)
         if assignment is None:
             progress = selectors.reviewer_progress(project=project, reviewer=request.user)
             return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Judged": str(progress["judged"])})
@@ -91,7 +96,7 @@ class JudgmentSubmitView(APIView):
                    responses={201: OpenApiResponse(description="the judgment, as left/right; for an item of the "
                                                                "qualification round, `feedback` too")})
     def post(self, request, assignment_id: int):
-        judgment, replayed = services.judgment_submit(
+        judgment, replayed = judgment_submit(
             assignment_id=assignment_id, reviewer=request.user, **judgment_input(request.data)
         )
         body = selectors.judgment_payload(judgment=judgment, a_on_left=judgment.assignment.a_on_left)
@@ -106,7 +111,7 @@ class JudgmentUndoView(APIView):
                    responses={200: OpenApiResponse(description="the assignment, open again")})
     def post(self, request, slug: str):
         project = _project_or_404(slug)
-        assignment = services.judgment_undo_last(project=project, reviewer=request.user)
+        assignment = judgment_undo_last(project=project, reviewer=request.user)
         return Response(selectors.assignment_payload(assignment=assignment, project=project, reviewer=request.user))
 
 
@@ -129,7 +134,7 @@ class ItemsImportView(APIView):
             return Response({"detail": "file: attach the JSONL file as the multipart field 'file'"}, status=400)
         try:
             # The raw bytes, line by line: a line that is not UTF-8 is reported with its number.
-            summary = services.items_import_file(project=project, lines=upload.file)
+            summary = items_import_file(project=project, lines=upload.file)
         except ImportRejected as exc:
             return Response({"detail": f"the file was rejected whole, nothing was stored: {len(exc.errors)} error(s)",
                              "errors": exc.errors}, status=400)
@@ -168,7 +173,7 @@ class QualificationView(APIView):
 
     @extend_schema(summary="Let a reviewer try the qualification round again, or pass them",
                    request=inline_serializer("QualificationRelease", {
-                       "username": serializers.CharField(), "action": serializers.ChoiceField(services.QUALIFICATION_ACTIONS)}),
+                       "username": serializers.CharField(), "action": serializers.ChoiceField(QUALIFICATION_ACTIONS)}),
                    responses={201: OpenApiResponse(description="the reviewer's new attempt")})
     def post(self, request, slug: str):
         project = _project_or_404(slug)
@@ -176,10 +181,10 @@ class QualificationView(APIView):
         username = data.get("username")
         reviewer = get_user_model().objects.filter(username=username).first() if isinstance(username, str) else None
         if reviewer is None:
-            raise services.ReviewError(f"username: no user {username!r}", status=404)
-        attempt = services.qualification_release(project=project, reviewer=reviewer, action=data.get("action"),
-                                                 admin=request.user)
-        return Response(services.qualification_state(project=project, reviewer=reviewer) | {"attempt": attempt.number},
+            raise ReviewError(f"username: no user {username!r}", status=404)
+        attempt = qualification_release(project=project, reviewer=reviewer, action=data.get("action"),
+                                        admin=request.user)
+        return Response(qualification_state(project=project, reviewer=reviewer) | {"attempt": attempt.number},
                         status=status.HTTP_201_CREATED)
 
 
@@ -205,7 +210,7 @@ class AdjudicationNextView(APIView):
         project = _project_or_404(slug)
         queue = adjudication.queue_filter_parse(request.query_params, project=project)
         raw_pair = request.query_params.get("pair")
-        pair_id = (whole_number("pair", raw_pair, low=1, high=MAX_ID, error=services.ReviewError)
+        pair_id = (whole_number("pair", raw_pair, low=1, high=MAX_ID, error=ReviewError)
                    if raw_pair not in (None, "") else None)
         assignment = adjudication.adjudication_next(
             project=project, adjudicator=request.user, queue=queue, pair_id=pair_id)
@@ -232,14 +237,14 @@ class RulingSubmitView(APIView):
     def post(self, request, adjudication_id: int):
         data = request.data
         if not isinstance(data, dict):
-            raise services.ReviewError("send a JSON object with choice, strength, rationale and client_key")
+            raise ReviewError("send a JSON object with choice, strength, rationale and client_key")
         for name in ("choice", "rationale", "client_key"):
             if name not in data:
-                raise services.ReviewError(f"{name}: this field is required")
+                raise ReviewError(f"{name}: this field is required")
         try:
             client_key = uuid.UUID(str(data["client_key"]))
         except ValueError:
-            raise services.ReviewError(f"client_key: {data['client_key']!r} is not a UUID") from None
+            raise ReviewError(f"client_key: {data['client_key']!r} is not a UUID") from None
         ruling, replayed = adjudication.ruling_submit(
             assignment_id=adjudication_id, adjudicator=request.user, choice=data["choice"],
             strength=data.get("strength"), criteria=data.get("criteria"), rationale=data["rationale"],

@@ -12,6 +12,7 @@ from django.http import Http404
 
 from annotate.exports.models import Export
 from annotate.review import queue_sql
+from annotate.review.adjudication import queue_filter_parse, waiting_count
 from annotate.review.choices import swap_back
 from annotate.review.models import (
     Assignment,
@@ -24,6 +25,7 @@ from annotate.review.models import (
     ReviewerTally,
     live_assignment_sql,
 )
+from annotate.review.qualification import qualification_state
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.rendering import markdown_to_safe_html
 
@@ -200,8 +202,6 @@ def reviewer_standing(*, project: Project, reviewer: AbstractBaseUser) -> dict:
     that moved after every judgment would give away, by the difference, the others' majority on the pair
     just judged. A stale report queues a recompute and the last figures are shown meanwhile.
     """
-    from annotate.review.services import qualification_state
-
     judged = (ReviewerTally.objects.filter(project=project, reviewer=reviewer)
               .values_list("judged", flat=True).first()) or 0
     standing = {"judged": judged, "min_judgments": project.standing_min_judgments, "available": False,
@@ -309,7 +309,7 @@ def _pairs_and_judged_by_project() -> dict[int, tuple[int, int]]:
 
 def _held_reviewers() -> list[tuple[int, int]]:
     """(project id, reviewer id) of every reviewer held for an admin: their latest qualification attempt
-    failed and it was the last one their project allows (QualificationAttempt; services.qualification_state)."""
+    failed and it was the last one their project allows (QualificationAttempt; qualification.qualification_state)."""
     later = QualificationAttempt.objects.filter(project_id=OuterRef("project_id"), reviewer_id=OuterRef("reviewer_id"),
                                                 number__gt=OuterRef("number"))
     return list(
@@ -345,9 +345,6 @@ def project_rows_for_home(*, user: AbstractBaseUser, roles: set[str]) -> list[di
     """
     if not roles:
         return []
-    # Imported here: adjudication imports services, which imports this module.
-    from annotate.review.adjudication import queue_filter_parse, waiting_count
-
     projects = list(Project.objects.order_by("name").only(
         "slug", "name", "overlap", "min_overlap", "qualification_items", "qualification_attempts"))
     reviews = "reviewer" in roles

@@ -1,7 +1,8 @@
 from celery import shared_task
 
+from annotate.review.assignments import assignments_expire_stale
 from annotate.review.models import Project
-from annotate.review.services import assignments_expire_stale, queue_priorities_refresh
+from annotate.review.queue_priority import queue_priorities_refresh
 
 
 @shared_task
