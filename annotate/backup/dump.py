@@ -20,7 +20,7 @@ from annotate.backup.contents import (
     project_models,
 )
 from annotate.review.models import Project
-from annotate.review.users import ROLES
+from annotate.roles import ROLES
 
 CHUNK = 2000  # rows read and serialised at a time: memory stays flat however large the project
 

@@ -5,7 +5,7 @@ anything else from which the left/right order could be inferred.
 """
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Count, Exists, F, Max, OuterRef, Q
 from django.http import Http404
@@ -28,25 +28,7 @@ from annotate.review.models import (
 from annotate.review.qualification import qualification_state
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.rendering import markdown_to_safe_html
-
-ROLES_CACHE_SECONDS = 30  # a role change reaches every worker within this; it saves a query per request
-
-
-def roles_cache_key(user_id: int) -> str:
-    return f"pairwise:roles:{user_id}"
-
-
-def user_roles(user: AbstractBaseUser) -> set[str]:
-    """The user's Pairwise roles; a superuser counts as admin."""
-    if not user.is_authenticated:
-        return set()
-    roles = cache.get(roles_cache_key(user.pk))
-    if roles is None:
-        roles = set(user.groups.values_list("name", flat=True))
-        if user.is_superuser:
-            roles.add("admin")
-        cache.set(roles_cache_key(user.pk), roles, ROLES_CACHE_SECONDS)
-    return roles
+from annotate.roles import ADJUDICATOR_ROLES, STAFF_ROLES, user_roles
 
 
 def project_or_404(slug: str, *, only: tuple[str, ...] = ()) -> Project:
@@ -57,6 +39,16 @@ def project_or_404(slug: str, *, only: tuple[str, ...] = ()) -> Project:
     if project is None:
         raise Http404(f"no project {slug!r}")
     return project
+
+
+def project_for_staff_page(request, slug: str, *, to: str) -> Project:
+    """The project an admin or engineer page is about: 403 for anyone else, 404 for an unknown slug.
+
+    `to` finishes the refusal: "only admins and engineers can <to>".
+    """
+    if not user_roles(request.user) & STAFF_ROLES:
+        raise PermissionDenied(f"only admins and engineers can {to}")
+    return project_or_404(slug)
 
 
 def project_for_reviewer(*, slug: str) -> Project | None:
@@ -348,8 +340,8 @@ def project_rows_for_home(*, user: AbstractBaseUser, roles: set[str]) -> list[di
     projects = list(Project.objects.order_by("name").only(
         "slug", "name", "overlap", "min_overlap", "qualification_items", "qualification_attempts"))
     reviews = "reviewer" in roles
-    adjudicates = bool(roles & {"adjudicator", "admin"})
-    staff = bool(roles & {"admin", "engineer"})
+    adjudicates = bool(roles & ADJUDICATOR_ROLES)
+    staff = bool(roles & STAFF_ROLES)
     counts = _pairs_and_judged_by_project()
     held = _held_reviewers() if reviews or "admin" in roles else []
     exports = _latest_done_exports() if staff else {}

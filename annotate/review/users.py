@@ -1,4 +1,4 @@
-"""Users: create a user with one of the Pairwise roles, or change their role."""
+"""Users: create a user with one of the Pairwise roles (annotate/roles.py), or change their role."""
 
 import secrets
 
@@ -9,9 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from annotate.review.errors import ReviewError
-from annotate.review.selectors import roles_cache_key
-
-ROLES = ("reviewer", "engineer", "admin", "adjudicator")
+from annotate.roles import ROLES, roles_cache_key
 
 
 def user_add(*, username: str, role: str, password: str | None = None,

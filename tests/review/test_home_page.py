@@ -15,7 +15,7 @@ from annotate.exports.models import Export
 from annotate.exports.services import export_create
 from annotate.review.assignments import assignment_next
 from annotate.review.judgments import judgment_submit
-from annotate.review.selectors import roles_cache_key
+from annotate.roles import roles_cache_key
 from annotate.runs.models import Checkpoint, Run
 from tests.conftest import answer_gold, import_rows, make_items
 from tests.review.helpers import gold_items, live_items

@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.review.errors import ReviewError
-from annotate.review.users import ROLES, user_add
+from annotate.review.users import user_add
+from annotate.roles import ROLES
 
 
 class Command(BaseCommand):
