@@ -3,7 +3,6 @@
 import uuid
 
 from django.contrib.auth import get_user_model
-from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.parsers import MultiPartParser
@@ -22,13 +21,6 @@ from annotate.review.importing import ImportRejected
 from annotate.review.judgments import judgment_submit, judgment_undo_last
 from annotate.review.qualification import QUALIFICATION_ACTIONS, qualification_release, qualification_state
 from annotate.review.rationale import typing_parse
-
-
-def _project_or_404(slug: str):
-    project = selectors.project_for_reviewer(slug=slug)
-    if project is None:
-        raise Http404(f"no project {slug!r}")
-    return project
 
 
 class JudgmentInSerializer(serializers.Serializer):
@@ -80,7 +72,7 @@ class AssignmentNextView(APIView):
                    204: OpenApiResponse(description="nothing is left for this reviewer")},
     )
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         assignment = assignment_next(project=project, reviewer=request.user)
         if assignment is None:
             progress = selectors.reviewer_progress(project=project, reviewer=request.user)
@@ -110,7 +102,7 @@ class JudgmentUndoView(APIView):
     @extend_schema(summary="Undo the reviewer's last judgment in the project", request=None,
                    responses={200: OpenApiResponse(description="the assignment, open again")})
     def post(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         assignment = judgment_undo_last(project=project, reviewer=request.user)
         return Response(selectors.assignment_payload(assignment=assignment, project=project, reviewer=request.user))
 
@@ -128,7 +120,7 @@ class ItemsImportView(APIView):
                    400: OpenApiResponse(description='{"detail", "errors": ["line N: reason", ...]}')},
     )
     def post(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         upload = request.FILES.get("file")
         if upload is None:
             return Response({"detail": "file: attach the JSONL file as the multipart field 'file'"}, status=400)
@@ -152,7 +144,7 @@ class StandingView(APIView):
                                                                "judged: gold accuracy, retest consistency, "
                                                                "agreement with others")})
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         return Response(selectors.reviewer_standing(project=project, reviewer=request.user))
 
 
@@ -165,7 +157,7 @@ class QualificationView(APIView):
     @extend_schema(summary="Qualification results of the project's reviewers",
                    responses={200: OpenApiResponse(description="per reviewer: status, attempts, live gold checks")})
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         return Response({"required": bool(project.qualification_items),
                          "items": project.qualification_items, "pass_mark": project.qualification_pass_mark,
                          "attempts": project.qualification_attempts, "gold_rate": project.gold_rate,
@@ -176,7 +168,7 @@ class QualificationView(APIView):
                        "username": serializers.CharField(), "action": serializers.ChoiceField(QUALIFICATION_ACTIONS)}),
                    responses={201: OpenApiResponse(description="the reviewer's new attempt")})
     def post(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         data = request.data if isinstance(request.data, dict) else {}
         username = data.get("username")
         reviewer = get_user_model().objects.filter(username=username).first() if isinstance(username, str) else None
@@ -207,7 +199,7 @@ class AdjudicationNextView(APIView):
                    204: OpenApiResponse(description="no pair waits")},
     )
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         queue = adjudication.queue_filter_parse(request.query_params, project=project)
         raw_pair = request.query_params.get("pair")
         pair_id = (whole_number("pair", raw_pair, low=1, high=MAX_ID, error=ReviewError)
@@ -261,7 +253,7 @@ class AdjudicationListView(APIView):
     @extend_schema(summary="The project's rulings, newest first, and how many pairs wait",
                    responses={200: OpenApiResponse(description="waiting, rulings[] (un-swapped: a/b)")})
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         queue = adjudication.queue_filter_parse(request.query_params, project=project)
         return Response({**adjudication.waiting_count(project=project, adjudicator=request.user, queue=queue),
                          "filter": queue.as_dict(), "rulings": adjudication.rulings_list(project=project)})

@@ -31,11 +31,18 @@ from annotate.review.rendering import markdown_to_safe_html
 from annotate.roles import ADJUDICATOR_ROLES, STAFF_ROLES, user_roles
 
 
-def project_or_404(slug: str, *, only: tuple[str, ...] = ()) -> Project:
-    """The project a page or an API path names, or 404 (Http404, which the API answers as JSON); `only` loads just
-    those fields, for pages that show a few."""
-    projects = Project.objects.filter(slug=slug)
-    project = (projects.only(*only) if only else projects).first()
+def project_or_404(slug: str, *, only: tuple[str, ...] = (), prepared: bool = False) -> Project:
+    """The project a page or an API path names, or 404 (Http404, which the API answers as JSON).
+
+    `only` loads just those fields, for pages that show a few. `prepared` reads it with the reviewer queue's
+    prepared statement (queue_sql.project_by_slug), for the reviewer API, where it is one of a request's
+    few statements.
+    """
+    if prepared:
+        project = queue_sql.project_by_slug(slug=slug)
+    else:
+        projects = Project.objects.filter(slug=slug)
+        project = (projects.only(*only) if only else projects).first()
     if project is None:
         raise Http404(f"no project {slug!r}")
     return project
@@ -49,10 +56,6 @@ def project_for_staff_page(request, slug: str, *, to: str) -> Project:
     if not user_roles(request.user) & STAFF_ROLES:
         raise PermissionDenied(f"only admins and engineers can {to}")
     return project_or_404(slug)
-
-
-def project_for_reviewer(*, slug: str) -> Project | None:
-    return queue_sql.project_by_slug(slug=slug)
 
 
 REMAINING_COUNT_CAP = 50  # "50+ left" tells a reviewer as much as an exact count would
