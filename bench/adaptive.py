@@ -152,13 +152,13 @@ def reviewers() -> list[tuple[object, str]]:
 def run_project(*, slug: str, settings: dict, world: World, team, seed: int, budget: int | None,
                 refresh_every: int) -> dict:
     """Judge a project through the queue until it is done (or the budget is spent); measure its export."""
+    from annotate.quality.queue_priorities import queue_priorities_refresh
     from annotate.review.assignments import assignment_next
     from annotate.review.demo_data import DEMO_CRITERIA
     from annotate.review.import_sql import items_import
     from annotate.review.importing import items_parse
     from annotate.review.judgments import judgment_submit
     from annotate.review.projects import project_create_or_update
-    from annotate.review.queue_priority import queue_priorities_refresh
 
     project, _, _ = project_create_or_update(
         slug=slug, name=slug, instructions=DEMO_CRITERIA["instructions"], criteria_items=DEMO_CRITERIA["criteria"],

@@ -133,19 +133,7 @@ class ItemsImportView(APIView):
         return Response(summary.__dict__, status=201)
 
 
-# --- the reviewer's standing and the qualification round -------------------------------------------
-
-
-class StandingView(APIView):
-    permission_classes = [CanReview]
-
-    @extend_schema(summary="The reviewer's own standing in the project",
-                   responses={200: OpenApiResponse(description="judged, qualification, and once enough are "
-                                                               "judged: gold accuracy, retest consistency, "
-                                                               "agreement with others")})
-    def get(self, request, slug: str):
-        project = selectors.project_or_404(slug, prepared=True)
-        return Response(selectors.reviewer_standing(project=project, reviewer=request.user))
+# --- the qualification round ---------------------------------------------------------------------------
 
 
 class QualificationView(APIView):

@@ -3,7 +3,7 @@
 A project with a fixed overlap gives every pair `overlap` reviewers. With a minimum overlap set, a pair
 stops as soon as its votes are decided and a split pair gets more reviewers, up to the maximum (the
 project's `overlap`). The decision uses the one consensus rule, strict_majority
-(annotate/quality/consensus.py), over the pair's votes as the export counts them: the current
+(annotate/review/consensus.py), over the pair's votes as the export counts them: the current
 judgments of first-time (non-retest) assignments, four choices a, b, tie, both_bad. Once a pair has
 at least the minimum, it is decided when its strict-majority choice leads the runner-up by:
 
@@ -33,8 +33,8 @@ import numpy as np
 from django.db.models import Count, Q
 
 from annotate.errors import UserMistake
-from annotate.quality.consensus import N_CHOICES, NO_CONSENSUS, strict_majority
 from annotate.review.choices import WINNERS
+from annotate.review.consensus import N_CHOICES, NO_CONSENSUS, strict_majority
 from annotate.review.models import Assignment, Pair, Project, live_assignment
 
 STOP_RULES = ("lead2", "settled", "majority")

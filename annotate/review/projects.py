@@ -5,8 +5,6 @@ Views and commands validate their input shape, call one function here, and shape
 Every function is keyword-only and raises ReviewError (with an HTTP-like status) for a user's mistake.
 """
 
-import logging
-
 from django.db import transaction
 
 from annotate.limits import share_number, whole_number
@@ -19,9 +17,8 @@ from annotate.review.overlap import (
     reviewers_count_check,
     stop_rule_check,
 )
-from annotate.review.queue_priority import queue_priorities_refresh
-
-logger = logging.getLogger(__name__)
+from annotate.review.queue_priority import queue_priorities_clear
+from annotate.review.signals import leaderboard_priority_turned_on
 
 
 def criteria_version_add(*, project: Project, instructions: str, items: list[dict]) -> tuple[CriteriaVersion, bool]:
@@ -126,9 +123,9 @@ def _overlap_settings_apply(*, project: Project, created: bool, given: dict) -> 
     if not created:
         pairs_needed_recompute(project=project)
     if given.get("leaderboard_priority") is True:
-        transaction.on_commit(lambda: _queue_priorities_soon(project_id=project.pk))
+        transaction.on_commit(lambda: leaderboard_priority_turned_on.send(sender=Project, project_id=project.pk))
     elif given.get("leaderboard_priority") is False and not created:
-        queue_priorities_refresh(project=project)  # every priority back to 0
+        queue_priorities_clear(project=project)
 
 
 QUALITY_SETTINGS = ("rationale_flag_chars", "qualification_items", "qualification_pass_mark",
@@ -171,18 +168,6 @@ def _qualification_fits_gold(*, project: Project, given: dict) -> None:
 def project_queue_settings_applied(*, project: Project, changed: list[str]) -> None:
     """After the admin's form saved these queue settings (already checked by Project.clean), in its transaction."""
     _overlap_settings_apply(project=project, created=False, given={name: getattr(project, name) for name in changed})
-
-
-def _queue_priorities_soon(*, project_id: int) -> None:
-    """Queue the priorities' first refresh (in-process without a broker); the periodic task retries it."""
-    from kombu.exceptions import OperationalError as BrokerUnavailable
-
-    from annotate.review.tasks import refresh_queue_priorities
-
-    try:
-        refresh_queue_priorities.delay(project_id)
-    except BrokerUnavailable as error:
-        logger.warning("could not queue the queue priorities of project %s: %s", project_id, error)
 
 
 def project_create_or_update(

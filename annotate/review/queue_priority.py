@@ -19,8 +19,9 @@ where models were compared least (a new checkpoint, a model rarely answered) and
 the pool is already balanced.
 
 Symmetric in the two models, so it does not depend on which answer the import listed first; quantised,
-so a refresh with a different bootstrap draw rewrites few rows. The scores are pure numpy;
-`queue_priorities_refresh` reads the ratings and writes the pairs' priorities.
+so a refresh with a different bootstrap draw rewrites few rows. The scores are pure numpy; the writes
+are here too. The refresh reads the models' ratings, which the quality app computes: it lives there
+(annotate/quality/queue_priorities.py).
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from statistics import NormalDist
 
 import numpy as np
 from django.db import transaction
+from django.db.models import QuerySet
 
-from annotate.review.models import PAIR_CLOSED, Judgment, Pair, Project
+from annotate.review.models import PAIR_CLOSED, Pair, Project
 
 PRIORITY_MAX = 1000  # stored in Pair.queue_priority (a small integer): higher is handed out first
 _Z_95 = NormalDist().inv_cdf(0.975)
@@ -86,46 +88,21 @@ def pair_priorities(*, model_a: list[str], model_b: list[str], rated: list[str],
     return np.rint(PRIORITY_MAX * score / top).astype(np.int64) if top > 0 else np.zeros(score.size, dtype=np.int64)
 
 
-PRIORITY_BOOTSTRAP = 200  # resamples behind the intervals the priorities read: a ranking, not a report
 PRIORITY_WRITE_BATCH = 500  # pairs per short transaction: the queue skips rows locked by a write
 
 
-def queue_priorities_refresh(*, project: Project, force: bool = False) -> int:
-    """Leaderboard projects: write each open pair's queue priority from the models' ratings now; returns
-    how many pairs changed. Off the request path (a periodic Celery task, annotate/review/tasks.py).
-
-    Skipped when no judgment was made since the last refresh (unless `force`). A project without the
-    leaderboard switch has every priority 0. Writes go in short transactions of PRIORITY_WRITE_BATCH
-    pairs, since the queue skips pair rows that are locked.
-    """
-    from annotate.quality.ratings import bradley_terry_ratings
-    from annotate.quality.selectors import judgment_table_for_project
-
-    open_pairs = Pair.objects.filter(project=project).exclude(open_fill=PAIR_CLOSED)
-    if not project.leaderboard_priority:
-        return _priorities_write(open_pairs.exclude(queue_priority=0).values_list("id", flat=True), None)
-    newest = Judgment.objects.filter(pair__project_id=project.pk).order_by("-pk").values_list("pk", flat=True).first() or 0
-    if newest == project.priorities_watermark and not force:
-        return 0
-    table = judgment_table_for_project(project=project)
-    ratings = bradley_terry_ratings(table=table, n_resamples=PRIORITY_BOOTSTRAP, rng=np.random.default_rng(0))
-    rated = [table.model_names[i] for i in ratings.model]
-    uncertainty = difference_uncertainty(ci_low=ratings.ci_low, ci_high=ratings.ci_high,
-                                         comparisons=ratings.comparisons)
-    rows = list(open_pairs.order_by("-id").values_list(  # the queue's order among equals: newest first
-        "id", "queue_priority", "response_a__model", "response_a__model_version", "response_b__model",
-        "response_b__model_version",
-    ))
-    wanted = pair_priorities(model_a=[f"{row[2]}@{row[3]}" for row in rows],
-                             model_b=[f"{row[4]}@{row[5]}" for row in rows], rated=rated, uncertainty=uncertainty,
-                             comparisons=ratings.comparisons)
-    changed = _priorities_write([row[0] for row, new in zip(rows, wanted, strict=True) if new != row[1]],
-                                {row[0]: int(new) for row, new in zip(rows, wanted, strict=True)})
-    Project.objects.filter(pk=project.pk).update(priorities_watermark=newest)
-    return changed
+def open_pairs(*, project: Project) -> QuerySet[Pair]:
+    """The project's pairs the queue can still hand out: the ones whose priorities count."""
+    return Pair.objects.filter(project=project).exclude(open_fill=PAIR_CLOSED)
 
 
-def _priorities_write(pair_ids, priority_of: dict[int, int] | None) -> int:
+def queue_priorities_clear(*, project: Project) -> int:
+    """Every open pair's queue priority back to 0, as in a project without the leaderboard switch; returns how
+    many pairs changed."""
+    return priorities_write(open_pairs(project=project).exclude(queue_priority=0).values_list("id", flat=True), None)
+
+
+def priorities_write(pair_ids, priority_of: dict[int, int] | None) -> int:
     """Set the pairs' queue priorities (None: all 0), a short transaction per batch."""
     pair_ids = list(pair_ids)
     for start in range(0, len(pair_ids), PRIORITY_WRITE_BATCH):

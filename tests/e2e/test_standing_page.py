@@ -3,7 +3,7 @@ enough, and nothing on the page about another reviewer."""
 
 import pytest
 
-from annotate.review.selectors import STANDING_STEP
+from annotate.quality.standing import STANDING_STEP
 from annotate.review.users import user_add
 from tests.conftest import import_rows, judge_until_done, make_items
 from tests.review.helpers import judge

@@ -19,11 +19,11 @@ from django.core.management import call_command
 
 from annotate.review.assignments import assignment_next
 from annotate.review.judgments import judgment_submit
-from annotate.review.management.commands.seed_demo import judge_demo_project
 from annotate.review.models import Project, Response
 from annotate.review.users import user_add
 from annotate.runs.demo_checkpoint import demo_checkpoint_queue
 from annotate.runs.execute import run_execute
+from annotate.runs.management.commands.seed_demo import judge_demo_project
 from annotate.runs.models import Checkpoint, Run
 
 expect = pytest.importorskip(

@@ -15,18 +15,14 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client, RequestFactory
 
-from annotate.quality.consensus import NO_CONSENSUS, strict_majority
+from annotate.quality.queue_priorities import queue_priorities_refresh
 from annotate.review.assignments import assignment_next, assignments_expire_stale
 from annotate.review.choices import WINNERS, swap_back
+from annotate.review.consensus import NO_CONSENSUS, strict_majority
 from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment, Judgment, Pair, Project
 from annotate.review.overlap import first_reviewers_needed, reviewers_needed
-from annotate.review.queue_priority import (
-    PRIORITY_MAX,
-    difference_uncertainty,
-    pair_priorities,
-    queue_priorities_refresh,
-)
+from annotate.review.queue_priority import PRIORITY_MAX, difference_uncertainty, pair_priorities
 from tests.conftest import import_rows, make_items
 from tests.review.helpers import run_at_once
 
@@ -506,6 +502,21 @@ def test_turning_the_leaderboard_switch_off_puts_every_priority_back_to_zero(mak
     client_for(make_user("ada", "admin")).patch(f"/api/v1/projects/{project.slug}/settings",
                                                 {"leaderboard_priority": False}, format="json")
     assert set(Pair.objects.filter(project=project).values_list("queue_priority", flat=True)) == {0}
+
+
+def test_turning_the_leaderboard_switch_on_refreshes_the_priorities_once_committed(
+        make_project, make_user, client_for, django_capture_on_commit_callbacks):
+    project = make_project(slug="arena", overlap=1, retest_rate=0)
+    import_rows(project, _leaderboard_items(0, 2, ("strong", "weak", "close")))
+    judge = make_user("judge")
+    assignment = assignment_next(project=project, reviewer=judge)
+    judgment_submit(assignment_id=assignment.pk, reviewer=judge, choice="left", strength=2,
+                    criteria={"correct": "left", "complete": "tie"}, rationale=RATIONALE, client_key=uuid.uuid4())
+    assert set(Pair.objects.filter(project=project).values_list("queue_priority", flat=True)) == {0}
+    with django_capture_on_commit_callbacks(execute=True):  # the review app signals; the quality app refreshes
+        client_for(make_user("ada", "admin")).patch(f"/api/v1/projects/{project.slug}/settings",
+                                                    {"leaderboard_priority": True}, format="json")
+    assert Pair.objects.filter(project=project, queue_priority__gt=0).exists()
 
 
 # --- the migration -------------------------------------------------------------------------------------
