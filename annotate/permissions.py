@@ -1,10 +1,8 @@
-"""Role checks: Django groups named reviewer, engineer, admin and adjudicator; a superuser counts as admin."""
+"""The API's role checks: DRF permission classes over the Pairwise roles (annotate/roles.py)."""
 
-from django.core.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 
-from annotate.review.models import Project
-from annotate.review.selectors import project_or_404, user_roles
+from annotate.roles import ADJUDICATOR_ROLES, ADMIN_ROLES, REVIEWER_ROLES, STAFF_ROLES, user_roles
 
 
 class _HasAnyRole(BasePermission):
@@ -16,30 +14,20 @@ class _HasAnyRole(BasePermission):
 
 
 class CanReview(_HasAnyRole):
-    roles = frozenset({"reviewer", "admin"})
+    roles = REVIEWER_ROLES
     message = "only reviewers can ask for and judge assignments"
 
 
 class IsAdmin(_HasAnyRole):
-    roles = frozenset({"admin"})
+    roles = ADMIN_ROLES
     message = "only admins can do this"
 
 
 class CanAdjudicate(_HasAnyRole):
-    roles = frozenset({"adjudicator", "admin"})
+    roles = ADJUDICATOR_ROLES
     message = "only adjudicators and admins can adjudicate"
 
 
 class IsAdminOrEngineer(_HasAnyRole):
-    roles = frozenset({"admin", "engineer"})
+    roles = STAFF_ROLES
     message = "only admins and engineers can do this"
-
-
-def project_for_staff_page(request, slug: str, *, to: str) -> Project:
-    """The project an admin or engineer page is about: 403 for anyone else, 404 for an unknown slug.
-
-    `to` finishes the refusal: "only admins and engineers can <to>".
-    """
-    if not user_roles(request.user) & IsAdminOrEngineer.roles:
-        raise PermissionDenied(f"only admins and engineers can {to}")
-    return project_or_404(slug)

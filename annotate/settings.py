@@ -249,7 +249,7 @@ if PAIRWISE_RUN_LOST_AFTER_S < 30:
                                "workers report every 5 s; use 30 or more seconds")
 CELERY_BEAT_SCHEDULE = {
     "expire-stale-assignments": {"task": "annotate.review.tasks.expire_stale_assignments", "schedule": 60.0},
-    "refresh-queue-priorities": {"task": "annotate.review.tasks.refresh_queue_priorities", "schedule": 300.0},
+    "refresh-queue-priorities": {"task": "annotate.quality.tasks.refresh_queue_priorities", "schedule": 300.0},
     "fail-stale-exports": {"task": "annotate.exports.tasks.fail_stale_exports", "schedule": 60.0},
     # A sweep that waited past the next one's turn is dropped: the next does the same work.
     "poll-slurm-runs": {"task": "annotate.runs.tasks.poll_slurm_runs", "schedule": float(PAIRWISE_RUN_POLL_S),

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView
 
-from annotate import api_errors
+from annotate import api_errors, home
 from annotate.exports import api as exports_api
 from annotate.exports import views as exports_views
 from annotate.quality import api as quality_api
@@ -37,7 +37,7 @@ api_v1 = [
     path("projects/<slug:slug>/judgments/undo", review_api.JudgmentUndoView.as_view(), name="judgment-undo"),
     path("projects/<slug:slug>/items", review_api.ItemsImportView.as_view(), name="items-import"),
     path("projects/<slug:slug>/settings", project_api.ProjectSettingsView.as_view(), name="project-settings"),
-    path("projects/<slug:slug>/standing", review_api.StandingView.as_view(), name="reviewer-standing"),
+    path("projects/<slug:slug>/standing", quality_api.StandingView.as_view(), name="reviewer-standing"),
     path("projects/<slug:slug>/qualification", review_api.QualificationView.as_view(), name="qualification"),
     path("projects/<slug:slug>/adjudications/next", review_api.AdjudicationNextView.as_view(), name="adjudication-next"),
     path("projects/<slug:slug>/adjudications", review_api.AdjudicationListView.as_view(), name="adjudications"),
@@ -55,7 +55,7 @@ api_v1 = [
 # and these two are most of all requests.
 urlpatterns = [
     path("api/v1/", include(api_v1)),
-    path("", review_views.home, name="home"),
+    path("", home.home, name="home"),
     path("review/<slug:slug>/", review_views.review_page, name="review"),
     path("adjudicate/<slug:slug>/", review_views.adjudicate_page, name="adjudicate"),
     path("projects/<slug:slug>/quality/", quality_views.quality_dashboard, name="quality-dashboard"),

@@ -141,12 +141,12 @@ def setup_django(database_url: str | None) -> None:
 
 
 def reviewers() -> list[tuple[object, str]]:
-    from annotate.review import services
+    from annotate.review.users import user_add
 
     kinds = ["random", "left"] + ["careful"] * CAREFUL
     made = []
     for i, kind in enumerate(kinds):
-        user, _, _ = services.user_add(username=f"sim{i:02d}-{kind}", role="reviewer", password=uuid.uuid4().hex)
+        user, _, _ = user_add(username=f"sim{i:02d}-{kind}", role="reviewer", password=uuid.uuid4().hex)
         made.append((user, kind))
     return made
 
@@ -154,15 +154,19 @@ def reviewers() -> list[tuple[object, str]]:
 def run_project(*, slug: str, settings: dict, world: World, team, seed: int, budget: int | None,
                 refresh_every: int) -> dict:
     """Judge a project through the queue until it is done (or the budget is spent); measure its export."""
-    from annotate.review import services
+    from annotate.quality.queue_priorities import queue_priorities_refresh
+    from annotate.review.assignments import assignment_next
     from annotate.review.demo_data import DEMO_CRITERIA
+    from annotate.review.import_sql import items_import
     from annotate.review.importing import items_parse
+    from annotate.review.judgments import judgment_submit
+    from annotate.review.projects import project_create_or_update
 
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug=slug, name=slug, instructions=DEMO_CRITERIA["instructions"], criteria_items=DEMO_CRITERIA["criteria"],
         retest_rate=0, **settings,
     )
-    services.items_import(project=project, items=items_parse(json.dumps(item) for item in world.items))
+    items_import(project=project, items=items_parse(json.dumps(item) for item in world.items))
     texts = {pair.pk: (pair.prompt.external_id, pair.response_a.text)
              for pair in project.pairs.select_related("prompt", "response_a")}
     rng = np.random.default_rng(seed)  # who asks next: the same order in every project of a world
@@ -171,7 +175,7 @@ def run_project(*, slug: str, settings: dict, world: World, team, seed: int, bud
     while active and (budget is None or judged < budget):
         pick = int(rng.integers(len(active)))
         user, kind = team[active[pick]]
-        assignment = services.assignment_next(project=project, reviewer=user)
+        assignment = assignment_next(project=project, reviewer=user)
         if assignment is None:
             active.pop(pick)  # nothing is left for them; nothing reopens: every assignment is judged at once
             continue
@@ -180,7 +184,7 @@ def run_project(*, slug: str, settings: dict, world: World, team, seed: int, bud
         decides = np.random.default_rng([world.seed, active[pick], world.index[prompt_id]])
         click = click_of(kind=kind, rng=decides, better_on_left=a_better == assignment.a_on_left,
                          accuracy=world.accuracy[prompt_id])
-        services.judgment_submit(
+        judgment_submit(
             assignment_id=assignment.pk, reviewer=user, choice=click,
             strength=int(rng.integers(1, 4)) if click in ("left", "right") else None,
             criteria={"correct": click if click in ("left", "right") else "tie", "complete": "tie"},
@@ -188,7 +192,7 @@ def run_project(*, slug: str, settings: dict, world: World, team, seed: int, bud
         )
         judged += 1
         if project.leaderboard_priority and judged % refresh_every == 0:
-            services.queue_priorities_refresh(project=project)
+            queue_priorities_refresh(project=project)
     seconds = time.perf_counter() - started
     return {"judgments": judged, "seconds": seconds, **export_measure(project=project, world=world),
             **ratings_measure(project=project, world=world)}

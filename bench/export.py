@@ -50,10 +50,10 @@ def fill(*, pairs: int, overlap: int) -> None:
     setup_django_and_migrate()
     from django.db import connection, transaction
 
-    from annotate.review import services
     from annotate.review.demo_data import DEMO_CRITERIA
+    from annotate.review.projects import project_create_or_update
 
-    project, criteria, _ = services.project_create_or_update(
+    project, criteria, _ = project_create_or_update(
         slug="bench", name="Bench", instructions=DEMO_CRITERIA["instructions"],
         criteria_items=DEMO_CRITERIA["criteria"], overlap=overlap, retest_rate=0,
     )

@@ -76,11 +76,11 @@ def write_file(path: Path, prompts: int) -> int:
 
 
 def setup_project(slug: str) -> None:
-    from annotate.review import services
     from annotate.review.demo_data import DEMO_CRITERIA
+    from annotate.review.projects import project_create_or_update
 
-    services.project_create_or_update(slug=slug, name=slug, instructions=DEMO_CRITERIA["instructions"],
-                                      criteria_items=DEMO_CRITERIA["criteria"])
+    project_create_or_update(slug=slug, name=slug, instructions=DEMO_CRITERIA["instructions"],
+                             criteria_items=DEMO_CRITERIA["criteria"])
 
 
 def child_env() -> dict:
@@ -164,9 +164,9 @@ def api_child(slug: str, path: Path) -> None:
     from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
 
-    from annotate.review import services
+    from annotate.review.users import user_add
 
-    user, _, _ = services.user_add(username="bench-admin", role="admin", password="bench-password-long")
+    user, _, _ = user_add(username="bench-admin", role="admin", password="bench-password-long")
     client = APIClient(SERVER_NAME="localhost")  # a host the default ALLOWED_HOSTS accepts
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
     client.options(f"/api/v1/projects/{slug}/items")  # loads the URLs and views, as a running server has

@@ -50,11 +50,12 @@ RATIONALE = "The chosen answer divides distance by time correctly."
 
 def make_project(*, slug: str, prompts: int, **overlap):
     """A project (overlap 3 unless given, retests 10%) with `prompts` imported prompts of one pair each."""
-    from annotate.review import services
     from annotate.review.demo_data import DEMO_CRITERIA
+    from annotate.review.import_sql import items_import
     from annotate.review.importing import items_parse
+    from annotate.review.projects import project_create_or_update
 
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug=slug, name=slug.title(), instructions=DEMO_CRITERIA["instructions"],
         criteria_items=DEMO_CRITERIA["criteria"], retest_rate=0.1, **(overlap or {"overlap": 3}),
     )
@@ -64,16 +65,16 @@ def make_project(*, slug: str, prompts: int, **overlap):
                        {"text": f"{i * 2} km/h.", "model": "sft", "model_version": "v4"}]}
         for i in range(1, prompts + 1)
     ]
-    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
     return project
 
 
 def reviewer_token(username: str) -> str:
     from rest_framework.authtoken.models import Token
 
-    from annotate.review import services
+    from annotate.review.users import user_add
 
-    user, _, _ = services.user_add(username=username, role="reviewer", password=secrets.token_urlsafe(16))
+    user, _, _ = user_add(username=username, role="reviewer", password=secrets.token_urlsafe(16))
     return Token.objects.get_or_create(user=user)[0].key
 
 

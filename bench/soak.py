@@ -161,11 +161,13 @@ def prepare(*, reviewers: int, judgments: int) -> tuple[list[str], str]:
     """A project (overlap 3, 10% retests) with enough pairs for the judgments; reviewer and admin tokens."""
     from rest_framework.authtoken.models import Token
 
-    from annotate.review import services
     from annotate.review.demo_data import DEMO_CRITERIA
+    from annotate.review.import_sql import items_import
     from annotate.review.importing import items_parse
+    from annotate.review.projects import project_create_or_update
+    from annotate.review.users import user_add
 
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug="soak", name="Soak", instructions=DEMO_CRITERIA["instructions"],
         criteria_items=DEMO_CRITERIA["criteria"], overlap=3, retest_rate=0.1)
     prompts = judgments // 3 + judgments // 10 + 100  # retests take a tenth of the judgments
@@ -173,10 +175,10 @@ def prepare(*, reviewers: int, judgments: int) -> tuple[list[str], str]:
              "responses": [{"text": f"{i / 2:g} km/h: distance over time.", "model": "sft", "model_version": "v3"},
                            {"text": f"{i * 2} km/h.", "model": "sft", "model_version": "v4"}]}
             for i in range(1, prompts + 1))
-    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
 
     def token(username: str, role: str) -> str:
-        user, _, _ = services.user_add(username=username, role=role, password=secrets.token_urlsafe(16))
+        user, _, _ = user_add(username=username, role=role, password=secrets.token_urlsafe(16))
         return Token.objects.get_or_create(user=user)[0].key
 
     return [token(f"soak-reviewer-{i:03d}", "reviewer") for i in range(reviewers)], token("soak-admin", "admin")

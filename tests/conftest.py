@@ -13,9 +13,13 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
 from annotate.review.demo_data import DEMO_CRITERIA
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
+from annotate.review.judgments import judgment_submit
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 
 
 def _own_folders_and_broker_per_worker() -> None:
@@ -89,7 +93,7 @@ def make_items(count: int, *, responses: int = 2, model_prefix: str = "model") -
 
 
 def import_rows(project, rows: list[dict]):
-    return services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    return items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
 
 
 def judge_until_done(project, reviewer, pick, *, seconds: float = 20) -> int:
@@ -99,10 +103,10 @@ def judge_until_done(project, reviewer, pick, *, seconds: float = 20) -> int:
     so nobody looks too fast and the judgments spread over time.
     """
     clock, judged = timezone.now(), 0
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
         clock += timedelta(seconds=seconds)
         choice = pick(assignment)
-        services.judgment_submit(
+        judgment_submit(
             assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
             criteria={"correct": choice if choice in ("left", "right") else "tie", "complete": "tie"},
             rationale="Chosen for being right and clear.", client_key=uuid.uuid4(), now=clock,
@@ -113,20 +117,20 @@ def judge_until_done(project, reviewer, pick, *, seconds: float = 20) -> int:
 
 def answer_gold(project, reviewer, *, right: bool) -> None:
     """The reviewer's next item, a gold one, answered right or wrong."""
-    assignment = services.assignment_next(project=project, reviewer=reviewer)
+    assignment = assignment_next(project=project, reviewer=reviewer)
     pair = assignment.pair
     a_wins = (pair.prompt.gold_response_id == pair.response_a_id) == right
     choice = "left" if a_wins == assignment.a_on_left else "right"
     criteria = project.criteria_versions.order_by("-version").first().items
-    services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
-                             criteria={item["key"]: choice for item in criteria},
-                             rationale="Checked the sum against the question twice.", client_key=uuid.uuid4())
+    judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+                    criteria={item["key"]: choice for item in criteria},
+                    rationale="Checked the sum against the question twice.", client_key=uuid.uuid4())
 
 
 @pytest.fixture
 def make_project(db):
     def make(slug: str = "speed", **settings):
-        project, _, _ = services.project_create_or_update(
+        project, _, _ = project_create_or_update(
             slug=slug, name=slug.title(), instructions=DEMO_CRITERIA["instructions"],
             criteria_items=DEMO_CRITERIA["criteria"], **settings,
         )
@@ -145,7 +149,7 @@ def project(make_project):
 @pytest.fixture
 def make_user(db):
     def make(username: str, role: str = "reviewer"):
-        user, _, _ = services.user_add(username=username, role=role, password="a-long-test-password")
+        user, _, _ = user_add(username=username, role=role, password="a-long-test-password")
         return user
 
     return make

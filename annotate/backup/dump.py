@@ -19,7 +19,7 @@ from annotate.backup.contents import (
     project_models,
 )
 from annotate.review.models import Project
-from annotate.review.services import ROLES
+from annotate.roles import ROLES
 from training.atomic_write import atomic_file
 
 CHUNK = 2000  # rows read and serialised at a time: memory stays flat however large the project

@@ -31,7 +31,7 @@ from annotate.backup.contents import (
     project_models,
 )
 from annotate.review.models import Project
-from annotate.review.services import ROLES
+from annotate.roles import ROLES
 
 KNOWN_MODELS = {label for label, _ in PROJECT_ROWS}
 

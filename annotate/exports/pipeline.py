@@ -4,8 +4,8 @@ Kept out of the models and the Celery task: the task and the command call `snaps
 page and the API call `export_preview`; both walk the same stream through `_plan`, so a preview's
 counts are the counts the snapshot gets.
 
-Consensus is the quality module's own rule (annotate/quality/consensus.py: strict_majority), decided
-for a batch of pairs at a time: the winner is the choice (a, b, tie, both_bad) with strictly more
+Consensus is the one rule the quality dashboard uses too (annotate/review/consensus.py: strict_majority),
+decided for a batch of pairs at a time: the winner is the choice (a, b, tie, both_bad) with strictly more
 votes than any other; a shared top count is no consensus and the pair is left out. Only an a or b
 majority makes a row (chosen = the winner's response); a tie or both_bad majority is counted in the
 manifest and left out.
@@ -38,10 +38,9 @@ from annotate.exports.selectors import (
     reviewer_ids_by_username,
 )
 from annotate.quality.agreement import krippendorff_alpha, percent_agreement
-from annotate.quality.consensus import CONSENSUS_RULE, NO_CONSENSUS, strict_majority
-from annotate.quality.table import WINNER_SWAP
 from annotate.review.adjudication import latest_rulings
-from annotate.review.choices import WINNERS
+from annotate.review.choices import WINNER_SWAP, WINNERS
+from annotate.review.consensus import CONSENSUS_RULE, NO_CONSENSUS, strict_majority
 from annotate.review.models import Project
 from training.snapshot import SnapshotWriter
 

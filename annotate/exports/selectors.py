@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import orjson
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Max, QuerySet
 
 from annotate.exports.filters import ExportFilters
 from annotate.exports.models import Export
@@ -165,3 +165,14 @@ def exports_for_project(*, project: Project) -> QuerySet[Export]:
 
 def export_get(*, export_id: int) -> Export | None:
     return Export.objects.select_related("project", "created_by").filter(pk=export_id).first()
+
+
+def latest_done_exports() -> dict[int, dict]:
+    """{project id: its newest finished export's id, time and train/test counts}."""
+    newest = (Export.objects.filter(status=Export.Status.DONE).values("project_id")
+              .annotate(newest=Max("pk")).values("newest"))
+    return {
+        row["project_id"]: {"id": row["pk"], "created_at": row["created_at"],
+                            "train": (row["counts"] or {}).get("train"), "test": (row["counts"] or {}).get("test")}
+        for row in Export.objects.filter(pk__in=newest).values("pk", "project_id", "created_at", "counts")
+    }

@@ -10,7 +10,7 @@ from annotate.exports.api import export_files
 from annotate.exports.filters import FIELDS, GOLD_CHOICES, ExportError, ExportFilters, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import export_preview
-from annotate.permissions import project_for_staff_page
+from annotate.review.selectors import project_for_staff_page
 from training.snapshot import FILE_FORMATS, ROW_FORMATS
 
 CHECKBOXES = ("exclude_ties", "exclude_flagged", "exclude_flagged_rationales", "model_scores")

@@ -1,4 +1,5 @@
-"""Agreement report over the API (admins and engineers): the stored report, or a fresh one on request."""
+"""Agreement report over the API (admins and engineers): the stored report, or a fresh one on request; and a
+reviewer's own standing, from the stored report."""
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -6,9 +7,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.limits import whole_number
-from annotate.permissions import IsAdminOrEngineer
+from annotate.permissions import CanReview, IsAdminOrEngineer
 from annotate.quality import services
 from annotate.quality.selectors import agreement_report_for_project
+from annotate.quality.standing import reviewer_standing
 from annotate.review.selectors import project_or_404
 
 MAX_BOOTSTRAP = 5000
@@ -55,3 +57,15 @@ class AgreementReportView(APIView):
         elif state.stale:
             state = services.stored_report_read(project=project)  # queues one recompute
         return Response({**state.report, **state.freshness(), "stored": True})
+
+
+class StandingView(APIView):
+    permission_classes = [CanReview]
+
+    @extend_schema(summary="The reviewer's own standing in the project",
+                   responses={200: OpenApiResponse(description="judged, qualification, and once enough are "
+                                                               "judged: gold accuracy, retest consistency, "
+                                                               "agreement with others")})
+    def get(self, request, slug: str):
+        project = project_or_404(slug, prepared=True)
+        return Response(reviewer_standing(project=project, reviewer=request.user))

@@ -1,15 +1,10 @@
 """Consensus per pair: the majority choice of its reviewers and how many agree with it.
 
-The one definition of the consensus rule: `strict_majority` decides it for the agreement report and,
-through the same function, for the export pipeline. Tie rules:
-- Votes are the original judgments of the pair (retests left out, so nobody votes twice), over
-  four choices: a, b, tie, both_bad.
-- The winner is the choice with strictly more votes than any other. When two or more choices share
-  the top count (1–1, 2–2, 1–1–1, ...) there is no consensus: winner is -1 (``NO_CONSENSUS``).
-  No tie-breaking by strength, time or seniority: a split pair is a split pair.
-- ``confidence`` is the share of the pair's votes that went to the top choice (for a split pair,
-  the share of one of the tied top choices), so 2 of 3 gives 0.667 and a single judgment gives
-  1.0; filter on ``judgments`` too.
+The rule itself (`strict_majority`, its tie rules and NO_CONSENSUS) is defined once, in
+annotate/review/consensus.py; the agreement report applies it here to every pair of a JudgmentTable.
+``confidence`` is the share of the pair's votes that went to the top choice (for a split pair, the
+share of one of the tied top choices), so 2 of 3 gives 0.667 and a single judgment gives 1.0; filter
+on ``judgments`` too.
 """
 
 from __future__ import annotations
@@ -19,28 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from annotate.quality.table import JudgmentTable
-from annotate.review.choices import WINNER_A, WINNER_B, WINNER_BOTH_BAD, WINNER_TIE, WINNERS
-
-NO_CONSENSUS = -1
-N_CHOICES = len(WINNERS)
-CONSENSUS_RULE = ("strict majority of a/b/tie/both_bad over the current judgments of original (non-retest) "
-                  "assignments; a shared top count is no consensus; only an a or b majority makes a row")
-
-
-def strict_majority(votes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The consensus of (p, 4) vote counts (a, b, tie, both_bad per pair, each pair >= 1 vote).
-
-    Returns (winner, share), both (p,): winner int8, the code of the choice with strictly more votes
-    than any other, or NO_CONSENSUS when two or more share the top count; share float64, the top
-    count over the pair's votes.
-    """
-    votes = np.asarray(votes, dtype=np.int64).reshape(-1, N_CHOICES)
-    if votes.shape[0] == 0:
-        return np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.float64)
-    top = votes.max(axis=1)
-    split = (votes == top[:, None]).sum(axis=1) > 1
-    winner = np.where(split, NO_CONSENSUS, votes.argmax(axis=1)).astype(np.int8)
-    return winner, top / votes.sum(axis=1)
+from annotate.review.choices import WINNER_A, WINNER_B, WINNER_BOTH_BAD, WINNER_TIE
+from annotate.review.consensus import N_CHOICES, NO_CONSENSUS, strict_majority
 
 
 @dataclass(frozen=True)

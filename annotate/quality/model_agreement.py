@@ -5,7 +5,7 @@ each answer alone, so its choice on a pair is the answer with the higher score (
 within TIE_BELOW). Its figures, beside the people's and never mixed into them (docs/agreement.md, "A model
 reviewer"):
 
-- agreement with the human strict majority (annotate/quality/consensus.py), over the scored pairs whose
+- agreement with the human strict majority (annotate/review/consensus.py), over the scored pairs whose
   majority is a or b: the plain share of pairs where the model picked the majority's answer, with a Wilson
   interval, and Cohen's kappa over the categories a, b and tie with a percentile bootstrap interval over
   pairs. Like every agreement figure of the report, kappa counts each pair in both orientations (which
@@ -28,9 +28,9 @@ from __future__ import annotations
 import numpy as np
 
 from annotate.quality.agreement import cohen_kappa_from_tables, percentile_ci, resampled_pattern_frequencies
-from annotate.quality.consensus import NO_CONSENSUS, strict_majority
 from annotate.quality.reviewers import wilson_interval
 from annotate.review.choices import WINNER_A, WINNER_B, WINNER_BOTH_BAD, WINNER_TIE
+from annotate.review.consensus import NO_CONSENSUS, strict_majority
 
 TIE_BELOW = 1e-6  # scores closer than this are a tie: float noise, not a preference
 TOO_FEW_TO_JUDGE_UNDER = 10

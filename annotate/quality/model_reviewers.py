@@ -49,8 +49,7 @@ from annotate.quality.models import ModelPairScore, ModelReviewer
 from annotate.quality.services import judgments_since, project_judgment_watermark
 from annotate.review.choices import WINNERS
 from annotate.review.models import Assignment, Pair, Project, live_assignment
-from annotate.review.overlap import reviewers_with_one_more
-from annotate.review.services import votes_of_pairs
+from annotate.review.overlap import reviewers_with_one_more, votes_of_pairs
 from annotate.runs.checkpoints import checkpoint_resolve, is_reward_model
 from annotate.runs.models import Checkpoint
 from annotate.runs.training_process import training_command, training_env

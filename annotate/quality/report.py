@@ -47,8 +47,8 @@ from annotate.quality.reviewers import (
     reviewer_quality,
     wilson_interval,
 )
-from annotate.quality.table import CRITERION_MISSING, CRITERION_SWAP, WINNER_SWAP, JudgmentTable
-from annotate.review.choices import WINNER_B, WINNERS
+from annotate.quality.table import CRITERION_MISSING, JudgmentTable
+from annotate.review.choices import CRITERION_SWAP, WINNER_B, WINNER_SWAP, WINNERS
 
 N_NOMINAL = len(WINNERS)
 N_ORDINAL = 7  # signed strength -3..+3

@@ -15,21 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from annotate.review.choices import (
-    CRITERION_WINNERS,
-    WINNER_A,
-    WINNER_B,
-    WINNER_CODES,
-    WINNERS,
-    reversed_winner,
-)
+from annotate.review.choices import CRITERION_WINNERS, WINNER_A, WINNER_B, WINNERS
 
 # Codes of the ``winner`` column and of a criterion column: a winner's index in WINNERS or
-# CRITERION_WINNERS (annotate/review/choices.py, the one definition of choices).
-# The codes with response a and response b exchanged: which answer is "a" is only the order of the
-# import file, so statistics across pairs must not depend on it (docs/agreement.md).
-WINNER_SWAP = tuple(WINNER_CODES[reversed_winner(name)] for name in WINNERS)
-CRITERION_SWAP = tuple(WINNER_CODES[reversed_winner(name)] for name in CRITERION_WINNERS)
+# CRITERION_WINNERS (annotate/review/choices.py, the one definition of choices, with the codes' a/b
+# exchange WINNER_SWAP and CRITERION_SWAP).
 CRITERION_MISSING = -1
 
 # Codes of the ``gold`` column.

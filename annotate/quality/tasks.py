@@ -1,8 +1,10 @@
-"""Celery task of the quality app: recompute a project's stored agreement report off the request path."""
+"""Celery tasks of the quality app, off the request path: a project's stored agreement report, a model
+reviewer's scores, leaderboard projects' queue priorities."""
 
 from celery import shared_task
 
 from annotate.quality import services
+from annotate.quality.queue_priorities import queue_priorities_refresh
 from annotate.review.models import Project
 
 
@@ -26,3 +28,13 @@ def score_model_reviewer(reviewer_id: int, attempt: int) -> str:
 
     reviewer = model_reviewer_run(reviewer_id=reviewer_id, attempt=attempt)
     return reviewer.status if reviewer is not None else "skipped"
+
+
+@shared_task
+def refresh_queue_priorities(project_id: int | None = None) -> int:
+    """Periodic (celery beat), or one project when its leaderboard switch is turned on: the queue
+    priorities of leaderboard projects' open pairs, from their models' ratings. Returns pairs changed."""
+    projects = Project.objects.filter(leaderboard_priority=True)
+    if project_id is not None:
+        projects = Project.objects.filter(pk=project_id)
+    return sum(queue_priorities_refresh(project=project) for project in projects.order_by("pk"))

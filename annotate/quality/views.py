@@ -16,7 +16,6 @@ from django.utils.timesince import timesince
 from django.views.decorators.http import require_POST
 
 from annotate.errors import UserMistake
-from annotate.permissions import IsAdmin, project_for_staff_page
 from annotate.quality.charts import (
     charts_for_report,
     interval,
@@ -53,10 +52,12 @@ from annotate.quality.reviewers import (
 )
 from annotate.quality.services import STORED_BOOTSTRAP, StoredReportState, stored_report_read
 from annotate.review import selectors as review_selectors
-from annotate.review import services as review_services
+from annotate.review.errors import ReviewError
 from annotate.review.models import qualification_gold_short
+from annotate.review.qualification import qualification_release
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
-from annotate.review.selectors import user_roles
+from annotate.review.selectors import project_for_staff_page
+from annotate.roles import ADMIN_ROLES, user_roles
 
 RATIONALE_FLAG_TEXT = {
     "too_short": ("too short", "Shorter than the project's rationale flag length."),
@@ -329,7 +330,7 @@ def quality_dashboard(request, slug: str):
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
     now = timezone.now()
     state = stored_report_read(project=project, now=now)
-    is_admin = bool(user_roles(request.user) & IsAdmin.roles)
+    is_admin = bool(user_roles(request.user) & ADMIN_ROLES)
     sections = {
         "qualification": _qualification_section(project, can_release=is_admin),
         "rationale": _rationale_section(project, state.report),
@@ -365,16 +366,16 @@ def quality_dashboard(request, slug: str):
 def qualification_release_page(request, slug: str):
     """The dashboard's buttons for a reviewer who has not passed: try the round again, or pass (admins only)."""
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
-    if not user_roles(request.user) & IsAdmin.roles:
+    if not user_roles(request.user) & ADMIN_ROLES:
         raise PermissionDenied("only admins can let a reviewer go on")
     reviewer = get_user_model().objects.filter(username=request.POST.get("username", "")).first()
     if reviewer is None:
         messages.error(request, f"no reviewer {request.POST.get('username', '')!r}")
     else:
         try:
-            attempt = review_services.qualification_release(
+            attempt = qualification_release(
                 project=project, reviewer=reviewer, action=request.POST.get("action", ""), admin=request.user)
-        except review_services.ReviewError as exc:
+        except ReviewError as exc:
             messages.error(request, str(exc))
         else:
             verb = "passed" if attempt.status == attempt.Status.PASSED else f"may start attempt {attempt.number}"
@@ -384,7 +385,7 @@ def qualification_release_page(request, slug: str):
 
 def _admin_page_project(request, slug: str):
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
-    if not user_roles(request.user) & IsAdmin.roles:
+    if not user_roles(request.user) & ADMIN_ROLES:
         raise PermissionDenied("only admins can attach, score or detach a model reviewer")
     return project
 

@@ -1,7 +1,7 @@
 """Adjudication: split pairs go to an adjudicator, who sees every reviewer's judgment and rules.
 
 The queue is computed, not stored: a pair is waiting when its counted votes (the current judgment of each
-original assignment, as the export counts them) have no strict majority (annotate/quality/consensus.py:
+original assignment, as the export counts them) have no strict majority (annotate/review/consensus.py:
 strict_majority, the one consensus rule), it has at least `min_judgments` of them, nobody is judging it
 right now, and it has no ruling yet. A filter can widen it to contested majorities (`max_share`) or narrow
 it to a tag. An adjudicator (the Django group "adjudicator", or an admin) is never given a pair they judged.
@@ -33,8 +33,10 @@ from django.db.models import Max
 from django.utils import timezone
 
 from annotate.limits import MAX_RATIONALE_CHARS, share_number, text_within, whole_number
-from annotate.quality.consensus import NO_CONSENSUS, strict_majority
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
+from annotate.review.consensus import NO_CONSENSUS, strict_majority
+from annotate.review.errors import ReviewError
+from annotate.review.judgments import choice_and_strength_check
 from annotate.review.models import (
     Adjudication,
     AdjudicationAssignment,
@@ -45,9 +47,9 @@ from annotate.review.models import (
     live_assignment,
     live_assignment_sql,
 )
+from annotate.review.overlap import votes_of_pairs
 from annotate.review.rationale import FLAGS
 from annotate.review.rendering import markdown_to_safe_html
-from annotate.review.services import ReviewError, choice_and_strength_check, votes_of_pairs
 
 HOLD_MINUTES = 30  # an adjudication not ruled on within this returns to the queue
 BATCH_PAIRS = 2000  # pairs whose votes are read and decided at a time while the queue is walked

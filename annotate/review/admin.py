@@ -5,9 +5,10 @@ from django.contrib import admin, messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import path, reverse
 
-from annotate.review import services
+from annotate.review.import_sql import items_import_file
 from annotate.review.importing import ImportRejected
 from annotate.review.models import Assignment, CriteriaVersion, Judgment, Pair, Project, Prompt, Response
+from annotate.review.projects import project_queue_settings_applied
 
 
 class ImportItemsForm(forms.Form):
@@ -37,7 +38,7 @@ class ProjectAdmin(admin.ModelAdmin):
         super().save_model(request, obj, form, change)
         changed = [name for name in self.QUEUE_FIELDS if name in form.changed_data]
         if change and changed:
-            services.project_queue_settings_applied(project=obj, changed=changed)
+            project_queue_settings_applied(project=obj, changed=changed)
 
     def get_urls(self):
         return [
@@ -51,7 +52,7 @@ class ProjectAdmin(admin.ModelAdmin):
         errors: list[str] = []
         if request.method == "POST" and form.is_valid():
             try:
-                summary = services.items_import_file(project=project, lines=form.cleaned_data["file"].file)
+                summary = items_import_file(project=project, lines=form.cleaned_data["file"].file)
             except ImportRejected as exc:
                 errors = exc.errors
             else:

@@ -3,7 +3,6 @@
 import uuid
 
 from django.contrib.auth import get_user_model
-from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.parsers import MultiPartParser
@@ -14,16 +13,14 @@ from annotate.api_errors import MAX_ID
 from annotate.limits import whole_number
 from annotate.parsers import JSONParser
 from annotate.permissions import CanAdjudicate, CanReview, IsAdmin, IsAdminOrEngineer
-from annotate.review import adjudication, selectors, services
+from annotate.review import adjudication, selectors
+from annotate.review.assignments import assignment_next
+from annotate.review.errors import ReviewError
+from annotate.review.import_sql import items_import_file
 from annotate.review.importing import ImportRejected
+from annotate.review.judgments import judgment_submit, judgment_undo_last
+from annotate.review.qualification import QUALIFICATION_ACTIONS, qualification_release, qualification_state
 from annotate.review.rationale import typing_parse
-
-
-def _project_or_404(slug: str):
-    project = selectors.project_for_reviewer(slug=slug)
-    if project is None:
-        raise Http404(f"no project {slug!r}")
-    return project
 
 
 class JudgmentInSerializer(serializers.Serializer):
@@ -42,23 +39,23 @@ class JudgmentInSerializer(serializers.Serializer):
 
 
 def judgment_input(data) -> dict:
-    """The judgment's fields with their shapes checked; services.judgment_submit checks their values.
+    """The judgment's fields with their shapes checked; judgment_submit checks their values.
 
     Plain checks rather than a DRF serializer: this runs on every judgment, and a serializer costs more
     than the rest of the request's Python.
     """
     if not isinstance(data, dict):
-        raise services.ReviewError("send a JSON object with choice, strength, criteria, rationale and client_key")
+        raise ReviewError("send a JSON object with choice, strength, criteria, rationale and client_key")
     for name in ("choice", "criteria", "rationale", "client_key"):
         if name not in data:
-            raise services.ReviewError(f"{name}: this field is required")
+            raise ReviewError(f"{name}: this field is required")
     strength = data.get("strength")
     if isinstance(strength, str):  # a form-minded client's "2"; never "²" or "٣" (see whole_number)
-        strength = whole_number("strength", strength, low=1, high=3, error=services.ReviewError)
+        strength = whole_number("strength", strength, low=1, high=3, error=ReviewError)
     try:
         client_key = uuid.UUID(str(data["client_key"]))
     except ValueError:
-        raise services.ReviewError(
+        raise ReviewError(
             f"client_key: {data['client_key']!r} is not a UUID; send a fresh UUID per judgment"
         ) from None
     return {"choice": data["choice"], "strength": strength, "criteria": data["criteria"],
@@ -75,8 +72,8 @@ class AssignmentNextView(APIView):
                    204: OpenApiResponse(description="nothing is left for this reviewer")},
     )
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
-        assignment = services.assignment_next(project=project, reviewer=request.user)
+        project = selectors.project_or_404(slug, prepared=True)
+        assignment = assignment_next(project=project, reviewer=request.user)
         if assignment is None:
             progress = selectors.reviewer_progress(project=project, reviewer=request.user)
             return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Judged": str(progress["judged"])})
@@ -91,7 +88,7 @@ class JudgmentSubmitView(APIView):
                    responses={201: OpenApiResponse(description="the judgment, as left/right; for an item of the "
                                                                "qualification round, `feedback` too")})
     def post(self, request, assignment_id: int):
-        judgment, replayed = services.judgment_submit(
+        judgment, replayed = judgment_submit(
             assignment_id=assignment_id, reviewer=request.user, **judgment_input(request.data)
         )
         body = selectors.judgment_payload(judgment=judgment, a_on_left=judgment.assignment.a_on_left)
@@ -105,8 +102,8 @@ class JudgmentUndoView(APIView):
     @extend_schema(summary="Undo the reviewer's last judgment in the project", request=None,
                    responses={200: OpenApiResponse(description="the assignment, open again")})
     def post(self, request, slug: str):
-        project = _project_or_404(slug)
-        assignment = services.judgment_undo_last(project=project, reviewer=request.user)
+        project = selectors.project_or_404(slug, prepared=True)
+        assignment = judgment_undo_last(project=project, reviewer=request.user)
         return Response(selectors.assignment_payload(assignment=assignment, project=project, reviewer=request.user))
 
 
@@ -123,32 +120,20 @@ class ItemsImportView(APIView):
                    400: OpenApiResponse(description='{"detail", "errors": ["line N: reason", ...]}')},
     )
     def post(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         upload = request.FILES.get("file")
         if upload is None:
             return Response({"detail": "file: attach the JSONL file as the multipart field 'file'"}, status=400)
         try:
             # The raw bytes, line by line: a line that is not UTF-8 is reported with its number.
-            summary = services.items_import_file(project=project, lines=upload.file)
+            summary = items_import_file(project=project, lines=upload.file)
         except ImportRejected as exc:
             return Response({"detail": f"the file was rejected whole, nothing was stored: {len(exc.errors)} error(s)",
                              "errors": exc.errors}, status=400)
         return Response(summary.__dict__, status=201)
 
 
-# --- the reviewer's standing and the qualification round -------------------------------------------
-
-
-class StandingView(APIView):
-    permission_classes = [CanReview]
-
-    @extend_schema(summary="The reviewer's own standing in the project",
-                   responses={200: OpenApiResponse(description="judged, qualification, and once enough are "
-                                                               "judged: gold accuracy, retest consistency, "
-                                                               "agreement with others")})
-    def get(self, request, slug: str):
-        project = _project_or_404(slug)
-        return Response(selectors.reviewer_standing(project=project, reviewer=request.user))
+# --- the qualification round ---------------------------------------------------------------------------
 
 
 class QualificationView(APIView):
@@ -160,7 +145,7 @@ class QualificationView(APIView):
     @extend_schema(summary="Qualification results of the project's reviewers",
                    responses={200: OpenApiResponse(description="per reviewer: status, attempts, live gold checks")})
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         return Response({"required": bool(project.qualification_items),
                          "items": project.qualification_items, "pass_mark": project.qualification_pass_mark,
                          "attempts": project.qualification_attempts, "gold_rate": project.gold_rate,
@@ -168,18 +153,18 @@ class QualificationView(APIView):
 
     @extend_schema(summary="Let a reviewer try the qualification round again, or pass them",
                    request=inline_serializer("QualificationRelease", {
-                       "username": serializers.CharField(), "action": serializers.ChoiceField(services.QUALIFICATION_ACTIONS)}),
+                       "username": serializers.CharField(), "action": serializers.ChoiceField(QUALIFICATION_ACTIONS)}),
                    responses={201: OpenApiResponse(description="the reviewer's new attempt")})
     def post(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         data = request.data if isinstance(request.data, dict) else {}
         username = data.get("username")
         reviewer = get_user_model().objects.filter(username=username).first() if isinstance(username, str) else None
         if reviewer is None:
-            raise services.ReviewError(f"username: no user {username!r}", status=404)
-        attempt = services.qualification_release(project=project, reviewer=reviewer, action=data.get("action"),
-                                                 admin=request.user)
-        return Response(services.qualification_state(project=project, reviewer=reviewer) | {"attempt": attempt.number},
+            raise ReviewError(f"username: no user {username!r}", status=404)
+        attempt = qualification_release(project=project, reviewer=reviewer, action=data.get("action"),
+                                        admin=request.user)
+        return Response(qualification_state(project=project, reviewer=reviewer) | {"attempt": attempt.number},
                         status=status.HTTP_201_CREATED)
 
 
@@ -202,10 +187,10 @@ class AdjudicationNextView(APIView):
                    204: OpenApiResponse(description="no pair waits")},
     )
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         queue = adjudication.queue_filter_parse(request.query_params, project=project)
         raw_pair = request.query_params.get("pair")
-        pair_id = (whole_number("pair", raw_pair, low=1, high=MAX_ID, error=services.ReviewError)
+        pair_id = (whole_number("pair", raw_pair, low=1, high=MAX_ID, error=ReviewError)
                    if raw_pair not in (None, "") else None)
         assignment = adjudication.adjudication_next(
             project=project, adjudicator=request.user, queue=queue, pair_id=pair_id)
@@ -232,14 +217,14 @@ class RulingSubmitView(APIView):
     def post(self, request, adjudication_id: int):
         data = request.data
         if not isinstance(data, dict):
-            raise services.ReviewError("send a JSON object with choice, strength, rationale and client_key")
+            raise ReviewError("send a JSON object with choice, strength, rationale and client_key")
         for name in ("choice", "rationale", "client_key"):
             if name not in data:
-                raise services.ReviewError(f"{name}: this field is required")
+                raise ReviewError(f"{name}: this field is required")
         try:
             client_key = uuid.UUID(str(data["client_key"]))
         except ValueError:
-            raise services.ReviewError(f"client_key: {data['client_key']!r} is not a UUID") from None
+            raise ReviewError(f"client_key: {data['client_key']!r} is not a UUID") from None
         ruling, replayed = adjudication.ruling_submit(
             assignment_id=adjudication_id, adjudicator=request.user, choice=data["choice"],
             strength=data.get("strength"), criteria=data.get("criteria"), rationale=data["rationale"],
@@ -256,7 +241,7 @@ class AdjudicationListView(APIView):
     @extend_schema(summary="The project's rulings, newest first, and how many pairs wait",
                    responses={200: OpenApiResponse(description="waiting, rulings[] (un-swapped: a/b)")})
     def get(self, request, slug: str):
-        project = _project_or_404(slug)
+        project = selectors.project_or_404(slug, prepared=True)
         queue = adjudication.queue_filter_parse(request.query_params, project=project)
         return Response({**adjudication.waiting_count(project=project, adjudicator=request.user, queue=queue),
                          "filter": queue.as_dict(), "rulings": adjudication.rulings_list(project=project)})

@@ -45,3 +45,9 @@ def swap_back(winner: str, *, a_on_left: bool) -> str:
 def reversed_winner(winner: str) -> str:
     """The same judgment of the same pair, with the pair's responses a and b listed the other way round."""
     return {"a": "b", "b": "a"}.get(winner, winner)
+
+
+# The codes with response a and response b exchanged: which answer is "a" is only the order of the
+# import file, so statistics across pairs must not depend on it (docs/agreement.md).
+WINNER_SWAP = tuple(WINNER_CODES[reversed_winner(name)] for name in WINNERS)
+CRITERION_SWAP = tuple(WINNER_CODES[reversed_winner(name)] for name in CRITERION_WINNERS)

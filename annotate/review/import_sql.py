@@ -16,6 +16,8 @@ back. Writing stops at the first problem found, so a bad file costs little more 
 
 Imports into one project take turns (a transaction-scoped advisory lock on PostgreSQL, SQLite's single
 writer): the pair cap counts the prompt's pairs and the changed-prompt check reads the stored prompts.
+
+`items_import` (checked items) and `items_import_file` (a JSONL file, streamed) are the import's entry points.
 """
 
 from collections.abc import Iterable, Iterator
@@ -27,7 +29,7 @@ import orjson
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
-from annotate.review.importing import MAX_ERRORS, ImportedItem, ImportRejected, errors_in_order
+from annotate.review.importing import MAX_ERRORS, ImportedItem, ImportRejected, errors_in_order, items_read
 from annotate.review.models import Pair, Project, Prompt, Response
 
 CHUNK_ITEMS = 5000  # items staged and written at a time: bounds memory, amortises each statement
@@ -407,3 +409,25 @@ def items_store(*, project: Project, items: Iterable[ImportedItem], read_errors:
             if prompts_created or pairs_created:
                 transaction.on_commit(_analyze_imported_tables)
     return ImportSummary(prompts_created, staged - prompts_created, responses_created, pairs_created)
+
+
+def items_import(*, project: Project, items: Iterable[ImportedItem]) -> ImportSummary:
+    """Store checked items (from `items_parse`): new prompts, new responses, new pairs; all or nothing.
+
+    Re-importing a prompt_id adds only responses not already there (a response is its model, version
+    and text) and pairs them with the old ones; its new tags are added, its gold set as given. A
+    prompt_id that exists with a different prompt text rejects the whole file, since judgments already
+    made would lose their meaning. Identical texts are never paired; the project's pair cap holds.
+    """
+    return items_store(project=project, items=items, read_errors=[], empty_is_error=False)
+
+
+def items_import_file(*, project: Project, lines: Iterable[str | bytes]) -> ImportSummary:
+    """Read, check and store an import file (JSONL lines) as `items_import` does, in one streaming pass.
+
+    Memory does not grow with the file. ImportRejected lists every problem as 'line N: reason', and
+    then nothing is stored.
+    """
+    read_errors: list[tuple[int, str]] = []
+    return items_store(project=project, items=items_read(lines, read_errors), read_errors=read_errors,
+                       empty_is_error=True)

@@ -474,7 +474,7 @@ class RationaleCheck(models.Model):
 
 
 class ReviewerStanding(models.Model):
-    """The figures a reviewer's page last showed them of their own standing (annotate/review/selectors.py).
+    """The figures a reviewer's page last showed them of their own standing (annotate/quality/standing.py).
 
     Kept so that the figures move only after the reviewer has made several more judgments of their own
     (STANDING_STEP): a figure that changed after each judgment would tell them, by the difference, what the

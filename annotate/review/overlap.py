@@ -3,7 +3,7 @@
 A project with a fixed overlap gives every pair `overlap` reviewers. With a minimum overlap set, a pair
 stops as soon as its votes are decided and a split pair gets more reviewers, up to the maximum (the
 project's `overlap`). The decision uses the one consensus rule, strict_majority
-(annotate/quality/consensus.py), over the pair's votes as the export counts them: the current
+(annotate/review/consensus.py), over the pair's votes as the export counts them: the current
 judgments of first-time (non-retest) assignments, four choices a, b, tie, both_bad. Once a pair has
 at least the minimum, it is decided when its strict-majority choice leads the runner-up by:
 
@@ -21,16 +21,21 @@ at least the minimum, it is decided when its strict-majority choice leads the ru
   maximum; the export is about as accurate as a fixed overlap of the minimum, with its split pairs
   resolved.
 
-Whatever the rule, a pair still split at the maximum stops there (the export leaves it out). Pure numpy,
-no Django: the judgment path decides one pair, a settings change or bench/adaptive.py many at once.
+Whatever the rule, a pair still split at the maximum stops there (the export leaves it out). The rule is
+pure numpy, no Django: the judgment path decides one pair, a settings change or bench/adaptive.py many at
+once. `votes_of_pairs` reads pairs' votes from the database and `pairs_needed_recompute` decides every
+started pair again after a settings change.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from django.db.models import Count, Q
 
 from annotate.errors import UserMistake
-from annotate.quality.consensus import N_CHOICES, NO_CONSENSUS, strict_majority
+from annotate.review.choices import WINNERS
+from annotate.review.consensus import N_CHOICES, NO_CONSENSUS, strict_majority
+from annotate.review.models import Assignment, Pair, Project, live_assignment
 
 STOP_RULES = ("lead2", "settled", "majority")
 MAX_OVERLAP = 50  # reviewers per pair; the queue's counters are small integers
@@ -123,3 +128,52 @@ def reviewers_with_one_more(*, assigned, needed, max_overlap: int) -> np.ndarray
     from its votes, as for any judgment."""
     assigned, needed = np.asarray(assigned, dtype=np.int64), np.asarray(needed, dtype=np.int64)
     return np.where((assigned >= needed) & (assigned < max_overlap), assigned + 1, needed)
+
+
+RECOMPUTE_BATCH = 2000  # pairs decided again per statement after a settings change
+
+
+def votes_of_pairs(pair_ids: list[int]) -> dict[int, list[int]]:
+    """Each pair's votes as the export counts them (current judgments of first-time, live assignments): a, b, tie,
+    both_bad."""
+    votes = {pair_id: [0] * len(WINNERS) for pair_id in pair_ids}
+    rows = (
+        Assignment.objects.filter(live_assignment(), pair_id__in=pair_ids, is_retest=False,
+                                  current_judgment__isnull=False)
+        .values_list("pair_id", "current_judgment__winner")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for pair_id, winner, n in rows:
+        votes[pair_id][WINNERS.index(winner)] += n
+    return votes
+
+
+def pairs_needed_recompute(*, project: Project) -> int:
+    """Decide again what every started pair of the project needs, under its overlap settings now; returns
+    how many pairs changed.
+
+    Run when the settings change, in that transaction. Each batch of pairs is locked before its votes are
+    read (PostgreSQL), so a judgment landing meanwhile is either counted here or decides its pair after.
+    Untouched pairs keep 0 (the project's overlap, or what a pair without votes needs once taken).
+    """
+    if not project.overlap_is_adaptive:
+        return Pair.objects.filter(project=project).exclude(reviewers_needed=0).update(reviewers_needed=0)
+    changed, last_id = 0, 0
+    while True:
+        batch = list(
+            Pair.objects.select_for_update(no_key=True)
+            .filter(Q(assigned_count__gt=0) | ~Q(reviewers_needed=0), project=project, id__gt=last_id)
+            .order_by("id")
+            .values_list("id", "reviewers_needed")[:RECOMPUTE_BATCH]
+        )
+        if not batch:
+            return changed
+        last_id = batch[-1][0]
+        votes = votes_of_pairs([pair_id for pair_id, _ in batch])
+        needed = reviewers_needed([votes[pair_id] for pair_id, _ in batch], min_overlap=project.min_overlap,
+                                  max_overlap=project.overlap, stop_rule=project.overlap_stop_rule)
+        updates = [Pair(id=pair_id, reviewers_needed=int(new)) for (pair_id, old), new in zip(batch, needed, strict=True)
+                   if new != old]
+        Pair.objects.bulk_update(updates, ["reviewers_needed"])
+        changed += len(updates)

@@ -7,13 +7,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from annotate.permissions import IsAdmin
-from annotate.review import services
+from annotate.review.errors import ReviewError
 from annotate.review.models import Project
 from annotate.review.overlap import STOP_RULES
+from annotate.review.projects import QUALITY_SETTINGS, project_settings_update
 from annotate.review.selectors import project_or_404
 
 QUEUE_SETTINGS = ("overlap", "min_overlap", "max_overlap", "overlap_stop_rule", "leaderboard_priority")
-SETTINGS = (*QUEUE_SETTINGS, *services.QUALITY_SETTINGS)
+SETTINGS = (*QUEUE_SETTINGS, *QUALITY_SETTINGS)
 
 
 def project_settings_payload(project: Project) -> dict:
@@ -25,7 +26,7 @@ def project_settings_payload(project: Project) -> dict:
         "adaptive": project.overlap_is_adaptive,
         "overlap_stop_rule": project.overlap_stop_rule,
         "leaderboard_priority": project.leaderboard_priority,
-        **{name: getattr(project, name) for name in services.QUALITY_SETTINGS},
+        **{name: getattr(project, name) for name in QUALITY_SETTINGS},
     }
 
 
@@ -59,14 +60,14 @@ class ProjectSettingsView(APIView):
         project = project_or_404(slug)
         data = request.data
         if not isinstance(data, dict) or not data:
-            raise services.ReviewError(f"send a JSON object with any of {', '.join(SETTINGS)}")
+            raise ReviewError(f"send a JSON object with any of {', '.join(SETTINGS)}")
         unknown = sorted(set(data) - set(SETTINGS))
         if unknown:
-            raise services.ReviewError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(SETTINGS)}")
+            raise ReviewError(f"unknown setting(s) {', '.join(unknown)}; the settings are {', '.join(SETTINGS)}")
         given = dict(data)
         if "min_overlap" in given and given["min_overlap"] is None:  # back to a fixed overlap
             del given["min_overlap"]
             if "overlap" not in given:
                 given["overlap"] = given.pop("max_overlap", project.overlap)
-        project = services.project_settings_update(project=project, **given)
+        project = project_settings_update(project=project, **given)
         return Response(project_settings_payload(project))

@@ -19,7 +19,9 @@ where models were compared least (a new checkpoint, a model rarely answered) and
 the pool is already balanced.
 
 Symmetric in the two models, so it does not depend on which answer the import listed first; quantised,
-so a refresh with a different bootstrap draw rewrites few rows. Pure numpy.
+so a refresh with a different bootstrap draw rewrites few rows. The scores are pure numpy; the writes
+are here too. The refresh reads the models' ratings, which the quality app computes: it lives there
+(annotate/quality/queue_priorities.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from __future__ import annotations
 from statistics import NormalDist
 
 import numpy as np
+from django.db import transaction
+from django.db.models import QuerySet
+
+from annotate.review.models import PAIR_CLOSED, Pair, Project
 
 PRIORITY_MAX = 1000  # stored in Pair.queue_priority (a small integer): higher is handed out first
 _Z_95 = NormalDist().inv_cdf(0.975)
@@ -44,7 +50,7 @@ def difference_uncertainty(*, ci_low: np.ndarray, ci_high: np.ndarray, compariso
         return np.zeros((0, 0))
     error = np.sqrt(se[:, None] ** 2 + se[None, :] ** 2)
     error = np.where(np.isfinite(error), error, np.inf)
-    # Imported here: every process that imports the review services (web workers, each manage.py
+    # Imported here: every process that imports the review app's modules (web workers, each manage.py
     # command) would otherwise pay for SciPy's sparse graphs at start-up.
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import connected_components
@@ -80,3 +86,30 @@ def pair_priorities(*, model_a: list[str], model_b: list[str], rated: list[str],
         ahead[key] = ahead.get(key, 0) + 1
     top = score.max() if score.size else 0.0
     return np.rint(PRIORITY_MAX * score / top).astype(np.int64) if top > 0 else np.zeros(score.size, dtype=np.int64)
+
+
+PRIORITY_WRITE_BATCH = 500  # pairs per short transaction: the queue skips rows locked by a write
+
+
+def open_pairs(*, project: Project) -> QuerySet[Pair]:
+    """The project's pairs the queue can still hand out: the ones whose priorities count."""
+    return Pair.objects.filter(project=project).exclude(open_fill=PAIR_CLOSED)
+
+
+def queue_priorities_clear(*, project: Project) -> int:
+    """Every open pair's queue priority back to 0, as in a project without the leaderboard switch; returns how
+    many pairs changed."""
+    return priorities_write(open_pairs(project=project).exclude(queue_priority=0).values_list("id", flat=True), None)
+
+
+def priorities_write(pair_ids, priority_of: dict[int, int] | None) -> int:
+    """Set the pairs' queue priorities (None: all 0), a short transaction per batch."""
+    pair_ids = list(pair_ids)
+    for start in range(0, len(pair_ids), PRIORITY_WRITE_BATCH):
+        with transaction.atomic():
+            Pair.objects.bulk_update(
+                [Pair(id=pair_id, queue_priority=priority_of[pair_id] if priority_of else 0)
+                 for pair_id in pair_ids[start:start + PRIORITY_WRITE_BATCH]],
+                ["queue_priority"],
+            )
+    return len(pair_ids)

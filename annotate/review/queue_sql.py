@@ -10,7 +10,7 @@ cannot change a prepared statement's result type.
 
 Reads are portable SQL (PostgreSQL and SQLite); locks are taken only where the database has them.
 Anything unusual (every pair the one-statement take could take locked by someone else, no criteria)
-falls back to the general path in services.py, which handles it fully.
+falls back to the general path in assignments.py, which handles it fully.
 
 While untouched pairs are left, what a request reads does not grow with the reviewer's history, so a
 reviewer with 10,000 judgments is served about as fast as one with ten (bench/review_load.py measures

@@ -1,4 +1,5 @@
-"""Rationale checks: which written rationales to distrust, as pure functions (no Django).
+"""Rationale checks: which written rationales to distrust, as pure functions (no Django), and
+`rationale_checked`, which runs them on a judgment as it is stored and records what it found (RationaleCheck).
 
 Four flags, each about one judgment's rationale (docs/agreement.md, "Rationale checks"):
 
@@ -26,7 +27,11 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from django.db import connection
+
 from annotate.errors import UserMistake
+from annotate.review import queue_sql
+from annotate.review.models import Assignment, Judgment, RationaleCheck
 
 FLAGS = ("too_short", "reused", "near_duplicate", "pasted")
 NEAR_DUPLICATE_RATIO = 0.9  # SequenceMatcher.ratio at or above which two rationales count as the same text
@@ -115,3 +120,91 @@ def looks_pasted(*, chars: int, typing: TypingSignals | None) -> bool:
     if typing is None or chars == 0:
         return False
     return typing.typed_chars < PASTED_BELOW_TYPED_SHARE * chars
+
+
+def rationale_text_key(rationale: str) -> str:
+    """The reuse key of a rationale; empty for one without a word in it, which is never a reuse."""
+    return text_key(rationale) if normalised(rationale) else ""
+
+
+# The checks on PostgreSQL, in one round trip: the project's too_short bar, whether the reviewer wrote this
+# text on another pair (and whether that earlier row is flagged yet), the assignment's gold check, the
+# check row itself, and the rationales other reviewers wrote on the pair (compared in Python afterwards).
+_RATIONALE_CHECK_SQL = """
+    WITH ctx AS (
+        SELECT p.rationale_flag_chars AS flag_chars,
+               (SELECT c.reused FROM review_rationalecheck c
+                WHERE c.project_id = %(project)s AND c.reviewer_id = %(reviewer)s AND c.text_key = %(key)s
+                  AND c.pair_id <> %(pair)s AND c.text_key <> '' ORDER BY c.reused LIMIT 1) AS earlier,
+               g.expected, g.attempt_id
+        FROM review_project p LEFT JOIN review_goldcheck g ON g.assignment_id = %(assignment)s
+        WHERE p.id = %(project)s
+    ), flags AS (
+        SELECT ctx.*, (ctx.flag_chars > 0 AND %(chars)s < ctx.flag_chars) AS too_short,
+               (ctx.earlier IS NOT NULL) AS reused
+        FROM ctx
+    ), checked AS (
+        INSERT INTO review_rationalecheck (judgment_id, project_id, reviewer_id, pair_id, text_key, chars,
+                                           typing_seconds, typed_chars, pasted_chars, paste_events,
+                                           too_short, reused, near_duplicate, pasted, flagged)
+        SELECT %(judgment)s, %(project)s, %(reviewer)s, %(pair)s, %(key)s, %(chars)s, %(seconds)s, %(typed)s,
+               %(pasted_chars)s, %(pastes)s, f.too_short, f.reused, false, %(pasted)s,
+               f.too_short OR f.reused OR %(pasted)s
+        FROM flags f
+    )
+    SELECT f.earlier, f.expected, f.attempt_id,
+           ARRAY(SELECT j.rationale FROM review_assignment a JOIN review_judgment j ON j.id = a.current_judgment_id
+                 WHERE a.pair_id = %(pair)s AND a.reviewer_id <> %(reviewer)s)
+    FROM flags f
+"""
+
+
+def rationale_checked(*, judgment: Judgment, assignment: Assignment, typing: TypingSignals | None) -> tuple:
+    """Check the judgment's rationale and store what was found (RationaleCheck), in the judgment's transaction;
+    returns the assignment's gold check as (expected answer, attempt id), (None, None) when it is not one.
+
+    The reuse check is an index lookup (rationale_reuse); the near-duplicate check reads the pair's few
+    other current judgments. The first reuse of a text flags the reviewer's earlier judgments with it too.
+    """
+    rationale = judgment.rationale
+    key = rationale_text_key(rationale)
+    pasted = looks_pasted(chars=len(rationale), typing=typing)
+    values = {
+        "judgment": judgment.pk, "project": assignment.project_id, "reviewer": judgment.reviewer_id,
+        "pair": assignment.pair_id, "assignment": assignment.pk, "key": key, "chars": len(rationale),
+        "seconds": typing.typing_seconds if typing else None, "typed": typing.typed_chars if typing else None,
+        "pasted_chars": typing.pasted_chars if typing else None, "pastes": typing.paste_events if typing else None,
+        "pasted": pasted,
+    }
+    if connection.vendor == "postgresql":
+        ((earlier, expected, attempt_id, others),) = queue_sql._fetch(_RATIONALE_CHECK_SQL, values)
+    else:
+        ((flag_chars, earlier, expected, attempt_id),) = queue_sql._fetch(
+            "SELECT p.rationale_flag_chars, "
+            "(SELECT c.reused FROM review_rationalecheck c WHERE c.project_id = %(project)s "
+            " AND c.reviewer_id = %(reviewer)s AND c.text_key = %(key)s AND c.pair_id <> %(pair)s "
+            " AND c.text_key <> '' ORDER BY c.reused LIMIT 1), g.expected, g.attempt_id "
+            "FROM review_project p LEFT JOIN review_goldcheck g ON g.assignment_id = %(assignment)s "
+            "WHERE p.id = %(project)s", values)
+        others = [row[0] for row in queue_sql._fetch(
+            "SELECT j.rationale FROM review_assignment a JOIN review_judgment j ON j.id = a.current_judgment_id "
+            "WHERE a.pair_id = %(pair)s AND a.reviewer_id <> %(reviewer)s", values)]
+        too_short = flag_chars > 0 and len(rationale) < flag_chars
+        RationaleCheck.objects.create(
+            judgment=judgment, project_id=assignment.project_id, reviewer_id=judgment.reviewer_id,
+            pair_id=assignment.pair_id, text_key=key, chars=len(rationale), typing_seconds=values["seconds"],
+            typed_chars=values["typed"], pasted_chars=values["pasted_chars"], paste_events=values["pastes"],
+            too_short=too_short, reused=earlier is not None, pasted=pasted,
+            flagged=too_short or earlier is not None or pasted,
+        )
+    # Plain prepared statements rather than ORM updates: the first is on the judging path whenever a
+    # rationale copies another, and the ORM's Python would cost more than the statement.
+    if rationale and is_near_duplicate(rationale, others or ()):
+        queue_sql._fetch("UPDATE review_rationalecheck SET near_duplicate = %(yes)s, flagged = %(yes)s "
+                         "WHERE judgment_id = %(judgment)s", {"yes": True, "judgment": judgment.pk}, rows=False)
+    if earlier is False:  # an unflagged earlier judgment with this text: it is a reuse now too
+        queue_sql._fetch(
+            "UPDATE review_rationalecheck SET reused = %(yes)s, flagged = %(yes)s WHERE project_id = %(project)s "
+            "AND reviewer_id = %(reviewer)s AND text_key = %(key)s AND reused = %(no)s AND pair_id <> %(pair)s",
+            {**values, "yes": True, "no": False}, rows=False)
+    return expected, attempt_id

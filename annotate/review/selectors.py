@@ -5,60 +5,52 @@ anything else from which the left/right order could be inferred.
 """
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
 from django.db import connection
-from django.db.models import Count, Exists, F, Max, OuterRef, Q
+from django.db.models import Count, Exists, F, OuterRef, Q
 from django.http import Http404
 
-from annotate.exports.models import Export
 from annotate.review import queue_sql
+from annotate.review.adjudication import queue_filter_parse, waiting_count
 from annotate.review.choices import swap_back
 from annotate.review.models import (
     Assignment,
     GoldCheck,
-    Judgment,
     Project,
     QualificationAttempt,
     RationaleCheck,
-    ReviewerStanding,
-    ReviewerTally,
     live_assignment_sql,
 )
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.rendering import markdown_to_safe_html
-
-ROLES_CACHE_SECONDS = 30  # a role change reaches every worker within this; it saves a query per request
-
-
-def roles_cache_key(user_id: int) -> str:
-    return f"pairwise:roles:{user_id}"
+from annotate.roles import ADJUDICATOR_ROLES, STAFF_ROLES, user_roles
 
 
-def user_roles(user: AbstractBaseUser) -> set[str]:
-    """The user's Pairwise roles; a superuser counts as admin."""
-    if not user.is_authenticated:
-        return set()
-    roles = cache.get(roles_cache_key(user.pk))
-    if roles is None:
-        roles = set(user.groups.values_list("name", flat=True))
-        if user.is_superuser:
-            roles.add("admin")
-        cache.set(roles_cache_key(user.pk), roles, ROLES_CACHE_SECONDS)
-    return roles
+def project_or_404(slug: str, *, only: tuple[str, ...] = (), prepared: bool = False) -> Project:
+    """The project a page or an API path names, or 404 (Http404, which the API answers as JSON).
 
-
-def project_or_404(slug: str, *, only: tuple[str, ...] = ()) -> Project:
-    """The project a page or an API path names, or 404 (Http404, which the API answers as JSON); `only` loads just
-    those fields, for pages that show a few."""
-    projects = Project.objects.filter(slug=slug)
-    project = (projects.only(*only) if only else projects).first()
+    `only` loads just those fields, for pages that show a few. `prepared` reads it with the reviewer queue's
+    prepared statement (queue_sql.project_by_slug), for the reviewer API, where it is one of a request's
+    few statements.
+    """
+    if prepared:
+        project = queue_sql.project_by_slug(slug=slug)
+    else:
+        projects = Project.objects.filter(slug=slug)
+        project = (projects.only(*only) if only else projects).first()
     if project is None:
         raise Http404(f"no project {slug!r}")
     return project
 
 
-def project_for_reviewer(*, slug: str) -> Project | None:
-    return queue_sql.project_by_slug(slug=slug)
+def project_for_staff_page(request, slug: str, *, to: str) -> Project:
+    """The project an admin or engineer page is about: 403 for anyone else, 404 for an unknown slug.
+
+    `to` finishes the refusal: "only admins and engineers can <to>".
+    """
+    if not user_roles(request.user) & STAFF_ROLES:
+        raise PermissionDenied(f"only admins and engineers can {to}")
+    return project_or_404(slug)
 
 
 REMAINING_COUNT_CAP = 50  # "50+ left" tells a reviewer as much as an exact count would
@@ -133,94 +125,6 @@ def judgment_payload(*, judgment, a_on_left: bool) -> dict:
         "created_at": judgment.created_at.isoformat(),
         **({"feedback": judgment.feedback} if getattr(judgment, "feedback", None) else {}),
     }
-
-
-# --- the reviewer's own standing -------------------------------------------------------------------
-
-# A rate needs this many of the reviewer's own judgments behind it before their page shows it.
-STANDING_MIN_COUNTS = {"gold_accuracy": 1, "retest_consistency": 1, "agreement_with_others": 10}
-_STANDING_FIGURES = (  # standing key, the report's rate, its interval, its count, what is counted
-    ("gold_accuracy", "gold_accuracy", "gold_ci", "gold_judgments", "gold items"),
-    ("retest_consistency", "retest_consistency", "retest_ci", "retests", "pairs shown to you again"),
-    ("agreement_with_others", "agreement_with_others", "agreement_ci", "agreement_judgments",
-     "pairs where the other reviewers have a majority"),
-)
-
-
-STANDING_STEP = 10  # the figures move only after this many more judgments of the reviewer's own
-
-
-def _standing_figures(mine: dict) -> dict:
-    """The reviewer's figures from their row of the agreement report, each withheld over too few judgments."""
-    figures = {}
-    for key, rate_key, ci_key, count_key, noun in _STANDING_FIGURES:
-        count, value = mine[count_key], mine[rate_key]
-        enough = value is not None and count >= STANDING_MIN_COUNTS[key]
-        figures[key] = {
-            "value": round(value, 3) if enough else None,
-            "ci": [round(bound, 3) for bound in mine[ci_key]] if enough and mine[ci_key] else None,
-            "out_of": count,
-            "of": noun,
-            "missing": "" if enough else f"{count} {noun} so far; shown from {STANDING_MIN_COUNTS[key]}",
-        }
-    return figures
-
-
-def _standing_snapshot_new(*, project: Project, reviewer: AbstractBaseUser, judged: int) -> ReviewerStanding | None:
-    """New figures from the stored report, once it counts every judgment the reviewer has made (else None,
-    and the report is being recomputed)."""
-    from annotate.quality.models import StoredAgreementReport
-    from annotate.quality.services import stored_report_read  # the report pulls in scipy: only when asked
-
-    state = stored_report_read(project=project)
-    latest = (Judgment.objects.filter(reviewer=reviewer, pair__project_id=project.pk)
-              .order_by("-pk").values_list("pk", flat=True).first()) or 0
-    watermark = StoredAgreementReport.objects.filter(project=project).values_list(
-        "judgment_watermark", flat=True).first() or 0
-    if state.report is None or watermark < latest:
-        return None
-    mine = next((row for row in state.report["reviewers"] if row["username"] == reviewer.get_username()), None)
-    if mine is None:
-        return None
-    snapshot, _ = ReviewerStanding.objects.update_or_create(
-        project=project, reviewer=reviewer,
-        defaults={"judged": judged, "figures": _standing_figures(mine), "report_judgments": mine["judgments"],
-                  "as_of": state.computed_at},
-    )
-    return snapshot
-
-
-def reviewer_standing(*, project: Project, reviewer: AbstractBaseUser) -> dict:
-    """The reviewer's own figures, from the project's stored agreement report (docs/agreement.md).
-
-    Shown once they have judged `project.standing_min_judgments`. Only their own row of the report is
-    read, and only rates over several of their own judgments: nothing here says what another reviewer
-    chose, or who the others are. The figures shown are kept (ReviewerStanding) and move only after
-    STANDING_STEP more judgments of the reviewer's own, from a report that counts all of them: a figure
-    that moved after every judgment would give away, by the difference, the others' majority on the pair
-    just judged. A stale report queues a recompute and the last figures are shown meanwhile.
-    """
-    from annotate.review.services import qualification_state
-
-    judged = (ReviewerTally.objects.filter(project=project, reviewer=reviewer)
-              .values_list("judged", flat=True).first()) or 0
-    standing = {"judged": judged, "min_judgments": project.standing_min_judgments, "available": False,
-                "reason": "", "as_of": None, "figures": {},
-                "qualification": qualification_state(project=project, reviewer=reviewer)}
-    if judged < project.standing_min_judgments:
-        standing["reason"] = (f"your standing appears once you have judged {project.standing_min_judgments} "
-                              f"pairs here; you have judged {judged}")
-        return standing
-    snapshot = ReviewerStanding.objects.filter(project=project, reviewer=reviewer).first()
-    if snapshot is None or judged >= snapshot.judged + STANDING_STEP:
-        snapshot = _standing_snapshot_new(project=project, reviewer=reviewer, judged=judged) or snapshot
-    if snapshot is None:
-        standing["reason"] = "your figures are being computed; look again in a minute"
-        return standing
-    standing.update(available=True, figures=snapshot.figures, as_of=snapshot.as_of.isoformat(),
-                    figures_after=snapshot.judged, next_update_after=snapshot.judged + STANDING_STEP,
-                    report_judgments_of_yours=snapshot.report_judgments)
-    return standing
 
 
 def qualification_results(*, project) -> list[dict]:
@@ -309,7 +213,7 @@ def _pairs_and_judged_by_project() -> dict[int, tuple[int, int]]:
 
 def _held_reviewers() -> list[tuple[int, int]]:
     """(project id, reviewer id) of every reviewer held for an admin: their latest qualification attempt
-    failed and it was the last one their project allows (QualificationAttempt; services.qualification_state)."""
+    failed and it was the last one their project allows (QualificationAttempt; qualification.qualification_state)."""
     later = QualificationAttempt.objects.filter(project_id=OuterRef("project_id"), reviewer_id=OuterRef("reviewer_id"),
                                                 number__gt=OuterRef("number"))
     return list(
@@ -321,41 +225,25 @@ def _held_reviewers() -> list[tuple[int, int]]:
     )
 
 
-def _latest_done_exports() -> dict[int, dict]:
-    """{project id: its newest finished export's id, time and train/test counts}."""
-    newest = (Export.objects.filter(status=Export.Status.DONE).values("project_id")
-              .annotate(newest=Max("pk")).values("newest"))
-    return {
-        row["project_id"]: {"id": row["pk"], "created_at": row["created_at"],
-                            "train": (row["counts"] or {}).get("train"), "test": (row["counts"] or {}).get("test")}
-        for row in Export.objects.filter(pk__in=newest).values("pk", "project_id", "created_at", "counts")
-    }
-
-
 def project_rows_for_home(*, user: AbstractBaseUser, roles: set[str]) -> list[dict]:
     """Every project with the figures the home page shows this user, by what their roles can act on.
 
     All: pairs and the share judged to their overlap. Reviewers: pairs left for them (capped, as on their
     page) or that they are held. Adjudicators and admins: pairs waiting for them to rule (the adjudication
-    queue's own count, capped). Admins: reviewers held for an admin. Admins and engineers: the newest
-    finished export. A user without a role sees no project.
+    queue's own count, capped). Admins: reviewers held for an admin. A user without a role sees no project.
+    (The home page adds each project's newest finished export for admins and engineers: annotate/home.py.)
 
     The counts over all projects take one statement each; only the capped per-user counts are read project
     by project.
     """
     if not roles:
         return []
-    # Imported here: adjudication imports services, which imports this module.
-    from annotate.review.adjudication import queue_filter_parse, waiting_count
-
     projects = list(Project.objects.order_by("name").only(
         "slug", "name", "overlap", "min_overlap", "qualification_items", "qualification_attempts"))
     reviews = "reviewer" in roles
-    adjudicates = bool(roles & {"adjudicator", "admin"})
-    staff = bool(roles & {"admin", "engineer"})
+    adjudicates = bool(roles & ADJUDICATOR_ROLES)
     counts = _pairs_and_judged_by_project()
     held = _held_reviewers() if reviews or "admin" in roles else []
-    exports = _latest_done_exports() if staff else {}
     rows = []
     for project in projects:
         pairs, judged = counts.get(project.pk, (0, 0))
@@ -370,7 +258,5 @@ def project_rows_for_home(*, user: AbstractBaseUser, roles: set[str]) -> list[di
                                            queue=queue_filter_parse({}, project=project))
         if "admin" in roles:
             row["held"] = len(held_here)
-        if staff:
-            row["latest_export"] = exports.get(project.pk)
         rows.append(row)
     return rows

@@ -18,9 +18,9 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from annotate.errors import UserMistake
 from annotate.limits import MAX_INT32, whole_number
+from annotate.review.import_sql import items_import_file
 from annotate.review.importing import ImportRejected
 from annotate.review.models import Project
-from annotate.review.services import items_import_file
 from annotate.runs.checkpoints import local_checkpoints
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import Run

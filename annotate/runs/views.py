@@ -10,10 +10,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from annotate.errors import UserMistake
-from annotate.permissions import CanReview, IsAdmin, IsAdminOrEngineer
 from annotate.review.models import Project
 from annotate.review.rendering import markdown_to_safe_html
-from annotate.review.selectors import user_roles
+from annotate.roles import ADMIN_ROLES, REVIEWER_ROLES, STAFF_ROLES, user_roles
 from annotate.runs.api import run_or_404
 from annotate.runs.audit import (
     audit_create,
@@ -52,12 +51,12 @@ from annotate.runs.task_sets import OPEN_VARIANTS, task_set_from_prompts, task_s
 
 
 def _staff_only(request, to: str) -> None:
-    if not user_roles(request.user) & IsAdminOrEngineer.roles:
+    if not user_roles(request.user) & STAFF_ROLES:
         raise PermissionDenied(f"only admins and engineers can {to}")
 
 
 def _admins_only(request, to: str) -> None:
-    if not user_roles(request.user) & IsAdmin.roles:
+    if not user_roles(request.user) & ADMIN_ROLES:
         raise PermissionDenied(f"only admins can {to}")
 
 
@@ -86,7 +85,7 @@ def runs_page(request):
     text_models, reward_models = checkpoints_by_role()
     return render(request, "runs/list.html", {
         "runs": runs, "run_filters": run_filters, "checkpoints": text_models, "values": values, "error": error,
-        "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & IsAdmin.roles),
+        "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & ADMIN_ROLES),
         "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_models,
         "open_variants": OPEN_VARIANTS,
         "snapshots": snapshot_choices(), "task_sets": TaskSet.objects.order_by("name"),
@@ -245,7 +244,7 @@ def run_audit_create_page(request, run_id: int):
 
 def audit_page(request):
     """One rewarded answer at a time, alone, for a reviewer to say whether its reasoning holds."""
-    if not user_roles(request.user) & CanReview.roles:
+    if not user_roles(request.user) & REVIEWER_ROLES:
         raise PermissionDenied("only reviewers can audit answers")
     error, status, values = None, 200, {"verdict": "", "rationale": ""}
     if request.method == "POST":

@@ -13,8 +13,11 @@ from django.core.management import CommandError, call_command
 from annotate.backup.contents import PROJECT_ROWS, project_models
 from annotate.quality.selectors import agreement_report_for_project
 from annotate.quality.services import stored_report_refresh
-from annotate.review import adjudication, services
+from annotate.review import adjudication
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit, judgment_undo_last
 from annotate.review.models import Adjudication, GoldCheck, Judgment, Project, QualificationAttempt
+from annotate.review.projects import criteria_version_add
 from tests.conftest import import_rows, judge_until_done
 
 REVIEWERS = ("ann", "bob", "cat")
@@ -48,14 +51,14 @@ def build_project(make_project, make_user) -> Project:
     project = make_project(slug="kept", overlap=3, retest_rate=0.3, qualification_items=1,
                            qualification_pass_mark=0.0, gold_rate=0.1)
     import_rows(project, items(12))
-    services.criteria_version_add(project=project, instructions="Count the legs.",
-                                  items=[{"key": "correct", "text": "Right number."},
-                                         {"key": "complete", "text": "Says why."}])
+    criteria_version_add(project=project, instructions="Count the legs.",
+                         items=[{"key": "correct", "text": "Right number."},
+                                {"key": "complete", "text": "Says why."}])
     for name in REVIEWERS:
         reviewer = make_user(name)
         judge_until_done(project, reviewer, pick_for(name))
     ann = get_user_model().objects.get(username="ann")
-    services.judgment_undo_last(project=project, reviewer=ann)  # a retracted revision
+    judgment_undo_last(project=project, reviewer=ann)  # a retracted revision
     judge_until_done(project, ann, lambda assignment: "both_bad")  # and a new one
     judy = make_user("judy", role="adjudicator")
     queue = adjudication.queue_filter_parse({}, project=project)
@@ -118,8 +121,8 @@ def test_restore_into_an_empty_database_gives_the_same_report_and_snapshot(make_
 
     # Work goes on: a new reviewer's judgment gets an id past the restored ones.
     eve = make_user("eve")
-    assignment = services.assignment_next(project=project, reviewer=eve)
-    judgment, _ = services.judgment_submit(
+    assignment = assignment_next(project=project, reviewer=eve)
+    judgment, _ = judgment_submit(
         assignment_id=assignment.pk, reviewer=eve, choice="left", strength=2,
         criteria={"correct": "left", "complete": "tie"}, rationale="Eight legs for every spider here.",
         client_key=uuid.uuid4())

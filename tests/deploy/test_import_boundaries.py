@@ -28,7 +28,8 @@ WEB_SIDE = f"""
 import sys
 import django
 django.setup()
-import annotate.review.services, annotate.review.importing
+import annotate.review.assignments, annotate.review.judgments, annotate.review.projects, annotate.review.users
+import annotate.review.import_sql, annotate.review.importing
 heavy = sorted(name for name in ("scipy.stats", "scipy.sparse", "statsmodels", "torch") if name in sys.modules)
 assert not heavy, f"the review services loaded {{heavy}}"
 

@@ -6,9 +6,13 @@ import uuid
 
 import pytest
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Adjudication, Assignment
+from annotate.review.projects import criteria_version_add, project_create_or_update
+from annotate.review.users import user_add
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -29,7 +33,7 @@ def split_pair(db):
     """One pair, two reviewers: ann prefers the first answer, bob the second. Each saw the pair in the
     opposite order (set, not drawn), and both clicked left: whichever order the adjudicator gets, one
     reviewer saw it as they do and the other the other way round. The criteria changed after they judged."""
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug="e2e-split", name="Average speed (adjudication)", instructions="Pick the answer a teacher would give.",
         criteria_items=[{"key": "correct", "text": "Every step is right."}], overlap=2, retest_rate=0.0,
     )
@@ -37,18 +41,18 @@ def split_pair(db):
            "responses": [{"text": "First: (60 + 90) / 3 = 50 km/h.", "model": "secret-model-alpha",
                           "model_version": "build-7781"},
                          {"text": "Second: about 75 km/h.", "model": "secret-model-beta"}]}
-    services.items_import(project=project, items=items_parse([json.dumps(row)]))
+    items_import(project=project, items=items_parse([json.dumps(row)]))
     for name, prefers_first in (("ann", True), ("bob", False)):
-        reviewer, _, _ = services.user_add(username=name, role="reviewer", password=PASSWORD)
-        assignment = services.assignment_next(project=project, reviewer=reviewer)
+        reviewer, _, _ = user_add(username=name, role="reviewer", password=PASSWORD)
+        assignment = assignment_next(project=project, reviewer=reviewer)
         Assignment.objects.filter(pk=assignment.pk).update(a_on_left=prefers_first)
-        services.judgment_submit(
+        judgment_submit(
             assignment_id=assignment.pk, reviewer=reviewer, choice="left", strength=3 if prefers_first else 1,
             criteria={"correct": "left"}, rationale=f"{name.title()}: the left answer {REASONS[name]}",
             client_key=uuid.uuid4(),
         )
-    services.criteria_version_add(project=project, instructions=INSTRUCTIONS_NOW, items=CRITERIA_NOW)
-    services.user_add(username="judy", role="adjudicator", password=PASSWORD)
+    criteria_version_add(project=project, instructions=INSTRUCTIONS_NOW, items=CRITERIA_NOW)
+    user_add(username="judy", role="adjudicator", password=PASSWORD)
     return project
 
 

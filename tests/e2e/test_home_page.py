@@ -8,9 +8,12 @@ from itertools import combinations
 import pytest
 
 from annotate.exports.models import Export
-from annotate.review import services
+from annotate.review.assignments import assignment_next
 from annotate.review.demo_data import DEMO_CRITERIA
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Project
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 from annotate.runs.models import Checkpoint, Run
 from tests.conftest import import_rows, make_items
 from tests.e2e.conftest import _database_before_live_server, _orm_beside_playwright, artifacts, browser  # noqa: F401
@@ -31,19 +34,19 @@ def home_data(tmp_path):
     run lineage."""
     for slug, name in (("speed", "Average speed"), ("units", "Unit conversions with worked steps and rounding rules"),
                        ("empty", "Empty")):
-        project, _, _ = services.project_create_or_update(
+        project, _, _ = project_create_or_update(
             slug=slug, name=name, instructions=DEMO_CRITERIA["instructions"], criteria_items=DEMO_CRITERIA["criteria"],
             overlap=2, retest_rate=0)
         if slug != "empty":
             import_rows(project, make_items(4))
     speed = Project.objects.get(slug="speed")
     for name in ("rita", "sam"):
-        reviewer, _, _ = services.user_add(username=name, role="reviewer", password=PASSWORD)
+        reviewer, _, _ = user_add(username=name, role="reviewer", password=PASSWORD)
         for _ in range(3):
-            assignment = services.assignment_next(project=speed, reviewer=reviewer)
-            services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice="left", strength=2,
-                                     criteria={"correct": "left", "complete": "tie"}, rationale="Chosen for being right and clear.",
-                                     client_key=uuid.uuid4())
+            assignment = assignment_next(project=speed, reviewer=reviewer)
+            judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice="left", strength=2,
+                            criteria={"correct": "left", "complete": "tie"}, rationale="Chosen for being right and clear.",
+                            client_key=uuid.uuid4())
     Export.objects.create(project=speed, filters={}, status=Export.Status.DONE, out_dir=str(tmp_path / "snapshot"),
                           counts={"train": 1200, "test": 140})
     base = Checkpoint.objects.create(name="tiny-sft", uri=str(tmp_path / "base"))
@@ -51,7 +54,7 @@ def home_data(tmp_path):
     made = Checkpoint.objects.create(name="tiny-dpo-from-average-speed", uri=str(tmp_path / "run" / "checkpoint"),
                                      parent=base, run=run)
     Run.objects.create(kind="grpo", status="running", base_checkpoint=made, folder=str(tmp_path / "next"))
-    services.user_add(username="ada", role="admin", password=PASSWORD)
+    user_add(username="ada", role="admin", password=PASSWORD)
 
 
 def overlapping(boxes: list[dict]) -> list[tuple[dict, dict]]:

@@ -9,8 +9,12 @@ import re
 
 import pytest
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.errors import ReviewError
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 from tests.conftest import answer_gold
 from tests.e2e.conftest import speed_gold_rows
 
@@ -26,23 +30,23 @@ PASSWORD = "a-long-e2e-password"
 @pytest.fixture
 def short_of_gold(db):
     """As the demo was: 2 items x 2 attempts configured before an import that brought 3 gold pairs."""
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug="e2e-short", name="Average speed (short of gold)", instructions="Pick the answer a teacher would give.",
         criteria_items=[{"key": "correct", "text": "Every step is right."}], retest_rate=0.0,
         qualification_items=2, qualification_pass_mark=1.0, qualification_attempts=2,
     )
     rows = speed_gold_rows(3, reason="Total distance over total time.")
-    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
-    ann, bob, cat = (services.user_add(username=name, role="reviewer", password=PASSWORD)[0]
+    items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    ann, bob, cat = (user_add(username=name, role="reviewer", password=PASSWORD)[0]
                      for name in ("ann", "bob", "cat"))
     for _ in range(2):
         answer_gold(project, ann, right=True)
     for _ in range(3):
         answer_gold(project, bob, right=False)
-    with pytest.raises(services.ReviewError):  # attempt 2 ran out of gold: scored, and bob is held
-        services.assignment_next(project=project, reviewer=bob)
+    with pytest.raises(ReviewError):  # attempt 2 ran out of gold: scored, and bob is held
+        assignment_next(project=project, reviewer=bob)
     answer_gold(project, cat, right=True)
-    services.user_add(username="ada", role="admin", password=PASSWORD)
+    user_add(username="ada", role="admin", password=PASSWORD)
     return project
 
 

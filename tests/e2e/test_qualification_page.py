@@ -9,9 +9,11 @@ import re
 
 import pytest
 
-from annotate.review import services
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
 from annotate.review.models import Judgment, RationaleCheck
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 from tests.e2e.conftest import speed_gold_rows
 
 expect = pytest.importorskip(
@@ -28,7 +30,7 @@ PASTED = "Copied from my notes: the chosen answer uses the total time correctly.
 
 @pytest.fixture
 def onboarding(db):
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug="e2e-gold", name="Average speed (qualification)", instructions="Pick the answer a teacher would give.",
         criteria_items=[{"key": "correct", "text": "Every step is right."}], retest_rate=0.0,
         qualification_items=2, qualification_pass_mark=0.5,
@@ -36,8 +38,8 @@ def onboarding(db):
     live = {"prompt_id": "live-0", "prompt": "Which sentence is clearer?",
             "responses": [{"text": "Live answer one.", "model": "m-good"}, {"text": "Live answer two.", "model": "m-poor"}]}
     rows = [*speed_gold_rows(2, reason=REASON), live]
-    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
-    services.user_add(username="rita", role="reviewer", password=PASSWORD)
+    items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    user_add(username="rita", role="reviewer", password=PASSWORD)
     return project
 
 

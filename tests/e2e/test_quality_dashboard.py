@@ -12,9 +12,13 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment, Judgment
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -54,7 +58,7 @@ def judged_over_two_weeks(project, reviewers: dict) -> None:
     active = dict(reviewers)
     while active:
         for name, user in list(active.items()):
-            assignment = services.assignment_next(project=project, reviewer=user, now=clock)
+            assignment = assignment_next(project=project, reviewer=user, now=clock)
             if assignment is None:
                 del active[name]
                 continue
@@ -69,7 +73,7 @@ def judged_over_two_weeks(project, reviewers: dict) -> None:
                 choice = "tie" if rng.random() < 0.06 else ("left" if seen == left else "right")
                 seconds = rng.uniform(20, 70)
             clock += dt.timedelta(seconds=seconds)
-            judgment, _ = services.judgment_submit(
+            judgment, _ = judgment_submit(
                 assignment_id=assignment.pk, reviewer=user, choice=choice, strength=rng.choice([1, 2, 3]),
                 criteria={"correct": choice, "complete": "tie"}, rationale="The chosen answer shows its steps.",
                 client_key=uuid.uuid4(), now=clock,
@@ -80,7 +84,7 @@ def judged_over_two_weeks(project, reviewers: dict) -> None:
 
 @pytest.fixture
 def quality_project(db):
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug="e2e-quality", name="Average speed", overlap=4, retest_rate=0.1,
         instructions="Pick the answer a careful teacher would give a ten-year-old.",
         criteria_items=[
@@ -94,11 +98,11 @@ def quality_project(db):
                        for k, (name, version) in enumerate(MODELS)]}
         for i in range(24)
     ]
-    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
-    reviewers = {name: services.user_add(username=name, role="reviewer", password=PASSWORD)[0]
+    items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    reviewers = {name: user_add(username=name, role="reviewer", password=PASSWORD)[0]
                  for name in (*CAREFUL, "lefty")}
     judged_over_two_weeks(project, reviewers)
-    services.user_add(username="ada", role="admin", password=PASSWORD)
+    user_add(username="ada", role="admin", password=PASSWORD)
     return project
 
 

@@ -8,9 +8,11 @@ import re
 
 import pytest
 
-from annotate.review import services
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
 from annotate.review.models import Assignment, Judgment
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -52,7 +54,7 @@ PROMPTS = [  # (prompt_id, prompt text or chat messages, first answer, second an
 
 def project_with(slug: str, prompts: list[tuple]):
     """A project with one pair per prompt and no retests (so progress counts are exact)."""
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug=slug, name="Average speed (browser test)",
         instructions="Pick the answer a careful teacher would give a ten-year-old.",
         criteria_items=CRITERIA, retest_rate=0.0,
@@ -64,7 +66,7 @@ def project_with(slug: str, prompts: list[tuple]):
         ]}
         for prompt_id, prompt, first, second in prompts
     ]
-    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
     return project
 
 
@@ -82,7 +84,7 @@ def html_project(db):
 
 @pytest.fixture
 def reviewer(db):
-    user, _, _ = services.user_add(username="rita", role="reviewer", password=PASSWORD)
+    user, _, _ = user_add(username="rita", role="reviewer", password=PASSWORD)
     return user
 
 

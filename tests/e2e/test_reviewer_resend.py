@@ -23,9 +23,11 @@ import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.db import connection
 
-from annotate.review import services
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
 from annotate.review.models import Judgment
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -40,20 +42,20 @@ PAIRS = 4
 
 @pytest.fixture
 def resend_project(db):
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug="resend", name="Resend check", instructions="Pick the better answer.",
         criteria_items=[{"key": "correct", "text": "Every step is right."}], retest_rate=0.0,
     )
     rows = [{"prompt_id": f"p{i}", "prompt": f"What is {i} + {i}?",
              "responses": [{"text": f"It is {2 * i}.", "model": "m1"}, {"text": f"It is {2 * i + 1}.", "model": "m2"}]}
             for i in range(PAIRS)]
-    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
     return project
 
 
 @pytest.fixture
 def reviewer(db):
-    user, _, _ = services.user_add(username="rosa", role="reviewer", password=PASSWORD)
+    user, _, _ = user_add(username="rosa", role="reviewer", password=PASSWORD)
     # The suite hashes with MD5 for speed; the server below runs on the default hashers, which refuse it.
     user.password = PBKDF2PasswordHasher().encode(PASSWORD, PBKDF2PasswordHasher().salt())
     user.save(update_fields=["password"])

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from annotate.review import services
+from annotate.review.users import user_add
 from annotate.runs.models import Checkpoint, Run
 
 expect = pytest.importorskip(
@@ -33,7 +33,7 @@ def grpo_rows(*, steps: int, learning: float, seed: int) -> list[dict]:
 
 
 def test_an_engineer_compares_two_runs_curves(live_server, browser, artifacts):
-    services.user_add(username="eve", role="engineer", password=PASSWORD)
+    user_add(username="eve", role="engineer", password=PASSWORD)
     base = Checkpoint.objects.create(name="tiny-sft", uri="/checkpoints/tiny-sft")
     slow = Run.objects.create(kind="grpo", status="succeeded", base_checkpoint=base, folder="a",
                               tasks_path="/inputs/arith.jsonl", metrics=grpo_rows(steps=40, learning=0.05, seed=1))

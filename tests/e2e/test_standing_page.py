@@ -3,8 +3,8 @@ enough, and nothing on the page about another reviewer."""
 
 import pytest
 
-from annotate.review import services
-from annotate.review.selectors import STANDING_STEP
+from annotate.quality.standing import STANDING_STEP
+from annotate.review.users import user_add
 from tests.conftest import import_rows, judge_until_done, make_items
 from tests.review.helpers import judge
 
@@ -22,9 +22,9 @@ def judged(make_project):
     """ann has judged every pair; rita has judged STANDING_STEP of them as ann did."""
     project = make_project(slug="e2e-standing", overlap=2, retest_rate=0, standing_min_judgments=STANDING_STEP)
     import_rows(project, make_items(STANDING_STEP + 3))
-    ann, _, _ = services.user_add(username="ann.lee", role="reviewer", password=PASSWORD)
+    ann, _, _ = user_add(username="ann.lee", role="reviewer", password=PASSWORD)
     judge_until_done(project, ann, lambda assignment: "left" if assignment.a_on_left else "right")
-    rita, _, _ = services.user_add(username="rita", role="reviewer", password=PASSWORD)
+    rita, _, _ = user_add(username="rita", role="reviewer", password=PASSWORD)
     judge(project, rita, STANDING_STEP, agree=True)
     return project
 

@@ -17,11 +17,13 @@ import uuid
 import pytest
 from django.core.management import call_command
 
-from annotate.review import services
-from annotate.review.management.commands.seed_demo import judge_demo_project
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Project, Response
+from annotate.review.users import user_add
 from annotate.runs.demo_checkpoint import demo_checkpoint_queue
 from annotate.runs.execute import run_execute
+from annotate.runs.management.commands.seed_demo import judge_demo_project
 from annotate.runs.models import Checkpoint, Run
 
 expect = pytest.importorskip(
@@ -47,7 +49,7 @@ def fresh_demo(settings, tmp_path):
     call_command("seed_demo", stdout=io.StringIO())
     for username, role in (("reviewer", "reviewer"), ("reviewer2", "reviewer"), ("reviewer3", "reviewer"),
                            ("engineer", "engineer"), ("admin", "admin")):
-        services.user_add(username=username, role=role, password=PASSWORD)
+        user_add(username=username, role=role, password=PASSWORD)
     return tmp_path
 
 
@@ -99,7 +101,7 @@ def judge_checkpoint_answers(project, reviewers, ranking: list[str]) -> int:
     judged = 0
     for reviewer in reviewers:
         rng = random.Random(reviewer.username)
-        while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+        while (assignment := assignment_next(project=project, reviewer=reviewer)) is not None:
             pair = assignment.pair
             a_rank, b_rank = rank.get(pair.response_a.model, 99), rank.get(pair.response_b.model, 99)
             if a_rank == b_rank:  # the demo's own pairs
@@ -107,9 +109,9 @@ def judge_checkpoint_answers(project, reviewers, ranking: list[str]) -> int:
             else:
                 a_better = (a_rank < b_rank) == (rng.random() < 0.8)
             choice = "left" if a_better == assignment.a_on_left else "right"
-            services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
-                                     criteria={"correct": choice, "complete": choice},
-                                     rationale=f"{RATIONALE} Pair {pair.pk}.", client_key=uuid.uuid4())
+            judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+                            criteria={"correct": choice, "complete": choice},
+                            rationale=f"{RATIONALE} Pair {pair.pk}.", client_key=uuid.uuid4())
             judged += 1
     return judged
 
@@ -117,7 +119,7 @@ def judge_checkpoint_answers(project, reviewers, ranking: list[str]) -> int:
 def test_the_whole_loop_on_a_fresh_demo(live_server, fresh_demo, browser, artifacts):
     url = live_server.url
     demo = Project.objects.get(slug="demo")
-    reviewers = [services.user_add(username=name, role="reviewer", password=PASSWORD)[0]
+    reviewers = [user_add(username=name, role="reviewer", password=PASSWORD)[0]
                  for name in ("reviewer", "reviewer2", "reviewer3")]
 
     # The demo checkpoint is still being built: the launch button waits for it and says how far it is.

@@ -6,8 +6,12 @@ import uuid
 
 import pytest
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
+from annotate.review.judgments import judgment_submit
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -28,20 +32,20 @@ HOSTILE = " ".join(PAYLOADS)
 
 
 def judged_split(project, row: dict, rationales: dict) -> None:
-    services.items_import(project=project, items=items_parse([json.dumps(row)]))
+    items_import(project=project, items=items_parse([json.dumps(row)]))
     # Ann prefers the first answer and Bob the second, whichever side each was shown it on: a split pair.
     for name, prefers_first in (("ann", True), ("bob", False)):
-        reviewer, _, _ = services.user_add(username=name, role="reviewer", password=PASSWORD)
-        assignment = services.assignment_next(project=project, reviewer=reviewer)
+        reviewer, _, _ = user_add(username=name, role="reviewer", password=PASSWORD)
+        assignment = assignment_next(project=project, reviewer=reviewer)
         click = "left" if assignment.a_on_left == prefers_first else "right"
-        services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=click, strength=2,
-                                 criteria={"correct": click}, rationale=rationales[name], client_key=uuid.uuid4())
+        judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=click, strength=2,
+                        criteria={"correct": click}, rationale=rationales[name], client_key=uuid.uuid4())
 
 
 @pytest.fixture
 def hostile_project(db):
     """A split pair for the adjudicator and the dashboard, and a fresh pair for a third reviewer."""
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug="xss", name="Hostile input", instructions="Pick the better answer.",
         criteria_items=[{"key": "correct", "text": "Every step is right."}], overlap=2, retest_rate=0.0,
     )
@@ -49,13 +53,13 @@ def hostile_project(db):
         {"text": f"First {HOSTILE}", "model": "<img src=x onerror=pwn('model')>"},
         {"text": f"Second {HOSTILE}", "model": "m2"}]},
         {"ann": f"Ann says {IMG_ONERROR} {SCRIPT_TAG}", "bob": f"Bob says {JS_LINK} {SVG_ONLOAD}"})
-    services.items_import(project=project, items=items_parse([json.dumps(
+    items_import(project=project, items=items_parse([json.dumps(
         {"prompt_id": "fresh", "prompt": [{"role": "system", "content": HOSTILE},
                                           {"role": "user", "content": f"Fresh prompt {HOSTILE}"}],
          "responses": [{"text": f"Left or right {HOSTILE}", "model": "m1"},
                        {"text": f"Other {JS_LINK}", "model": "m2"}]})]))
     for name, role in (("cara", "reviewer"), ("judy", "adjudicator"), ("ada", "admin")):
-        services.user_add(username=name, role=role, password=PASSWORD)
+        user_add(username=name, role=role, password=PASSWORD)
     return project
 
 

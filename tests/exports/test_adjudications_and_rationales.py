@@ -8,8 +8,10 @@ from django.core.management import CommandError, call_command
 
 from annotate.exports.filters import ExportError, filters_parse
 from annotate.exports.pipeline import export_preview
-from annotate.review import adjudication, services
+from annotate.review import adjudication
+from annotate.review.assignments import assignment_next
 from annotate.review.choices import swap_back
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Pair
 from annotate.review.rationale import TypingSignals
 from tests.conftest import import_rows, make_items
@@ -104,11 +106,11 @@ def written_project(make_project, make_user):
     import_rows(project, make_items(2))
     for name in ("ann", "bob", "cat"):
         reviewer = make_user(name)
-        while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+        while (assignment := assignment_next(project=project, reviewer=reviewer)) is not None:
             text = {"ann": "The sums are checked one by one here", "bob": "Only one of them shows the working",
                     "cat": "Units match on the left, not the right"}[name] + f" ({assignment.pair.prompt.external_id})."
             typed = len(text) if name != "bob" else 0
-            services.judgment_submit(
+            judgment_submit(
                 assignment_id=assignment.pk, reviewer=reviewer, choice="left", strength=2,
                 criteria={"correct": "left", "complete": "tie"}, rationale=text, client_key=uuid.uuid4(),
                 typing=TypingSignals(typing_seconds=20.0, typed_chars=typed, pasted_chars=len(text) - typed,

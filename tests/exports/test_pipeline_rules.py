@@ -10,7 +10,7 @@ from annotate.exports.filters import ExportError, filters_parse
 from annotate.exports.pipeline import export_preview, prompt_split
 from annotate.quality.consensus import consensus_summary, pair_consensus
 from annotate.quality.selectors import judgment_table_for_project
-from annotate.review import services
+from annotate.review.projects import project_create_or_update
 from tests.conftest import import_rows, make_items
 from training.snapshot import prompt_key
 
@@ -90,7 +90,7 @@ def test_flagged_reviewers_and_old_criteria_can_be_left_out(make_project, make_u
     without = export_preview(project=project, filters=filters_parse({"exclude_flagged": True}))
     assert without["judgments_counted"] == 60 and without["train"] + without["test"] == 30
 
-    services.project_create_or_update(slug="flags", name=None, instructions="New rules.",
-                                      criteria_items=[{"key": "correct", "text": "Right."}])
+    project_create_or_update(slug="flags", name=None, instructions="New rules.",
+                             criteria_items=[{"key": "correct", "text": "Right."}])
     assert export_preview(project=project, filters=filters_parse({"criteria_versions": [2]}))["pairs_considered"] == 0
     assert export_preview(project=project, filters=filters_parse({"criteria_versions": [1]}))["judgments_counted"] == 90

@@ -8,8 +8,11 @@ import uuid
 from annotate.exports.filters import filters_parse
 from annotate.exports.pipeline import export_preview, snapshot_write
 from annotate.quality.selectors import agreement_report_for_project, judgment_table_for_project
-from annotate.review import queue_sql, services
+from annotate.review import queue_sql
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import GoldCheck, Judgment, Pair
+from annotate.review.overlap import votes_of_pairs
 from tests.conftest import import_rows
 from training import snapshot
 
@@ -30,13 +33,13 @@ def gold_and_live(gold: int, live: int) -> list[dict]:
 
 def judge_next(project, reviewer, choice: str):
     """The reviewer's next assignment judged as `choice` (un-swapped a or b); None when nothing is left."""
-    assignment = services.assignment_next(project=project, reviewer=reviewer)
+    assignment = assignment_next(project=project, reviewer=reviewer)
     if assignment is None:
         return None
     button = side(assignment, choice)
-    services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=button, strength=2,
-                             criteria={"correct": button, "complete": "tie"}, rationale=RATIONALE,
-                             client_key=uuid.uuid4())
+    judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=button, strength=2,
+                    criteria={"correct": button, "complete": "tie"}, rationale=RATIONALE,
+                    client_key=uuid.uuid4())
     return assignment
 
 
@@ -65,7 +68,7 @@ def test_qualification_answers_count_nowhere_but_in_the_round(make_project, make
         "rita's right answer in the round is no live gold check")
 
     # Adaptive overlap counts the same votes as the export.
-    votes = services.votes_of_pairs(list(live.values_list("pair_id", flat=True).distinct()))
+    votes = votes_of_pairs(list(live.values_list("pair_id", flat=True).distinct()))
     assert sum(v[0] for v in votes.values()) == 0 and sum(sum(v) for v in votes.values()) == live.count()
 
     filters = filters_parse({})

@@ -4,7 +4,9 @@ import uuid
 
 import pytest
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.errors import ReviewError
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import QualificationAttempt
 from annotate.review.rationale import TypingSignals
 from tests.conftest import answer_gold, import_rows, make_items
@@ -19,8 +21,8 @@ def judge_all(project, reviewer, *, rationale, typing=None, right_on_gold: bool 
     """The reviewer judges everything they are given; gold items right or wrong as asked."""
     while True:
         try:
-            assignment = services.assignment_next(project=project, reviewer=reviewer)
-        except services.ReviewError:
+            assignment = assignment_next(project=project, reviewer=reviewer)
+        except ReviewError:
             return  # held for an admin
         if assignment is None:
             return
@@ -31,7 +33,7 @@ def judge_all(project, reviewer, *, rationale, typing=None, right_on_gold: bool 
             choice = "left" if a_wins == assignment.a_on_left else "right"
         else:
             choice = "left"
-        services.judgment_submit(
+        judgment_submit(
             assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
             criteria={"correct": choice, "complete": "tie"}, rationale=rationale(assignment), client_key=uuid.uuid4(),
             typing=typing,
@@ -133,8 +135,8 @@ def test_every_state_but_passed_has_the_admins_buttons_and_short_gold_is_shown(m
         answer_gold(project, eve, right=False)  # failed, one attempt left
     for _ in range(3):
         answer_gold(project, bob, right=False)  # attempt 2 runs out of gold after one item
-    with pytest.raises(services.ReviewError):
-        services.assignment_next(project=project, reviewer=bob)
+    with pytest.raises(ReviewError):
+        assignment_next(project=project, reviewer=bob)
     answer_gold(project, cat, right=True)  # running, one item to go
 
     client.force_login(make_user("ada", "admin"))

@@ -17,8 +17,10 @@ from annotate.quality.model_reviewers import STALE_AFTER
 from annotate.quality.models import ModelPairScore, ModelReviewer
 from annotate.quality.selectors import agreement_report_for_project
 from annotate.quality.tasks import score_model_reviewer
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit, judgment_undo_last
 from annotate.review.models import Pair
+from annotate.review.projects import project_settings_update
 from annotate.runs.checkpoints import checkpoint_register
 from tests.conftest import import_rows, judge_until_done, make_items
 from tests.exports.helpers import configure_celery
@@ -251,18 +253,18 @@ def test_pairs_it_confidently_disagrees_with_get_one_more_reviewer_only_when_ask
                   disagreement_threshold=0).status_code == 201
     assert dict(Pair.objects.filter(project=project).values_list("pk", "reviewers_needed")) == needed_before
     third = make_user("rev3")
-    assert services.assignment_next(project=project, reviewer=third) is None
+    assert assignment_next(project=project, reviewer=third) is None
 
     reviewer = ModelReviewer.objects.get()
     changed = client_for(staff["admin"]).patch(f"/api/v1/model-reviewers/{reviewer.pk}",
                                                {"offer_disagreements": True}, format="json")
     assert changed.status_code == 200 and changed.json()["pairs_offered"] == len(against)
     offered = []
-    while (assignment := services.assignment_next(project=project, reviewer=third)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=third)) is not None:
         offered.append(assignment.pair_id)
-        services.judgment_submit(assignment_id=assignment.pk, reviewer=third, choice="left", strength=2,
-                                 criteria={"correct": "left", "complete": "tie"},
-                                 rationale="A third look at a pair the model doubted.", client_key=uuid.uuid4())
+        judgment_submit(assignment_id=assignment.pk, reviewer=third, choice="left", strength=2,
+                        criteria={"correct": "left", "complete": "tie"},
+                        rationale="A third look at a pair the model doubted.", client_key=uuid.uuid4())
     assert sorted(offered) == sorted(against)
     # Once offered, a pair is not offered again by the same model reviewer.
     client_for(staff["admin"]).patch(f"/api/v1/model-reviewers/{reviewer.pk}", {"offer_disagreements": True},
@@ -413,7 +415,7 @@ def test_an_offer_withdrawn_by_an_undo_or_a_settings_change_is_made_again_by_the
 
     # The second reviewer withdraws their last vote, on an offered pair, and gives it again: the pair was decided
     # again from its votes (2 needed), the offer is gone, and the next pass makes it again.
-    undone = services.judgment_undo_last(project=project, reviewer=second)
+    undone = judgment_undo_last(project=project, reviewer=second)
     assert undone.pair_id in against
     judge_until_done(project, second, pick)
     assert needs()[undone.pair_id] == 2
@@ -422,7 +424,7 @@ def test_an_offer_withdrawn_by_an_undo_or_a_settings_change_is_made_again_by_the
     assert needs()[undone.pair_id] == 3
 
     # A change of the overlap settings decides every pair again: all offers are withdrawn, then made again.
-    services.project_settings_update(project=project, max_overlap=5)
+    project_settings_update(project=project, max_overlap=5)
     assert set(needs().values()) == {2}
     assert api.get(f"/api/v1/model-reviewers/{reviewer.pk}").json()["pairs_offered"] == 0
     assert offered_by_next_pass() == len(against)

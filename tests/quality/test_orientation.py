@@ -21,8 +21,9 @@ from annotate.quality.agreement import krippendorff_alpha, unit_value_counts
 from annotate.quality.report import agreement_report
 from annotate.quality.synthetic import synthetic_project
 from annotate.quality.table import CRITERION_MISSING, NO_GOLD, ROW_COLUMNS, JudgmentTable
-from annotate.review import services
+from annotate.review.assignments import assignment_next
 from annotate.review.choices import WINNER_A, WINNER_B
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment
 from tests.conftest import import_rows
 
@@ -232,7 +233,7 @@ def _best_first_items(count: int) -> list[dict]:
 def _judge(project, reviewer, seed: int) -> None:
     """Careful reviewers pick the strong answer 95% of the time; "noisy" picks anything."""
     rng, clock = random.Random(seed), timezone.now()
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
         clock += timedelta(seconds=30)
         strong_on_left = (assignment.pair.response_a.model == "strong") == assignment.a_on_left
         draw = rng.random()
@@ -241,7 +242,7 @@ def _judge(project, reviewer, seed: int) -> None:
             choice = ("left" if strong_on_left == picks_strong else "right") if draw < 0.97 else "tie"
         else:
             choice = rng.choice(["left", "right", "tie"])
-        services.judgment_submit(
+        judgment_submit(
             assignment_id=assignment.pk, reviewer=reviewer, choice=choice,
             strength=rng.choice([1, 2, 3]), criteria={"correct": choice, "complete": "tie"},
             rationale="The chosen answer does the arithmetic.", client_key=uuid.uuid4(), now=clock,

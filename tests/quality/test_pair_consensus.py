@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from annotate.quality.consensus import NO_CONSENSUS, consensus_summary, pair_consensus
+from annotate.quality.consensus import consensus_summary, pair_consensus
 from annotate.quality.table import JudgmentTable
 from annotate.review.choices import WINNER_A, WINNER_B, WINNER_BOTH_BAD
+from annotate.review.consensus import NO_CONSENSUS
 
 
 def _votes(pair, *choices, retest=None):

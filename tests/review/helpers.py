@@ -9,7 +9,8 @@ from django.db import connections
 from django.db.models import F
 from django.utils import timezone
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment, Judgment, Pair, ReviewerTally
 
 
@@ -98,9 +99,9 @@ def live_items(count: int) -> list[dict]:
 def judge(project, reviewer, count: int, *, agree: bool) -> None:
     """The reviewer judges `count` pairs, picking the first-listed answer (agree) or the other one."""
     for _ in range(count):
-        assignment = services.assignment_next(project=project, reviewer=reviewer)
+        assignment = assignment_next(project=project, reviewer=reviewer)
         first = "left" if assignment.a_on_left else "right"
         choice = first if agree else {"left": "right", "right": "left"}[first]
-        services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
-                                 criteria={"correct": choice, "complete": "tie"},
-                                 rationale="Chosen for being right and clear.", client_key=uuid.uuid4())
+        judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+                        criteria={"correct": choice, "complete": "tie"},
+                        rationale="Chosen for being right and clear.", client_key=uuid.uuid4())

@@ -15,9 +15,11 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client, RequestFactory
 
-from annotate.quality.consensus import NO_CONSENSUS, strict_majority
-from annotate.review import services
+from annotate.quality.queue_priorities import queue_priorities_refresh
+from annotate.review.assignments import assignment_next, assignments_expire_stale
 from annotate.review.choices import WINNERS, swap_back
+from annotate.review.consensus import NO_CONSENSUS, strict_majority
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment, Judgment, Pair, Project
 from annotate.review.overlap import first_reviewers_needed, reviewers_needed
 from annotate.review.queue_priority import PRIORITY_MAX, difference_uncertainty, pair_priorities
@@ -173,7 +175,7 @@ def test_an_expired_assignment_of_a_split_pair_goes_back_to_the_pool(one_pair, r
     taken = next_for(reviewers[2], project).json()
     assert next_for(reviewers[3], project).status_code == 204  # the third place is held
     Assignment.objects.filter(pk=taken["id"]).update(expires_at="2000-01-01T00:00:00Z")
-    services.assignments_expire_stale()
+    assignments_expire_stale()
     assert vote(reviewers[3], project, "a") == pair
 
 
@@ -350,11 +352,11 @@ def test_reviewers_racing_through_an_adaptive_project_never_over_assign_and_stop
 
     def judge_until_done(i: int) -> int:
         judged = 0
-        while (assignment := services.assignment_next(project=project, reviewer=users[i])) is not None:
+        while (assignment := assignment_next(project=project, reviewer=users[i])) is not None:
             # Reviewers disagree on some pairs: reviewer i prefers b on pairs where (i + pair) % 3 == 0.
             winner = "b" if (i + assignment.pair_id) % 3 == 0 else "a"
             click = swap_back(winner, a_on_left=assignment.a_on_left)
-            services.judgment_submit(
+            judgment_submit(
                 assignment_id=assignment.pk, reviewer=users[i], choice=click, strength=1,
                 criteria={"correct": click, "complete": "tie"}, rationale=RATIONALE, client_key=uuid.uuid4(),
             )
@@ -464,14 +466,14 @@ def test_a_leaderboard_project_hands_out_its_least_certain_model_pairs_first(mak
     import_rows(project, _leaderboard_items(0, 12, ("strong", "weak", "close")))
     judge = make_user("judge")
     close_votes = itertools.cycle(["a", "b"])  # strong beats both others; weak and close split evenly
-    while (assignment := services.assignment_next(project=project, reviewer=judge)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=judge)) is not None:
         pair = assignment.pair
         models = {pair.response_a.model: "a", pair.response_b.model: "b"}
         winner = models["strong"] if "strong" in models else next(close_votes)
         click = swap_back(winner, a_on_left=assignment.a_on_left)
-        services.judgment_submit(assignment_id=assignment.pk, reviewer=judge, choice=click, strength=2,
-                                 criteria={"correct": click, "complete": "tie"}, rationale=RATIONALE,
-                                 client_key=uuid.uuid4())
+        judgment_submit(assignment_id=assignment.pk, reviewer=judge, choice=click, strength=2,
+                        criteria={"correct": click, "complete": "tie"}, rationale=RATIONALE,
+                        client_key=uuid.uuid4())
     # A new checkpoint joins: three prompts answered by all four models.
     import_rows(project, _leaderboard_items(100, 3, ("strong", "weak", "close", "fresh")))
     call_command("refresh_queue_priorities", project.slug, stdout=io.StringIO())
@@ -492,7 +494,7 @@ def test_a_leaderboard_project_hands_out_its_least_certain_model_pairs_first(mak
 def test_turning_the_leaderboard_switch_off_puts_every_priority_back_to_zero(make_project, make_user, client_for):
     project = make_project(slug="arena", overlap=1, retest_rate=0, leaderboard_priority=True)
     import_rows(project, _leaderboard_items(0, 2, ("strong", "weak", "close")))
-    services.queue_priorities_refresh(project=project, force=True)
+    queue_priorities_refresh(project=project, force=True)
     # Nothing judged yet: every model pair is unknown; the second pair of a model pair waits behind the first.
     second = round(PRIORITY_MAX * (1 - 0.5 ** 0.5))  # one more comparison after one shrinks the error less
     assert sorted(Pair.objects.filter(project=project).values_list("queue_priority", flat=True)) == (
@@ -500,6 +502,21 @@ def test_turning_the_leaderboard_switch_off_puts_every_priority_back_to_zero(mak
     client_for(make_user("ada", "admin")).patch(f"/api/v1/projects/{project.slug}/settings",
                                                 {"leaderboard_priority": False}, format="json")
     assert set(Pair.objects.filter(project=project).values_list("queue_priority", flat=True)) == {0}
+
+
+def test_turning_the_leaderboard_switch_on_refreshes_the_priorities_once_committed(
+        make_project, make_user, client_for, django_capture_on_commit_callbacks):
+    project = make_project(slug="arena", overlap=1, retest_rate=0)
+    import_rows(project, _leaderboard_items(0, 2, ("strong", "weak", "close")))
+    judge = make_user("judge")
+    assignment = assignment_next(project=project, reviewer=judge)
+    judgment_submit(assignment_id=assignment.pk, reviewer=judge, choice="left", strength=2,
+                    criteria={"correct": "left", "complete": "tie"}, rationale=RATIONALE, client_key=uuid.uuid4())
+    assert set(Pair.objects.filter(project=project).values_list("queue_priority", flat=True)) == {0}
+    with django_capture_on_commit_callbacks(execute=True):  # the review app signals; the quality app refreshes
+        client_for(make_user("ada", "admin")).patch(f"/api/v1/projects/{project.slug}/settings",
+                                                    {"leaderboard_priority": True}, format="json")
+    assert Pair.objects.filter(project=project, queue_priority__gt=0).exists()
 
 
 # --- the migration -------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ import uuid
 
 import pytest
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Adjudication, AdjudicationAssignment, Assignment, Pair
 from tests.conftest import import_rows
 
@@ -31,10 +32,10 @@ def click_for(assignment, winner: str) -> str:
 
 def vote(project, reviewer, winners: dict[str, str]) -> None:
     """The reviewer judges every pair they are given: winners maps prompt_id to the stored winner."""
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=reviewer)) is not None:
         winner = winners[assignment.pair.prompt.external_id]
         click = click_for(assignment, winner)
-        services.judgment_submit(
+        judgment_submit(
             assignment_id=assignment.pk, reviewer=reviewer, choice=click, strength=2 if click in ("left", "right") else None,
             criteria={"correct": click if click in ("left", "right") else "tie", "complete": "tie"},
             rationale=f"{reviewer.username} thinks {winner} on {assignment.pair.prompt.external_id} for its reasons.",
@@ -207,7 +208,7 @@ def test_a_pair_still_being_judged_does_not_wait(make_project, make_user, client
     import_rows(project, items(1))
     vote(project, make_user("ann"), {"q-0": "a"})
     vote(project, make_user("bob"), {"q-0": "b"})
-    services.assignment_next(project=project, reviewer=make_user("cat"))  # the third vote is on its way
+    assignment_next(project=project, reviewer=make_user("cat"))  # the third vote is on its way
     client = client_for(make_user("judy", role="adjudicator"))
     assert next_for(client, project, "?min_judgments=2").status_code == 204
     Assignment.objects.filter(reviewer__username="cat").update(status="expired")

@@ -5,13 +5,16 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from annotate.review import selectors, services
+from annotate.review import selectors
+from annotate.review.assignments import assignment_next, assignments_expire_stale
+from annotate.review.errors import ReviewError
+from annotate.review.judgments import judgment_submit, judgment_undo_last
 from annotate.review.models import Assignment, Judgment, Pair, ReviewerTally
 from tests.conftest import import_rows, make_items
 
 
 def judge(assignment, reviewer, choice="left"):
-    return services.judgment_submit(
+    return judgment_submit(
         assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
         criteria={"correct": "left", "complete": "tie"}, rationale="Left is right and explains it fully.",
         client_key=__import__("uuid").uuid4(),
@@ -25,7 +28,7 @@ def test_each_pair_gets_overlap_distinct_reviewers_and_no_more(make_project, mak
     import_rows(project, make_items(3))
     reviewers = [make_user(f"r{i}") for i in range(4)]
     for reviewer in reviewers:
-        while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+        while (assignment := assignment_next(project=project, reviewer=reviewer)) is not None:
             judge(assignment, reviewer)
     per_pair = {p.pk: set(Assignment.objects.filter(pair=p).values_list("reviewer", flat=True)) for p in Pair.objects.all()}
     assert all(len(reviewers_of_pair) == 2 for reviewers_of_pair in per_pair.values())
@@ -36,8 +39,8 @@ def test_each_pair_gets_overlap_distinct_reviewers_and_no_more(make_project, mak
 
 def test_a_reviewer_reloading_gets_the_assignment_they_hold(project, make_user):
     reviewer = make_user("rita")
-    first = services.assignment_next(project=project, reviewer=reviewer)
-    again = services.assignment_next(project=project, reviewer=reviewer)
+    first = assignment_next(project=project, reviewer=reviewer)
+    again = assignment_next(project=project, reviewer=reviewer)
     assert first.pk == again.pk
 
 
@@ -48,7 +51,7 @@ def test_a_share_of_judged_pairs_comes_back_swapped_after_a_gap(make_project, ma
     import_rows(project, make_items(8))
     reviewer = make_user("rita")
     served = []
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=reviewer)) is not None:
         served.append(assignment)
         judge(assignment, reviewer)
     retests = [a for a in served if a.is_retest]
@@ -66,7 +69,7 @@ def test_left_and_right_are_random_and_stored(make_project, make_user):
     import_rows(project, make_items(60))
     reviewer = make_user("rita")
     sides = []
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=reviewer)) is not None:
         sides.append(assignment.a_on_left)
         judge(assignment, reviewer)
     assert 10 < sum(sides) < 50  # 60 fair coin flips; all-one-side has chance 2**-59
@@ -76,13 +79,13 @@ def test_an_expired_assignment_returns_to_the_pool(make_project, make_user):
     project = make_project(overlap=1, retest_rate=0)
     import_rows(project, make_items(1))
     slow, quick = make_user("slow"), make_user("quick")
-    held = services.assignment_next(project=project, reviewer=slow)
-    assert services.assignment_next(project=project, reviewer=quick) is None
+    held = assignment_next(project=project, reviewer=slow)
+    assert assignment_next(project=project, reviewer=quick) is None
     later = timezone.now() + timedelta(minutes=project.assignment_minutes + 1)
-    assert services.assignments_expire_stale(now=later) == 1
-    given = services.assignment_next(project=project, reviewer=quick, now=later)
+    assert assignments_expire_stale(now=later) == 1
+    given = assignment_next(project=project, reviewer=quick, now=later)
     assert given is not None and given.pair_id == held.pair_id
-    with pytest.raises(services.ReviewError) as late:
+    with pytest.raises(ReviewError) as late:
         judge(held, slow)
     assert late.value.status == 410 and "expired" in str(late.value)
 
@@ -104,11 +107,11 @@ def test_the_reviewer_tally_always_equals_a_recount_through_judging_undo_and_ret
     import_rows(project, make_items(6))
     reviewer = make_user("rita")
     undone = 0
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=reviewer)) is not None:
         judge(assignment, reviewer)
         if undone < 2 and not assignment.is_retest:
             # Undo a first-time judgment (cancelling the retest it scheduled), then judge it again.
-            reopened = services.judgment_undo_last(project=project, reviewer=reviewer)
+            reopened = judgment_undo_last(project=project, reviewer=reviewer)
             assert reopened.pk == assignment.pk
             undone += 1
             tally = ReviewerTally.objects.get(project=project, reviewer=reviewer)
@@ -126,14 +129,14 @@ def test_progress_counts_open_pairs_up_to_a_cap_and_says_when_there_are_more(mak
     project = make_project(overlap=1, retest_rate=0)
     import_rows(project, make_items(selectors.REMAINING_COUNT_CAP + 5))
     reviewer = make_user("rita")
-    services.assignment_next(project=project, reviewer=reviewer)
+    assignment_next(project=project, reviewer=reviewer)
     progress = selectors.reviewer_progress(project=project, reviewer=reviewer)
     # The held assignment plus open pairs counted up to the cap; the true number is larger.
     assert progress == {"judged": 0, "remaining": selectors.REMAINING_COUNT_CAP + 1, "remaining_is_at_least": True}
 
     small = make_project(slug="small", overlap=1, retest_rate=0)
     import_rows(small, make_items(3))
-    services.assignment_next(project=small, reviewer=reviewer)
+    assignment_next(project=small, reviewer=reviewer)
     assert selectors.reviewer_progress(project=small, reviewer=reviewer) == {
         "judged": 0, "remaining": 3, "remaining_is_at_least": False,
     }

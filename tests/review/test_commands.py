@@ -6,7 +6,8 @@ import pytest
 from django.contrib.auth import authenticate, get_user_model
 from django.core.management import CommandError, call_command
 
-from annotate.review import selectors, services
+from annotate.review import selectors
+from annotate.review.assignments import assignment_next
 from annotate.review.models import CriteriaVersion, Pair, Project
 
 CRITERIA = """instructions: Pick the answer a careful teacher would give a ten-year-old.
@@ -90,6 +91,6 @@ def test_seed_demo_loads_thirty_prompts_and_prints_working_accounts():
     reviewer = get_user_model().objects.get(username="reviewer")
     for slug, round_items in (("demo", None), ("demo-onboarding", 2)):
         project = Project.objects.get(slug=slug)
-        assignment = services.assignment_next(project=project, reviewer=reviewer)
+        assignment = assignment_next(project=project, reviewer=reviewer)
         shown = selectors.assignment_payload(assignment=assignment, project=project, reviewer=reviewer)
         assert shown.get("qualification", {}).get("items") == round_items

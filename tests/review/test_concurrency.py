@@ -6,7 +6,9 @@ from collections import Counter
 import pytest
 from django.db import connection
 
-from annotate.review import queue_sql, services
+from annotate.review import queue_sql
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment, Judgment, Pair
 from tests.conftest import import_rows, make_items
 from tests.review.helpers import give_history, run_at_once
@@ -19,7 +21,7 @@ def test_fifty_reviewers_asking_at_once_never_over_assign(make_project, make_use
     project = make_project(overlap=3, retest_rate=0)
     import_rows(project, make_items(10))  # 10 pairs x 3 = 30 slots for 50 reviewers
     reviewers = [make_user(f"r{i:02d}") for i in range(50)]
-    given = run_at_once(50, lambda i: services.assignment_next(project=project, reviewer=reviewers[i]))
+    given = run_at_once(50, lambda i: assignment_next(project=project, reviewer=reviewers[i]))
     assert sum(a is not None for a in given) == 30
     per_pair = Counter(Assignment.objects.filter(project=project).values_list("pair_id", flat=True))
     assert set(per_pair.values()) == {3}
@@ -32,8 +34,8 @@ def test_reviewers_racing_through_a_project_judge_each_pair_exactly_overlap_time
 
     def judge_until_done(i: int) -> int:
         judged = 0
-        while (assignment := services.assignment_next(project=project, reviewer=reviewers[i])) is not None:
-            services.judgment_submit(
+        while (assignment := assignment_next(project=project, reviewer=reviewers[i])) is not None:
+            judgment_submit(
                 assignment_id=assignment.pk, reviewer=reviewers[i], choice="tie", strength=None,
                 criteria={"correct": "tie", "complete": "tie"}, rationale="Both answers are equally good here.",
                 client_key=uuid.uuid4(),
@@ -49,11 +51,11 @@ def test_reviewers_racing_through_a_project_judge_each_pair_exactly_overlap_time
 
 def test_the_same_judgment_sent_twice_at_once_is_stored_once(project, make_user):
     reviewer = make_user("rita")
-    assignment = services.assignment_next(project=project, reviewer=reviewer)
+    assignment = assignment_next(project=project, reviewer=reviewer)
     key = uuid.uuid4()
 
     def send(_: int):
-        return services.judgment_submit(
+        return judgment_submit(
             assignment_id=assignment.pk, reviewer=reviewer, choice="left", strength=1,
             criteria={"correct": "left", "complete": "left"}, rationale="Left is right and explains it fully.",
             client_key=key,
@@ -74,8 +76,8 @@ def test_a_reviewer_far_ahead_racing_the_others_never_gets_a_pair_twice_nor_over
     give_history(project, reviewers[0], newest_first[:history])
 
     def judge_until_done(i: int) -> None:
-        while (assignment := services.assignment_next(project=project, reviewer=reviewers[i])) is not None:
-            services.judgment_submit(
+        while (assignment := assignment_next(project=project, reviewer=reviewers[i])) is not None:
+            judgment_submit(
                 assignment_id=assignment.pk, reviewer=reviewers[i], choice="tie", strength=None,
                 criteria={"correct": "tie", "complete": "tie"}, rationale="Both answers are equally good here.",
                 client_key=uuid.uuid4(),

@@ -13,8 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from annotate.exports.filters import filters_parse
 from annotate.exports.models import Export
 from annotate.exports.services import export_create
-from annotate.review import services
-from annotate.review.selectors import roles_cache_key
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit
+from annotate.roles import roles_cache_key
 from annotate.runs.models import Checkpoint, Run
 from tests.conftest import answer_gold, import_rows, make_items
 from tests.review.helpers import gold_items, live_items
@@ -71,11 +72,11 @@ class HomePage(HTMLParser):
 def judge(project, reviewer, winners: list[str]) -> None:
     """The reviewer judges their next len(winners) pairs, preferring response a or b (as stored) in turn."""
     for winner in winners:
-        assignment = services.assignment_next(project=project, reviewer=reviewer)
+        assignment = assignment_next(project=project, reviewer=reviewer)
         choice = "left" if (winner == "a") == assignment.a_on_left else "right"
-        services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
-                                 criteria={"correct": choice, "complete": "tie"},
-                                 rationale="Chosen for being right and clear.", client_key=uuid.uuid4())
+        judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=2,
+                        criteria={"correct": choice, "complete": "tie"},
+                        rationale="Chosen for being right and clear.", client_key=uuid.uuid4())
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from annotate.review import import_sql, services
+from annotate.review import import_sql
+from annotate.review.import_sql import items_import_file
 from annotate.review.importing import ImportRejected, items_parse
 from annotate.review.models import Pair, Prompt, Response
 from tests.conftest import import_rows, make_items
@@ -29,7 +30,7 @@ def jsonl(rows) -> bytes:
 
 
 def import_file(project, body: bytes):
-    return services.items_import_file(project=project, lines=io.BytesIO(body))
+    return items_import_file(project=project, lines=io.BytesIO(body))
 
 
 def stored(project) -> dict:

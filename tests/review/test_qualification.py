@@ -7,7 +7,9 @@ import uuid
 import pytest
 from django.core.management import CommandError, call_command
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.import_sql import items_import
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment, GoldCheck, Pair, QualificationAttempt
 from tests.conftest import import_rows
 from tests.review.helpers import REASON, gold_items, live_items
@@ -181,10 +183,10 @@ def test_a_gold_rate_of_zero_mixes_nothing(make_project, make_user):
     import_rows(project, gold_items(3) + live_items(3))
     reviewer = make_user("rita")
     judged = []
-    while (assignment := services.assignment_next(project=project, reviewer=reviewer)) is not None:
-        services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice="tie", strength=None,
-                                 criteria={"correct": "tie", "complete": "tie"},
-                                 rationale="Both answers say the same thing in other words.", client_key=uuid.uuid4())
+    while (assignment := assignment_next(project=project, reviewer=reviewer)) is not None:
+        judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice="tie", strength=None,
+                        criteria={"correct": "tie", "complete": "tie"},
+                        rationale="Both answers say the same thing in other words.", client_key=uuid.uuid4())
         judged.append(assignment.pair.prompt.external_id)
     # Every pair was served and judged as live work, the gold ones too (at overlap 1, once each) ...
     assert sorted(judged) == sorted(item["prompt_id"] for item in gold_items(3) + live_items(3))
@@ -206,7 +208,7 @@ def test_the_import_keeps_the_gold_reason_and_refuses_a_bad_one(make_project):
     bad = gold_items(1, first=5)
     bad[0]["gold"]["why"] = "typo"
     with pytest.raises(ImportRejected) as rejected:
-        services.items_import(project=project, items=items_parse([__import__("json").dumps(bad[0])]))
+        items_import(project=project, items=items_parse([__import__("json").dumps(bad[0])]))
     assert rejected.value.errors == ["line 1: gold has unknown key(s) ['why']; use preferred and reason"]
 
 

@@ -3,14 +3,16 @@
 import uuid
 from collections import Counter
 
-from annotate.review import queue_sql, selectors, services
+from annotate.review import queue_sql, selectors
+from annotate.review.assignments import assignment_next
+from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment, Pair, ReviewerTally
 from tests.conftest import import_rows, make_items
 from tests.review.helpers import give_history
 
 
 def judge(assignment, reviewer):
-    services.judgment_submit(
+    judgment_submit(
         assignment_id=assignment.pk, reviewer=reviewer, choice="tie", strength=None,
         criteria={"correct": "tie", "complete": "tie"}, rationale="Both answers are equally good here.",
         client_key=uuid.uuid4(),
@@ -36,7 +38,7 @@ def test_a_reviewer_far_ahead_gets_every_unseen_pair_once_their_retests_and_neve
     give_history(project, others[2], [started_by_other])
 
     served = []
-    while (assignment := services.assignment_next(project=project, reviewer=ahead)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=ahead)) is not None:
         served.append(assignment)
         judge(assignment, ahead)
 
@@ -76,10 +78,10 @@ def test_pairs_the_others_started_reach_the_reviewer_ahead_once_no_untouched_pai
     give_history(project, ahead, oldest_first[6:])
     give_history(project, behind, oldest_first[:3])  # started, behind all of the ahead reviewer's pairs
     given = []
-    while (assignment := services.assignment_next(project=project, reviewer=ahead)) is not None:
+    while (assignment := assignment_next(project=project, reviewer=ahead)) is not None:
         given.append(assignment.pair_id)
         judge(assignment, ahead)
     # The untouched ones first (newest first), then the ones the other reviewer started.
     assert given == oldest_first[5:2:-1] + oldest_first[2::-1]
     # The reviewer behind is given the fullest pairs first: the ones the reviewer ahead has judged.
-    assert services.assignment_next(project=project, reviewer=behind).pair_id == oldest_first[-1]
+    assert assignment_next(project=project, reviewer=behind).pair_id == oldest_first[-1]

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from annotate.quality.selectors import agreement_report_for_project
-from annotate.review.selectors import STANDING_STEP
+from annotate.quality.standing import STANDING_STEP
 from tests.conftest import import_rows, judge_until_done, make_items
 from tests.review.helpers import judge
 

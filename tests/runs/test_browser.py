@@ -11,7 +11,8 @@ import time
 import pytest
 
 from annotate.exports.models import Export
-from annotate.review import services
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 from annotate.runs.models import Run
 from tests.e2e.conftest import _database_before_live_server, _orm_beside_playwright, artifacts, browser  # noqa: F401
 from tests.runs.conftest import process_alive
@@ -29,9 +30,9 @@ LONG_RUN = ("learning_rate: 1.0e-4\nmax_steps: 2000\nper_device_train_batch_size
 
 def test_an_engineer_launches_follows_and_cancels_a_run(live_server, base_checkpoint, tiny_snapshot, browser,  # noqa: F811
                                                         artifacts):  # noqa: F811
-    services.user_add(username="eve", role="engineer", password=PASSWORD)
-    project, _, _ = services.project_create_or_update(slug="speed", name="Speed", instructions="Pick the right one.",
-                                                      criteria_items=[{"key": "correct", "text": "It is right."}])
+    user_add(username="eve", role="engineer", password=PASSWORD)
+    project, _, _ = project_create_or_update(slug="speed", name="Speed", instructions="Pick the right one.",
+                                             criteria_items=[{"key": "correct", "text": "It is right."}])
     export = Export.objects.create(project=project, filters={}, status=Export.Status.DONE, out_dir=str(tiny_snapshot),
                                    counts={"train": 24, "test": 8})
     page = browser.new_page(viewport={"width": 1440, "height": 1000})

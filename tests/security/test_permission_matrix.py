@@ -15,7 +15,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
 from annotate.exports.models import Export
-from annotate.review import services
+from annotate.review.assignments import assignment_next
 from annotate.review.models import Assignment
 from tests.conftest import import_rows, make_items
 
@@ -128,7 +128,7 @@ def world(make_project, make_user):
     import_rows(project, make_items(4))
     users = {role: make_user(role, role=role) for role in ("adjudicator", "engineer", "admin", "reviewer")}
     users["other"] = make_user("other", role="reviewer")
-    assignment = services.assignment_next(project=project, reviewer=users["reviewer"])
+    assignment = assignment_next(project=project, reviewer=users["reviewer"])
     export = Export.objects.create(project=project, status="done", filters={}, created_by=users["admin"])
     return {"users": users, "slug": project.slug, "assignment": assignment.pk, "export": export.pk,
             "adjudication": 1, "missing": 987654321}

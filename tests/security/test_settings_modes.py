@@ -104,13 +104,13 @@ def test_the_schema_is_for_engineers_and_admins_in_production(tmp_path):
     code = """
 import json
 from django.test import Client
-from annotate.review import services
+from annotate.review.users import user_add
 from rest_framework.authtoken.models import Token
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
 out = {}
 for name, role in (("rita", "reviewer"), ("erin", "engineer")):
-    user, _, _ = services.user_add(username=name, role=role, password="a-long-test-password")
+    user, _, _ = user_add(username=name, role=role, password="a-long-test-password")
     token = Token.objects.create(user=user)
     response = Client(HTTP_HOST="pairwise.example.org").get("/api/schema/", secure=True,
                                                              HTTP_AUTHORIZATION=f"Token {token.key}")

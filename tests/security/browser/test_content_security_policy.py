@@ -7,8 +7,12 @@ import uuid
 
 import pytest
 
-from annotate.review import services
+from annotate.review.assignments import assignment_next
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
+from annotate.review.judgments import judgment_submit
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 
 expect = pytest.importorskip(
     "playwright.sync_api", reason="Playwright for Python is missing; install the project's test extras"
@@ -28,21 +32,21 @@ document.addEventListener("securitypolicyviolation",
 @pytest.fixture
 def split_project(db):
     """Two reviewers split on one pair of two: there is something to review, chart and export."""
-    project, _, _ = services.project_create_or_update(
+    project, _, _ = project_create_or_update(
         slug="csp", name="Policy check", instructions="Pick the better answer.",
         criteria_items=[{"key": "correct", "text": "Every step is right."}], overlap=2, retest_rate=0.0,
     )
     rows = [{"prompt_id": f"p{i}", "prompt": f"What is {i} + {i}?",
              "responses": [{"text": f"**{2 * i}**", "model": "m1"}, {"text": f"{2 * i + 1}", "model": "m2"}]}
             for i in range(2)]
-    services.items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
+    items_import(project=project, items=items_parse(json.dumps(row) for row in rows))
     for name, click in (("ann", "left"), ("bob", "right")):
-        reviewer, _, _ = services.user_add(username=name, role="reviewer", password=PASSWORD)
-        assignment = services.assignment_next(project=project, reviewer=reviewer)
-        services.judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=click, strength=2,
-                                 criteria={"correct": click}, rationale=f"{name} read both answers carefully.",
-                                 client_key=uuid.uuid4())
-    services.user_add(username="ada", role="admin", password=PASSWORD)
+        reviewer, _, _ = user_add(username=name, role="reviewer", password=PASSWORD)
+        assignment = assignment_next(project=project, reviewer=reviewer)
+        judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=click, strength=2,
+                        criteria={"correct": click}, rationale=f"{name} read both answers carefully.",
+                        client_key=uuid.uuid4())
+    user_add(username="ada", role="admin", password=PASSWORD)
     return project
 
 

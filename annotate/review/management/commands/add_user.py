@@ -1,6 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.review import services
+from annotate.review.errors import ReviewError
+from annotate.review.users import user_add
+from annotate.roles import ROLES
 
 
 class Command(BaseCommand):
@@ -9,15 +11,15 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("username")
-        parser.add_argument("--role", required=True, choices=services.ROLES)
+        parser.add_argument("--role", required=True, choices=ROLES)
         parser.add_argument("--password", help="Default for a new user: a random one, printed. An existing "
                                                 "user keeps theirs unless this is given.")
 
     def handle(self, *args, username, role, password, **options):
         try:
-            user, password_set, created = services.user_add(username=username, role=role, password=password,
-                                                            replace_password=password is not None)
-        except services.ReviewError as exc:
+            user, password_set, created = user_add(username=username, role=role, password=password,
+                                                   replace_password=password is not None)
+        except ReviewError as exc:
             raise CommandError(str(exc)) from None
         if created:
             shown = password_set if password is None else "(as given)"

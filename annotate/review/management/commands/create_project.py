@@ -2,9 +2,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.review import services
 from annotate.review.criteria import CriteriaRejected, criteria_parse
+from annotate.review.errors import ReviewError
 from annotate.review.overlap import STOP_RULES
+from annotate.review.projects import project_create_or_update
 
 
 class Command(BaseCommand):
@@ -43,7 +44,7 @@ class Command(BaseCommand):
             raise CommandError(f"{criteria}: no such criteria file")
         try:
             instructions, items = criteria_parse(criteria.read_text(encoding="utf-8"), source=str(criteria))
-            project, version, created = services.project_create_or_update(
+            project, version, created = project_create_or_update(
                 slug=slug, name=name, instructions=instructions, criteria_items=items, overlap=overlap,
                 retest_rate=retest, max_pairs_per_prompt=max_pairs_per_prompt, min_rationale_chars=min_rationale,
                 min_overlap=options["min_overlap"], max_overlap=options["max_overlap"],
@@ -52,7 +53,7 @@ class Command(BaseCommand):
                 gold_rate=options["gold_rate"], standing_min_judgments=options["standing_after"],
                 overlap_stop_rule=options["stop_rule"], leaderboard_priority=leaderboard,
             )
-        except (CriteriaRejected, services.ReviewError) as exc:
+        except (CriteriaRejected, ReviewError) as exc:
             raise CommandError(str(exc)) from None
         verb = "created" if created else "updated"
         self.stdout.write(f"project {project.slug} {verb}; criteria version {version.version} ({len(items)} criteria)")

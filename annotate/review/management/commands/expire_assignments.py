@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from annotate.review.services import assignments_expire_stale
+from annotate.review.assignments import assignments_expire_stale
 
 
 class Command(BaseCommand):

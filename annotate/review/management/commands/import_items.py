@@ -2,7 +2,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from annotate.review import services
+from annotate.review.import_sql import items_import_file
 from annotate.review.importing import ImportRejected
 from annotate.review.models import Project
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
             raise CommandError(f"{path}: no such file")
         try:
             with path.open("rb") as lines:  # read line by line while it is stored: memory stays flat
-                summary = services.items_import_file(project=project, lines=lines)
+                summary = items_import_file(project=project, lines=lines)
         except ImportRejected as exc:
             for error in exc.errors:
                 self.stderr.write(f"{path}: {error}")

@@ -12,10 +12,15 @@ from annotate.errors import UserMistake
 from annotate.exports.filters import filters_parse
 from annotate.exports.models import Export
 from annotate.exports.services import export_create, export_run
-from annotate.review import services
+from annotate.review.assignments import assignment_next
 from annotate.review.criteria import criteria_parse
 from annotate.review.demo_data import DEMO_CRITERIA, demo_items
+from annotate.review.errors import ReviewError
+from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
+from annotate.review.judgments import judgment_submit
+from annotate.review.projects import project_create_or_update
+from annotate.review.users import user_add
 
 DEMO_USERS = [("reviewer", "reviewer"), ("reviewer2", "reviewer"), ("reviewer3", "reviewer"),
               ("adjudicator", "adjudicator"), ("engineer", "engineer"), ("admin", "admin")]
@@ -69,14 +74,14 @@ def judge_demo_project(project, reviewers: list, *, seed: int = 0) -> int:
     for reviewer in reviewers:
         rng = random.Random(f"{seed}:{reviewer.username}")
         right_share = JUDGED_RIGHT_SHARE.get(reviewer.username, 0.8)
-        while (assignment := services.assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
+        while (assignment := assignment_next(project=project, reviewer=reviewer, now=clock)) is not None:
             pair = assignment.pair
             a_right = is_worked_answer(pair.response_a.text)
             picks_a = a_right if rng.random() < right_share else not a_right
             choice = "left" if picks_a == assignment.a_on_left else "right"
             # A pair served earlier (on the reviewer's page) is judged after it was served, not on the demo's clock.
             clock = max(clock, assignment.served_at or clock) + timedelta(seconds=rng.randint(25, 90))
-            services.judgment_submit(
+            judgment_submit(
                 assignment_id=assignment.pk, reviewer=reviewer, choice=choice, strength=rng.choice([1, 2, 3]),
                 criteria={"correct": choice, "complete": choice if rng.random() < 0.7 else "tie"},
                 rationale=demo_rationale(reviewer.username, prompt=pair.prompt.messages[-1]["content"], choice=choice,
@@ -98,7 +103,7 @@ class Command(BaseCommand):
     def handle(self, *args, prompts, no_task_sets, **options):
         accounts = []
         for username, role in DEMO_USERS:
-            user, password, _ = services.user_add(username=username, role=role)
+            user, password, _ = user_add(username=username, role=role)
             if role == "admin":
                 user.is_superuser = True
                 user.save(update_fields=["is_superuser"])
@@ -108,14 +113,14 @@ class Command(BaseCommand):
                                      ("demo-onboarding", "Average speed (onboarding demo)", ONBOARDING_SETTINGS),
                                      (JUDGED_SLUG, "Average speed (judged and exported demo)", {})]:
             try:
-                project, _, _ = services.project_create_or_update(
+                project, _, _ = project_create_or_update(
                     slug=slug, name=name, instructions=instructions, criteria_items=items, **settings
                 )
-            except services.ReviewError as exc:  # e.g. too few prompts (--prompts) to carry the round's gold
+            except ReviewError as exc:  # e.g. too few prompts (--prompts) to carry the round's gold
                 raise CommandError(f"project {slug}: {exc}") from None
             # Through the same parser and import as a user's file.
             parsed = items_parse(json.dumps(row) for row in demo_items(count=prompts))
-            summary = services.items_import(project=project, items=parsed)
+            summary = items_import(project=project, items=parsed)
             self.stdout.write(f"project {slug}: {summary.prompts_created} new prompt(s), "
                               f"{summary.pairs_created} new pair(s)")
             if slug == JUDGED_SLUG:

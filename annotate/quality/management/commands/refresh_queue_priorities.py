@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from annotate.quality.queue_priorities import queue_priorities_refresh
 from annotate.review.models import Project
-from annotate.review.services import queue_priorities_refresh
 
 
 class Command(BaseCommand):
