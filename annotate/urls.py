@@ -48,7 +48,7 @@ api_v1 = [
     path("exports/<id:export_id>", exports_api.ExportDetailView.as_view(), name="export-detail"),
     path("exports/<id:export_id>/retry", exports_api.ExportRetryView.as_view(), name="export-retry"),
     path("exports/<id:export_id>/files/<str:name>", exports_api.ExportFileView.as_view(), name="export-file"),
-    path("", include("annotate.quality.api_urls")),
+    path("", include("annotate.runs.model_reviewer_api_urls")),
 ]
 
 # The API first, and the reviewer queue's two routes first within it: Django tries patterns in order,
@@ -61,7 +61,7 @@ urlpatterns = [
     path("projects/<slug:slug>/quality/", quality_views.quality_dashboard, name="quality-dashboard"),
     path("projects/<slug:slug>/quality/qualification", quality_views.qualification_release_page,
          name="qualification-release"),
-    path("", include("annotate.quality.page_urls")),
+    path("", include("annotate.runs.model_reviewer_page_urls")),
     path("projects/<slug:slug>/exports/", exports_views.exports_page, name="exports-page"),
     path("projects/<slug:slug>/exports/<id:export_id>/retry", exports_views.export_retry_page, name="exports-retry"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),

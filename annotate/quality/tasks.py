@@ -1,5 +1,6 @@
-"""Celery tasks of the quality app, off the request path: a project's stored agreement report, a model
-reviewer's scores, leaderboard projects' queue priorities."""
+"""Celery tasks of the quality app, off the request path: a project's stored agreement report, leaderboard
+projects' queue priorities. A model reviewer's scoring needs the training process: its task is the runs app's
+(annotate/runs/tasks.py score_model_reviewer)."""
 
 from celery import shared_task
 
@@ -19,15 +20,6 @@ def recompute_agreement_report(project_id: int) -> str:
         return f"{project.slug}: {stored.judgments_covered} judgments in {stored.compute_seconds:.1f} s"
     finally:
         services.stored_report_recompute_done(project_id=project_id)
-
-
-@shared_task
-def score_model_reviewer(reviewer_id: int, attempt: int) -> str:
-    """Score a model reviewer's judged pairs (annotate/quality/model_reviewers.py); a stale delivery does nothing."""
-    from annotate.quality.model_reviewers import model_reviewer_run
-
-    reviewer = model_reviewer_run(reviewer_id=reviewer_id, attempt=attempt)
-    return reviewer.status if reviewer is not None else "skipped"
 
 
 @shared_task

@@ -1,11 +1,12 @@
-"""Celery tasks of training runs, on their own queue ("training") so long runs never hold up exports or
-the reviewer sweeps; and the periodic sweeps that follow runs when nobody looks. The work lives in
-annotate/runs/execute.py and annotate/runs/sweeps.py; a task only calls it."""
+"""Celery tasks of training runs and of model reviewers' scoring, on their own queue ("training") so long runs
+never hold up exports or the reviewer sweeps; and the periodic sweeps that follow runs when nobody looks. The work
+lives in annotate/runs/execute.py, annotate/runs/model_reviewer_scoring.py and annotate/runs/sweeps.py; a task only
+calls it."""
 
 from celery import shared_task
 from celery.signals import worker_ready
 
-from annotate.runs import execute, sweeps
+from annotate.runs import execute, model_reviewer_scoring, sweeps
 from annotate.runs.queue import EXECUTE_RUN, QUEUE
 
 
@@ -14,6 +15,14 @@ def execute_run(self, run_id: int) -> str:
     """Run one queued run to its end; a repeated or stale delivery does nothing."""
     run = execute.run_execute(run_id=run_id, worker=self.request.hostname or "in-process")
     return run.status if run is not None else "skipped"
+
+
+@shared_task(name=model_reviewer_scoring.SCORE_MODEL_REVIEWER)
+def score_model_reviewer(reviewer_id: int, attempt: int) -> str:
+    """Score a model reviewer's judged pairs (annotate/runs/model_reviewer_scoring.py); a stale delivery does
+    nothing. On the training queue, as a run, since it runs a training command."""
+    reviewer = model_reviewer_scoring.model_reviewer_run(reviewer_id=reviewer_id, attempt=attempt)
+    return reviewer.status if reviewer is not None else "skipped"
 
 
 @shared_task

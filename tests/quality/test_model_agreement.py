@@ -13,9 +13,9 @@ from annotate.quality.model_agreement import (
     model_winner,
     winner_of_screen_choice,
 )
-from annotate.quality.model_reviewers import ScoringFailed, finite_scores
 from annotate.review.choices import WINNER_A, WINNER_B, WINNER_TIE
 from annotate.review.overlap import reviewers_with_one_more
+from annotate.runs.model_reviewer_scoring import ScoringFailed, finite_scores
 
 # Twelve judged pairs: votes a, b, tie, both_bad; the model's scores of a and b.
 VOTES = np.array([

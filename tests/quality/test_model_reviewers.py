@@ -16,12 +16,12 @@ from annotate.exports.pipeline import snapshot_write
 from annotate.quality.model_reviewers import STALE_AFTER
 from annotate.quality.models import ModelPairScore, ModelReviewer
 from annotate.quality.selectors import agreement_report_for_project
-from annotate.quality.tasks import score_model_reviewer
 from annotate.review.assignments import assignment_next
 from annotate.review.judgments import judgment_submit, judgment_undo_last
 from annotate.review.models import Pair
 from annotate.review.projects import project_settings_update
 from annotate.runs.checkpoints import checkpoint_register
+from annotate.runs.tasks import score_model_reviewer
 from tests.conftest import import_rows, judge_until_done, make_items
 from tests.exports.helpers import configure_celery
 

@@ -1,5 +1,6 @@
 """Model reviewers over the API: admins and engineers read them, admins attach, change, score again and detach
-(annotate/quality/model_reviewers.py; docs/agreement.md, "A model reviewer")."""
+(annotate/runs/model_reviewer_scoring.py, annotate/quality/model_reviewers.py; docs/agreement.md, "A model
+reviewer")."""
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
@@ -11,15 +12,14 @@ from annotate.permissions import IsAdmin, IsAdminOrEngineer
 from annotate.quality.model_reviewers import (
     UNCHANGED,
     ModelReviewerMistake,
-    model_reviewer_attach,
     model_reviewer_change,
     model_reviewer_detach,
-    model_reviewer_score_again,
     model_reviewer_summaries,
     model_reviewer_summary,
 )
 from annotate.quality.models import ModelReviewer
 from annotate.review.selectors import project_or_404
+from annotate.runs.model_reviewer_scoring import model_reviewer_attach, model_reviewer_score_again
 
 ATTACH_FIELDS = {"checkpoint", "offer_disagreements", "disagreement_threshold"}
 CHANGE_FIELDS = {"offer_disagreements", "disagreement_threshold"}

@@ -1,9 +1,9 @@
-"""The model reviewers' API routes, mounted under /api/v1/ (include("annotate.quality.api_urls"), after the `id`
-path converter is registered)."""
+"""The model reviewers' API routes, mounted under /api/v1/ (include("annotate.runs.model_reviewer_api_urls"), after
+the `id` path converter is registered)."""
 
 from django.urls import path
 
-from annotate.quality import model_reviewer_api
+from annotate.runs import model_reviewer_api
 
 urlpatterns = [
     path("projects/<slug:slug>/model-reviewers", model_reviewer_api.ModelReviewersView.as_view(),
