@@ -20,8 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.csgraph import connected_components
 
 from annotate.quality.agreement import count_distinct_rows
 from annotate.quality.table import JudgmentTable
@@ -89,6 +87,10 @@ def bradley_terry_ratings(
     confidence: float = 0.95,
 ) -> ModelRatings:
     """Fit Bradley–Terry over the models of ``table`` with a bootstrap CI over pairs."""
+    # Imported here: SciPy takes a fifth of a second to import, and every process starts the apps.
+    from scipy import sparse
+    from scipy.sparse.csgraph import connected_components
+
     rows = np.flatnonzero(~table.is_retest & (table.model_a != table.model_b))
     model_a, model_b, winner = table.model_a[rows], table.model_b[rows], table.winner[rows]
     model = np.unique(np.concatenate([model_a, model_b]))

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import binomtest
 
 from annotate.quality import agreement as agreement_stats
 from annotate.quality.consensus import consensus_summary, pair_consensus
@@ -311,6 +310,9 @@ def position_bias(settings: _Settings) -> dict:
         settings.notes.add("position_bias", "no judgment chose a side (all ties or both_bad, or none at all)")
         return {"left_rate": None, "ci": None, "p_value": None, "left": 0, "decisive_judgments": 0}
     left_rate, left_ci = _overall_rate(n_left, n_decisive, settings.confidence)
+    # Imported here: SciPy's statistics take a second to import, and every process starts the apps.
+    from scipy.stats import binomtest
+
     return {
         "left_rate": left_rate,
         "ci": left_ci,

@@ -17,9 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import binom
-from statsmodels.stats.multitest import multipletests
-from statsmodels.stats.proportion import proportion_confint
 
 from annotate.quality.table import JudgmentTable
 from annotate.review.choices import WINNER_B, WINNERS
@@ -104,6 +101,9 @@ def wilson_interval(
     high = np.full(hits.shape, np.nan)
     some = total > 0
     if np.any(some):
+        # Imported here: SciPy's statistics take a second to import, and every process starts the apps.
+        from statsmodels.stats.proportion import proportion_confint
+
         low[some], high[some] = proportion_confint(
             hits[some], total[some], alpha=1 - confidence, method="wilson"
         )
@@ -118,6 +118,8 @@ def binomial_two_sided_p(*, hits: np.ndarray, total: np.ndarray) -> np.ndarray:
     """
     hits = np.asarray(hits, dtype=np.float64)
     total = np.asarray(total, dtype=np.float64)
+    from scipy.stats import binom  # imported here, as in wilson_interval
+
     tails = np.minimum(binom.cdf(hits, total, 0.5), binom.sf(hits - 1, total, 0.5))
     return np.where(total > 0, np.minimum(1.0, 2.0 * tails), np.nan)
 
@@ -225,6 +227,8 @@ def reviewer_quality(
     left_p_adjusted = np.full(n, np.nan)
     tested = np.isfinite(left_p)
     if np.any(tested):
+        from statsmodels.stats.multitest import multipletests  # imported here, as in wilson_interval
+
         left_p_adjusted[tested] = multipletests(left_p[tested], method="holm")[1]
 
     retest = _rate(count(retests.retest_rows[retests.consistent]), count(retests.retest_rows))
