@@ -105,6 +105,7 @@ def test_max_pairs_per_prompt_and_the_prompt_counts_count_texts_not_ids(make_pro
     assert (preview["train"], preview["test"]) == (manifest["counts"]["train"], manifest["counts"]["test"])
 
 
+@pytest.mark.slow  # seeds and exports the whole demo once per seed
 def test_the_demo_exports_with_every_seed(tmp_path):
     call_command("seed_demo", stdout=io.StringIO())
     prompts = Prompt.objects.filter(project__slug="demo")

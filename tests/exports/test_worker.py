@@ -61,6 +61,7 @@ def test_a_worker_runs_the_export_the_api_started(voted_project, make_user, clie
     assert len(data["train"]) + len(data["test"]) == 9
 
 
+@pytest.mark.slow  # starts, kills and restarts a Celery worker
 @pytest.mark.postgres
 @needs_redis
 @pytest.mark.django_db(transaction=True)

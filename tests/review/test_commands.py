@@ -77,6 +77,7 @@ def test_add_user_gives_one_role_and_a_password_that_works():
         call_command("add_user", "x", "--role", "wizard")
 
 
+@pytest.mark.slow  # seeds the whole demo
 @pytest.mark.django_db
 def test_seed_demo_loads_thirty_prompts_and_prints_working_accounts():
     out = run("seed_demo")

@@ -388,6 +388,7 @@ def test_qualification_settings_the_gold_cannot_fill_are_refused_in_one_line(mak
     assert str(command_refused.value).startswith("qualification items 1 x attempts 4 need 4 gold pairs")
 
 
+@pytest.mark.slow  # seeds the whole demo
 def test_the_demo_onboarding_settings_fit_the_demo_gold(db):
     from annotate.review.models import Project, gold_pairs, qualification_gold_short
 
