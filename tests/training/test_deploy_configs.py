@@ -21,7 +21,7 @@ def test_accelerate_config_reads(name, distributed_type, zero_stage):
         assert config.deepspeed_config["zero_stage"] == zero_stage
 
 
-@pytest.mark.parametrize("name", ["dpo.sbatch", "grpo.sbatch"])
+@pytest.mark.parametrize("name", ["dpo.sbatch", "grpo.sbatch", "reward.sbatch"])
 def test_slurm_templates_launch_the_training_cli(name):
     text = (DEPLOY / "slurm" / name).read_text()
     assert text.startswith("#!/bin/bash") and "#SBATCH" in text
