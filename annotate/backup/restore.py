@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core import serializers
 from django.core.exceptions import FieldDoesNotExist, ObjectDoesNotExist, ValidationError
 from django.core.management.color import no_style
-from django.core.serializers.base import DeserializationError
+from django.core.serializers.base import DeserializationError, DeserializedObject
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.db.migrations.recorder import MigrationRecorder
 
@@ -34,6 +35,10 @@ from annotate.review.models import Project
 from annotate.roles import ROLES
 
 KNOWN_MODELS = {label for label, _ in PROJECT_ROWS}
+BATCH_ROWS = 2000  # rows a single INSERT stores; memory stays flat in the size of the backup
+# What storing a row can raise when the row itself is wrong: the line is named, the file called damaged.
+ROW_ERRORS = (DeserializationError, FieldDoesNotExist, ValidationError, ObjectDoesNotExist, ValueError, TypeError,
+              LookupError, DatabaseError)
 
 
 @dataclass
@@ -153,12 +158,100 @@ def _users_create(users: list[dict]) -> tuple[int, int]:
     return created, len(users) - created
 
 
-def _rows(path: Path, position: list[int]) -> Iterator[dict]:
-    """The row records, in file order; `position[0]` is the line of the one being read."""
+def _user_fields(label: str) -> list[str]:
+    """The names of a model's foreign keys to the user's primary key: a backup writes them as ["username"]."""
+    user_model = get_user_model()
+    return [field.name for field in apps.get_model(label)._meta.concrete_fields
+            if field.many_to_one and field.related_model is user_model and field.target_field.primary_key]
+
+
+def _rows(path: Path, position: list[int], user_pks: dict[str, int]) -> Iterator[dict]:
+    """The row records, in file order; `position[0]` is the line of the one being read.
+
+    A user reference naming one of the backup's users becomes that user's id here, so the deserializer
+    looks up no user per row; any other reference is left for it to resolve, or to refuse as before.
+    """
+    user_fields: dict[str, list[str]] = {}
     for number, _, record in _lines(path):
         if "model" in record:
             position[0] = number
+            if record["model"] not in user_fields:
+                user_fields[record["model"]] = _user_fields(record["model"])
+            values = record["fields"]
+            for name in user_fields[record["model"]]:
+                key = values.get(name)
+                if isinstance(key, list) and len(key) == 1 and isinstance(key[0], str) and key[0] in user_pks:
+                    values[name] = user_pks[key[0]]
             yield record
+
+
+def _user_pks(users: list[dict]) -> dict[str, int]:
+    """{username: id} here of the backup's users, all of whom exist once _users_create has run."""
+    user_model = get_user_model()
+    names = [user["username"] for user in users]
+    return dict(user_model._default_manager.filter(**{f"{user_model.USERNAME_FIELD}__in": names})
+                .values_list(user_model.USERNAME_FIELD, "pk"))
+
+
+def _rows_insert(batch: list[tuple[int, DeserializedObject]], position: list[int]) -> None:
+    """Store rows of one model in one INSERT, each under its own id; a batch that fails is stored again row by
+    row, so the error names the exact line, as a row-by-row restore would.
+
+    The INSERT is the one a deserialized row's save() makes (Model.save_base with raw=True), for many rows:
+    raw keeps every value as the backup holds it (auto_now_add is not applied) and, like save_base, it runs
+    neither the model's save() nor save signals. bulk_create would set created_at anew.
+    """
+    if not batch:
+        return
+    model = type(batch[0][1].object)
+    fields = [field for field in model._meta.local_concrete_fields if not field.generated]
+    size = max(1, connection.ops.bulk_batch_size(fields, batch))  # SQLite caps the values in one statement
+    for start in range(0, len(batch), size):
+        chunk = batch[start:start + size]
+        try:
+            with transaction.atomic():
+                model._base_manager._insert([row.object for _, row in chunk], fields=fields, using=connection.alias,
+                                            raw=True)
+        except ROW_ERRORS:
+            for number, row in chunk:
+                position[0] = number
+                with transaction.atomic():
+                    row.save(force_insert=True)
+        else:
+            for number, row in chunk:  # what DeserializedObject.save does after its INSERT
+                position[0] = number
+                for accessor_name, object_list in (row.m2m_data or {}).items():
+                    getattr(row.object, accessor_name).set(object_list)
+                row.m2m_data = None
+    batch.clear()
+
+
+def _rows_store(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
+    """Every row of the backup stored in file order: deserialized one by one (an error names its line), inserted
+    in batches of one model. A row without an id is saved alone, so the database numbers it as before."""
+    batch: list[tuple[int, DeserializedObject]] = []
+    rows = serializers.deserialize("python", _rows(path, position, user_pks), handle_forward_references=False)
+    while True:
+        try:
+            row = next(rows, None)
+        except ROW_ERRORS:
+            # A damaged line: the rows before it are stored first, so an earlier row's error is the one named.
+            number = position[0]
+            _rows_insert(batch, position)
+            position[0] = number
+            raise
+        if row is None:
+            break
+        number = position[0]
+        if batch and (type(row.object) is not type(batch[0][1].object) or len(batch) >= BATCH_ROWS):
+            _rows_insert(batch, position)
+        if row.object.pk is None:
+            _rows_insert(batch, position)
+            position[0] = number
+            row.save(force_insert=True)
+        else:
+            batch.append((number, row))
+    _rows_insert(batch, position)
 
 
 def _first_line(error: Exception) -> str:
@@ -173,14 +266,12 @@ def restore_read(path: Path) -> dict:
     with transaction.atomic():
         created, matched = _users_create(checked.users)
         try:
-            for row in serializers.deserialize("python", _rows(path, position), handle_forward_references=False):
-                row.save(force_insert=True)
+            _rows_store(path, position, _user_pks(checked.users))
         except IntegrityError as error:
             raise BackupError(f"{path}: line {position[0]}: cannot be stored here: {_first_line(error)}; "
                               "restore into an empty database, or one that holds none of the backup's "
                               "rows (ids are kept)") from None
-        except (DeserializationError, FieldDoesNotExist, ValidationError, ObjectDoesNotExist, ValueError,
-                TypeError, LookupError, DatabaseError) as error:
+        except ROW_ERRORS as error:
             raise BackupError(f"{path}: line {position[0]}: {_first_line(error)}; the file is damaged") from None
         models = [model for model, _ in project_models()]
         try:

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from annotate.backup.contents import PROJECT_ROWS, project_models
+from annotate.backup.contents import PROJECT_ROWS, LineHasher, line_bytes, project_models
 from annotate.quality.selectors import agreement_report_for_project
 from annotate.quality.services import stored_report_refresh
 from annotate.review import adjudication
@@ -81,6 +81,18 @@ def without_timestamps(value):
     return value
 
 
+def rows_kept(project: Project) -> dict[str, list[dict]]:
+    """Every kept row's values by id, created_at included; a user it points at by username (ids differ here)."""
+    user_model = get_user_model()
+    rows = {}
+    for model, lookup in project_models():
+        names = [f"{field.name}__username" if field.is_relation and field.related_model is user_model
+                 else field.attname for field in model._meta.concrete_fields]
+        rows[model._meta.label_lower] = list(model._base_manager.filter(**{lookup: project.pk})
+                                             .order_by("pk").values(*names))
+    return rows
+
+
 def snapshot_files(folder: Path) -> tuple[str, dict[str, str]]:
     manifest = json.loads((folder / "manifest.json").read_text())
     hashes = {path.name: hashlib.sha256(path.read_bytes()).hexdigest()
@@ -101,7 +113,8 @@ def test_restore_into_an_empty_database_gives_the_same_report_and_snapshot(make_
     assert project.assignments.filter(is_retest=True, current_judgment__isnull=False).exists()
     report_before = agreement_report_for_project(project=project, bootstrap=200)
     call_command("export_snapshot", "kept", "--out", str(tmp_path / "before"), *EXPORT_OPTIONS)
-    counts_before = row_counts(project)
+    counts_before, rows_before = row_counts(project), rows_kept(project)
+    assert rows_before["review.judgment"] and all(row["created_at"] for row in rows_before["review.judgment"])
     backup = tmp_path / "kept.jsonl"
     call_command("backup_project", "kept", "--out", str(backup))
 
@@ -111,6 +124,7 @@ def test_restore_into_an_empty_database_gives_the_same_report_and_snapshot(make_
 
     project = Project.objects.get(slug="kept")
     assert row_counts(project) == counts_before
+    assert rows_kept(project) == rows_before  # every value as it was: created_at not set anew by the restore
     assert without_timestamps(agreement_report_for_project(project=project, bootstrap=200)) == \
         without_timestamps(report_before)
     call_command("export_snapshot", "kept", "--out", str(tmp_path / "after"), *EXPORT_OPTIONS)
@@ -200,6 +214,24 @@ def test_ids_taken_by_another_project_roll_everything_back(backup_file):
     message = restore_refused(backup_file)
     assert "line 4: cannot be stored here" in message  # line 1 the header, 2-3 the users, 4 the project
     assert "restore into an empty database" in message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_id_taken_twice_in_the_file_names_its_own_line(backup_file):
+    # Rows are stored many to an INSERT: the error still names the row's own line, not its batch's first.
+    call_command("flush", interactive=False)
+    lines = backup_file.read_bytes().splitlines(keepends=True)
+    prompts = [number for number, line in enumerate(lines) if b'"model":"review.prompt"' in line]
+    first, third = (json.loads(lines[number]) for number in (prompts[0], prompts[2]))
+    third["pk"] = first["pk"]
+    lines[prompts[2]] = line_bytes(third)
+    hasher = LineHasher()
+    for line in lines[:-1]:
+        hasher.add(line)
+    resealed = backup_file.with_name("resealed.jsonl")
+    resealed.write_bytes(b"".join([*lines[:-1], line_bytes(hasher.closing_record())]))
+    message = restore_refused(resealed)
+    assert f"line {prompts[2] + 1}: cannot be stored here" in message
 
 
 @pytest.mark.django_db
