@@ -12,6 +12,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -117,6 +118,31 @@ def run_measured(command: list[str], *, env: dict, keep: Literal["stdout", "stde
         output = printed.read()
     return ChildRun(exit_code=process.returncode, wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime,
                     peak_rss_bytes=usage.ru_maxrss * 1024, output=output)  # ru_maxrss is in KiB on Linux
+
+
+# A child's ru_maxrss (what run_measured reports) starts at its parent's peak on Linux: exec keeps the larger of
+# the old and new high-water marks. A Python child run through this wrapper writes its own VmHWM (the high-water
+# mark of the memory it has had since its exec) to PEAK_FILE as it exits.
+_OWN_PEAK_WRAPPER = """
+import atexit, os, runpy, sys
+def peak():
+    with open("/proc/self/status") as status, open(os.environ["PEAK_FILE"], "w") as out:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+atexit.register(peak)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run_python_measured(script_and_arguments: list[str], *, env: dict,
+                        keep: Literal["stdout", "stderr", "both"]) -> ChildRun:
+    """run_measured for `python SCRIPT ARGUMENTS`, with peak_rss_bytes the child's own peak, not its parent's
+    when the parent is larger."""
+    with tempfile.NamedTemporaryFile("r", prefix="bench-peak-") as peak:
+        run = run_measured([sys.executable, "-c", _OWN_PEAK_WRAPPER, *script_and_arguments],
+                           env={**env, "PEAK_FILE": peak.name}, keep=keep)
+        run.peak_rss_bytes = int(peak.read() or 0) * 1024  # VmHWM is in kB
+    return run
 
 
 def free_port() -> int:

@@ -39,7 +39,7 @@ from bench.common import (
     machine,
     recreate_database,
     results_path,
-    run_measured,
+    run_python_measured,
     utc_timestamp,
     write_results,
 )
@@ -48,27 +48,10 @@ from bench.export import fill
 DB_NAME = "pairwise_bench_restore"
 SLUG = "bench"  # the project bench.export's fill makes
 TARGETS = {"restore_seconds": 180.0, "at_judgments": 1_000_000, "flat_memory_max_ratio": 1.25}
-# A child's ru_maxrss (what run_measured reports) starts at its parent's peak on Linux: exec keeps the larger of
-# the old and new high-water marks, and this process holds Django and the fill. So each child writes its own
-# VmHWM (the high-water mark of the memory it has since its exec) to PEAK_FILE as it exits.
-PEAK_WRAPPER = """
-import atexit, os, runpy, sys
-def peak():
-    with open("/proc/self/status") as status, open(os.environ["PEAK_FILE"], "w") as out:
-        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
-atexit.register(peak)
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
-
-
 def manage(*arguments: str, env: dict, keep: str = "both") -> ChildRun:
-    """`manage.py ARGUMENTS` in a measured child process, its peak_rss_bytes its own VmHWM (see PEAK_WRAPPER);
-    exits with its output when it fails."""
-    with tempfile.NamedTemporaryFile("r", prefix="bench-restore-peak-") as peak:
-        run = run_measured([sys.executable, "-c", PEAK_WRAPPER, "manage.py", *arguments],
-                           env={**env, "PEAK_FILE": peak.name}, keep=keep)
-        run.peak_rss_bytes = int(peak.read() or 0) * 1024  # VmHWM is in kB
+    """`manage.py ARGUMENTS` in a measured child process, its peak RSS its own (run_python_measured); exits with
+    its output when it fails."""
+    run = run_python_measured(["manage.py", *arguments], env=env, keep=keep)
     if run.exit_code != 0:
         sys.exit(f"manage.py {arguments[0]} failed:\n{run.output[-3000:]}")
     return run
@@ -207,7 +190,7 @@ def main() -> None:
     result = {"targets": TARGETS, **summary(runs), "runs": runs, "machine": machine(),
               "note": args.note or previous.get("note") or
               "seconds are whole child processes (start-up included); peak RSS is each child's own VmHWM as it "
-              "exits (see PEAK_WRAPPER)"}
+              "exits (bench.common.run_python_measured)"}
 
     print(f"{run['judgments']} judgments, {run['rows']} rows; backup file {run['backup']['file_bytes'] / 2**20:.1f} MiB")
     print(f"{'':20}{'seconds':>9}{'CPU s':>9}{'rows/s':>9}{'peak RSS MB':>13}")

@@ -49,7 +49,7 @@ def _own_folders_and_broker_per_worker() -> None:
 
 _own_folders_and_broker_per_worker()
 # Threads for the tests' training runs: two when the suite runs alone, one per worker under pytest-xdist.
-TORCH_THREADS = int(os.environ.get("OMP_NUM_THREADS") or 2) if os.environ.get("PYTEST_XDIST_WORKER") else 2
+TORCH_THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
 
 
 def pytest_addoption(parser):
