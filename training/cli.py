@@ -131,11 +131,19 @@ def _trainer_command(kind: str) -> Callable:
             from training.reward import reward_main
 
             return reward_main(args)
-        from training.grpo.run import grpo_main
+        from training.grpo.cycle import (
+            cycle_main,  # in_process runs grpo_main; staged and overlapped the cycle
+        )
 
-        return grpo_main(args)
+        return cycle_main(args)
 
     return run
+
+
+def _stage(args) -> int:
+    from training.grpo.cycle import stage_main
+
+    return stage_main(args)
 
 
 def _grpo_filter(args) -> int:
@@ -199,7 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     verify.set_defaults(handler=_verifiers_command("verify_main"))
 
     for kind, what in (("dpo", "DPO on a snapshot from a base checkpoint, into a run folder"),
-                       ("grpo", "GRPO on verifiable tasks from a base checkpoint, into a run folder"),
+                       ("grpo", "GRPO on verifiable tasks from a base checkpoint, into a run folder (the config's "
+                        "mode: in_process, staged or overlapped)"),
+                       ("cycle", "GRPO as a cycle of generate, score and update processes on policy versions (the "
+                        "grpo config file; mode staged or overlapped)"),
                        ("reward", "a reward model (a one-output classifier) on a snapshot from a base checkpoint, "
                         "into a run folder")):
         trainer = commands.add_parser(kind, help=what)
@@ -207,7 +218,27 @@ def build_parser() -> argparse.ArgumentParser:
         trainer.add_argument("--help-config", action="store_true", help="list every config key and exit")
         trainer.add_argument("--check", action="store_true", help="check the config and its inputs, print the "
                              "resolved config as JSON, train nothing")
+        if kind == "cycle":
+            trainer.add_argument("--prepare-only", action="store_true", help="create the run folder (config copy, "
+                                 "tasks, versions/v0000) and exit; the stages are then run one by one (deploy/slurm/)")
+            trainer.add_argument("--resume", action="store_true", help="continue the staged run in output_dir from its "
+                                 "last version (as resume_from_checkpoint: true); when every version exists, this only "
+                                 "writes checkpoint/, the ledger and the completed record")
         trainer.set_defaults(handler=_trainer_command(kind))
+
+    from training.grpo.cycle import parse_version
+
+    for stage, what in (("generate", "one generate stage of a staged GRPO run: answers of a batch by a policy version"),
+                        ("score", "one score stage of a staged GRPO run: the verifiers' verdicts on a batch"),
+                        ("update", "one update stage of a staged GRPO run: version V trained on batch V into V+1")):
+        command = commands.add_parser(stage, help=what)
+        command.add_argument("--run", required=True, help="the run folder (a staged run's output_dir)")
+        if stage != "update":
+            command.add_argument("--batch", type=int, required=True, help="batch number (the optimizer step it feeds)")
+        command.add_argument("--version", type=parse_version, required=stage == "update", default=None,
+                             help="policy version, 3 or v0003" + (" (default: the batch number)"
+                                                                 if stage == "generate" else ""))
+        command.set_defaults(handler=_stage, stage=stage)
 
     grpo_filter = commands.add_parser("grpo-filter", help="keep the tasks a checkpoint solves sometimes "
                                       "(difficulty pre-pass for GRPO)")

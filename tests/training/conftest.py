@@ -56,3 +56,36 @@ def tiny_reward_model(tmp_path_factory, tiny_checkpoint, tiny_snapshot) -> Path:
     """A reward model from the tiny checkpoint: two steps on the tiny snapshot (a trained classifier, not a good
     judge: the tests need its identity and its scores, not its taste)."""
     return train_reward_model(tmp_path_factory.mktemp("reward-model"), tiny_checkpoint, tiny_snapshot, steps=2)
+
+
+@pytest.fixture(scope="session")
+def grpo_checkpoint(tmp_path_factory) -> Path:
+    """A tiny checkpoint trained long enough to write answers in the right shape, so that the answers of a
+    group differ in reward (the 20-step one of the other tests writes noise: every reward 0, nothing to learn)."""
+    from training.tiny import TinySFTConfig, build_tiny_sft
+
+    out = tmp_path_factory.mktemp("tiny") / "sft-60"
+    build_tiny_sft(out, TinySFTConfig(steps=60, warmup_steps=10, eval_tasks=2), log=lambda line: None)
+    return out
+
+
+@pytest.fixture(scope="session")
+def speed_tasks(tmp_path_factory) -> Path:
+    from training.task_families import make_tasks
+    from training.tasks import write_tasks
+
+    path = tmp_path_factory.mktemp("tasks") / "speed.jsonl"
+    write_tasks(path, make_tasks("speed", n=12, seed=3))
+    return path
+
+
+@pytest.fixture(scope="session")
+def grpo_in_process_run(tmp_path_factory, grpo_checkpoint, speed_tasks) -> Path:
+    """Two in-process GRPO steps of tests.training.helpers.write_grpo_config's recipe: what the staged cycle must
+    reproduce."""
+    from tests.training.helpers import write_grpo_config
+
+    tmp = tmp_path_factory.mktemp("in-process")
+    result = run_training_cli("grpo", "--config", str(write_grpo_config(tmp, grpo_checkpoint, speed_tasks, name="run")))
+    assert result.returncode == 0, result.stderr
+    return tmp / "run"

@@ -1,4 +1,7 @@
 """Helpers the training tests (and the runs tests that train) share."""
+import json
+from pathlib import Path
+
 from tests.conftest import TORCH_THREADS
 
 
@@ -38,3 +41,49 @@ def load_weights(folder):
     from safetensors.torch import load_file
 
     return load_file(folder / "model.safetensors")
+
+
+def write_grpo_config(tmp_path, checkpoint, tasks, name="grpo", **overrides):
+    """A two-step CPU GRPO config (groups of 4, 24-token answers) as `name`.yaml; overrides replace keys."""
+    import yaml
+
+    config = {
+        "base_checkpoint": str(checkpoint),
+        "tasks": str(tasks),
+        "output_dir": str(tmp_path / name),
+        "max_steps": 2,
+        "num_generations": 4,
+        "per_device_train_batch_size": 8,
+        "max_completion_length": 24,
+        "learning_rate": 5e-3,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "use_cpu": True,
+        "torch_threads": TORCH_THREADS,
+        "verifier_workers": 1,
+        "report_to": ["none"],
+        "seed": 0,
+        **overrides,
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def rollout_rows(run: Path) -> list[dict]:
+    """Every rollout row of a GRPO run folder."""
+    from training.grpo.rollouts import read_rollouts
+
+    return read_rollouts(run).to_pylist()
+
+
+def records(run: Path, batch: int, name: str = "scored.parquet") -> list[dict]:
+    """The answer records a staged run's stage wrote for `batch`."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(run / "batches" / f"{batch:06d}" / name).to_pylist()
+
+
+def version_record(run: Path, number: int) -> dict:
+    """version.json of a staged run's policy version `number`."""
+    return json.loads((run / "versions" / f"v{number:04d}" / "version.json").read_text())

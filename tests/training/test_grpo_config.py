@@ -106,3 +106,33 @@ def test_slurm_templates_launch_grpo_with_a_vllm_server_or_in_process():
     assert "trl vllm-serve --model" in server and "accelerate launch" in server
     assert "-m training grpo --config '$SERVER_CONFIG'" in server
     assert 'vllm_mode="server"' in server and "vllm_server_host=host" in server
+
+
+def test_the_mode_key_chooses_in_process_staged_or_overlapped(tmp_path):
+    assert load_grpo_config(write(tmp_path, "")).mode == "in_process"
+    staged = load_grpo_config(write(tmp_path, "mode: staged\nmax_steps: 3\n"))
+    assert (staged.mode, staged.max_staleness, staged.stage_launcher) == ("staged", 0, "forkserver")
+    overlapped = load_grpo_config(write(tmp_path, "mode: overlapped\nmax_staleness: 2\nmax_steps: 3\n"))
+    assert (overlapped.mode, overlapped.max_staleness) == ("overlapped", 2)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("mode: pipelined\n", "mode must be one of in_process, staged, overlapped, got 'pipelined'"),
+    ("mode: staged\nmax_steps: 3\nmax_staleness: 1\n", "max_staleness is 1 but mode staged waits for each version"),
+    ("mode: overlapped\nmax_steps: 3\n", "max_staleness must be at least 1 in mode overlapped"),
+    ("mode: staged\n", "max_steps must be set in mode staged: it is the number of cycles"),
+    ("mode: staged\nmax_steps: 3\ndynamic_sampling: true\n", "dynamic_sampling is True, but mode staged runs one "
+                                                             "generation batch per optimizer step"),
+    ("mode: overlapped\nmax_staleness: 1\nmax_steps: 3\nnum_iterations: 2\n", "num_iterations is 2, but mode overlapped"),
+    ("mode: staged\nmax_steps: 3\nstage_launcher: docker\n", "stage_launcher must be forkserver or python"),
+])
+def test_a_mode_the_cycle_cannot_run_is_one_line(tmp_path, text, message):
+    with pytest.raises(ConfigError) as refused:
+        load_grpo_config(write(tmp_path, text))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_stage_of_a_folder_that_is_no_staged_run_is_one_line(tmp_path, capsys):
+    assert main(["update", "--run", str(tmp_path), "--version", "v0000"]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {tmp_path} is not a staged GRPO run folder (no config.yaml); "
+                                               "start one with python -m training cycle --config F")

@@ -28,7 +28,8 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
     pairwise_keys: ClassVar[tuple[str, ...]] = (
         "base_checkpoint", "tasks", "output_dir", "dynamic_sampling", "dynamic_sampling_max_rounds",
         "difficulty_filter", "difficulty_samples", "difficulty_min_pass_rate", "difficulty_max_pass_rate",
-        "max_generated_tokens", "verifier_workers", "reward_model", "reward_model_batch_size",
+        "max_generated_tokens", "verifier_workers", "reward_model", "reward_model_batch_size", "mode", "max_staleness",
+        "stage_launcher",
         *PairwiseConfigMixin.pairwise_keys[1:])
     required_keys: ClassVar[tuple[str, ...]] = ("base_checkpoint", "tasks", "output_dir")
 
@@ -62,6 +63,18 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
                 "takes two weights, [verifier, reward_model]: [0, 1] trains on the reward model alone."})
     reward_model_batch_size: int = field(default=8, metadata={
         "help": "Answers the reward model scores per forward pass."})
+    mode: str = field(default="in_process", metadata={
+        "help": "in_process: one process generates, scores and updates in turn. staged: each cycle runs generate, "
+                "score and update as separate processes on policy versions versions/v0000, v0001, ... (python -m "
+                "training cycle). overlapped: staged, with the next batch generated while the update runs, on answers "
+                "at most max_staleness versions old."})
+    max_staleness: int = field(default=0, metadata={
+        "help": "overlapped mode: how many versions the policy that generated a batch may lag the trainer; older "
+                "records are dropped, counted and generated again. 0 is the staged mode."})
+    stage_launcher: str = field(default="forkserver", metadata={
+        "help": "How python -m training cycle starts each stage process on this machine: forkserver (forked from a "
+                "process that imported torch and TRL once) or python (a fresh interpreter per stage, what a Slurm job "
+                "pays). Either way each stage loads its version, writes its outputs and exits."})
 
     @classmethod
     def check_values(cls, values: dict, source: str) -> None:
@@ -97,10 +110,49 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
         for key in ("max_generated_tokens", "verifier_workers"):
             if values[key] is not None and values[key] < 1:
                 raise key_error(source, key, f"must be at least 1 or null, got {values[key]}")
+        _check_cycle_values(values, source)
         if values["use_vllm"] and importlib.util.find_spec("vllm") is None:
             raise key_error(source, "use_vllm", "is true but vllm is not installed here; install it (pip install "
                                                 "vllm) on the GPU nodes, or set use_vllm: false to generate with "
                                                 "transformers")
+
+
+MODES = ("in_process", "staged", "overlapped")
+
+
+def _check_cycle_values(values: dict, source: str) -> None:
+    """The staged and overlapped modes run one generation batch per optimizer step, on one process, with full
+    weights; what they cannot do yet is refused here rather than done differently from in-process GRPO."""
+    mode = values["mode"]
+    if mode not in MODES:
+        raise key_error(source, "mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+    if values["stage_launcher"] not in ("forkserver", "python"):
+        raise key_error(source, "stage_launcher", f"must be forkserver or python, got {values['stage_launcher']!r}")
+    if values["max_staleness"] < 0:
+        raise key_error(source, "max_staleness", f"must be 0 or more, got {values['max_staleness']}")
+    if mode == "in_process":
+        return
+    if mode == "staged" and values["max_staleness"] != 0:
+        raise key_error(source, "max_staleness", f"is {values['max_staleness']} but mode staged waits for each version "
+                                                 "(0); use mode: overlapped to generate ahead")
+    if mode == "overlapped" and values["max_staleness"] < 1:
+        raise key_error(source, "max_staleness", "must be at least 1 in mode overlapped (0 is the staged mode)")
+    if values["max_steps"] is None or values["max_steps"] < 1:
+        raise key_error(source, "max_steps", f"must be set in mode {mode}: it is the number of cycles")
+    unsupported = {
+        "gradient_accumulation_steps": values["gradient_accumulation_steps"] != 1,
+        "steps_per_generation": values["steps_per_generation"] not in (None, 1),
+        "num_iterations": values["num_iterations"] != 1,
+        "dynamic_sampling": bool(values["dynamic_sampling"]),
+        "difficulty_filter": bool(values["difficulty_filter"]),
+        "use_peft": bool(values["use_peft"]),
+        "max_generated_tokens": values["max_generated_tokens"] is not None,
+    }
+    for key, refused in unsupported.items():
+        if refused:
+            raise key_error(source, key, f"is {values[key]!r}, but mode {mode} runs one generation batch per optimizer "
+                                         "step with full weights; leave it at its default, or use mode: in_process "
+                                         "(run python -m training grpo-filter first for a difficulty filter)")
 
 
 def load_grpo_config(path: str | Path) -> GRPORunConfig:

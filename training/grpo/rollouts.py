@@ -49,6 +49,7 @@ def rollout_schema():
         pa.field("in_batch", pa.bool_(), nullable=False),        # false: dropped by dynamic sampling, not trained on
         pa.field("policy_step", pa.int64(), nullable=False),     # optimizer steps taken when it was generated
         pa.field("policy_weights_sha256", pa.string()),          # of the generating weights; null under ZeRO-3
+        pa.field("policy_version", pa.string()),                 # v0003: the policy version that generated it
         pa.field("process_index", pa.int32(), nullable=False),
     ], metadata={"format": ROLLOUT_FORMAT})
 

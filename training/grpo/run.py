@@ -35,7 +35,7 @@ from training.trl_setup import (
 )
 
 
-def _dataset_rows(tasks: list[dict], tokenizer, base_path: Path) -> list[dict]:
+def dataset_rows(tasks: list[dict], tokenizer, base_path: Path) -> list[dict]:
     """TRL dataset rows: the prompt (as chat messages when the checkpoint has a chat template) and task_id;
     the reward looks the rest of the task up by its id."""
     if tokenizer.chat_template:
@@ -89,8 +89,8 @@ def run_grpo(config: GRPORunConfig) -> dict:
     all_tasks = load_tasks(config.tasks)
     check_sandbox_for_code(all_tasks, config.tasks)
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
-    checked_rows = _dataset_rows(all_tasks, tokenizer, base_path)  # refuses chat prompts without a chat template
-    scorer = _reward_model_scorer(config, all_tasks, checked_rows)
+    checked_rows = dataset_rows(all_tasks, tokenizer, base_path)  # refuses chat prompts without a chat template
+    scorer = reward_model_scorer(config, all_tasks, checked_rows)
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     is_main = is_main_process()
@@ -121,7 +121,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
                                      "widen the band or use tasks nearer the checkpoint's level")
     elif not fresh and (run.path / "tasks.jsonl").is_file():
         tasks = load_tasks(run.path / "tasks.jsonl")  # a resumed run trains on the tasks it started with
-    rows = _dataset_rows(tasks, tokenizer, base_path)
+    rows = dataset_rows(tasks, tokenizer, base_path)
 
     # 2. The run folder: run.json is kept current so a watcher sees the status.
     if is_main:
@@ -134,8 +134,8 @@ def run_grpo(config: GRPORunConfig) -> dict:
             tasks_hash=tasks_hash,
             rollouts={"path": "rollouts", "format": ROLLOUT_FORMAT},
             scorers={},
-            reward_model=_reward_model_record(scorer),
-            reward_functions=_reward_functions(config),
+            reward_model=reward_model_record(scorer),
+            reward_functions=reward_functions(config),
             **({"difficulty_filter": difficulty} if fresh else {}),
         )
         if fresh:
@@ -182,7 +182,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
         if not is_main:
             return {}
         out_hash = record_lineage(run, kind="grpo", base_path=base_path, base_hash=base_hash, snapshot_id=None,
-                                  reward_model=_parent_reward_model(scorer))
+                                  reward_model=parent_reward_model(scorer))
         wall_s = time.perf_counter() - started
         gpus = trainer.accelerator.num_processes if torch.cuda.is_available() and not config.use_cpu else 0
         summary = ledger.summary(wall_s=wall_s, gpus=gpus, steps=trainer.state.global_step)
@@ -190,7 +190,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
             "inputs": [
                 {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
                 {"kind": "tasks", "path": str(Path(config.tasks).resolve()), "sha256": tasks_hash},
-                *([{"kind": "reward_model", **_reward_model_record(scorer)}] if scorer is not None else []),
+                *([{"kind": "reward_model", **reward_model_record(scorer)}] if scorer is not None else []),
             ],
             "outputs": [{"kind": "checkpoint", "path": "checkpoint", "content_hash": out_hash},
                         {"kind": "rollouts", "path": "rollouts", "format": ROLLOUT_FORMAT}],
@@ -205,18 +205,18 @@ def run_grpo(config: GRPORunConfig) -> dict:
             **summary,
         })
         return record_completed(run, trainer, train_output, wall_s=wall_s, out_hash=out_hash,
-                                scorers={"training": sorted(_scorers_seen(run.path))},
+                                scorers={"training": sorted(scorers_seen(run.path))},
                                 results={"ledger": summary})
 
 
-def _reward_functions(config: GRPORunConfig) -> list[dict]:
+def reward_functions(config: GRPORunConfig) -> list[dict]:
     """The reward functions TRL combines, in order, with their weights (TRL's reward_weights, 1 each by default)."""
     names = ["verifier", "reward_model"] if config.reward_model else ["verifier"]
     weights = config.reward_weights or [1.0] * len(names)
     return [{"name": name, "weight": float(weight)} for name, weight in zip(names, weights, strict=True)]
 
 
-def _reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[dict]):
+def reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[dict]):
     """The reward model, loaded and checked against every prompt before the run folder exists; or None. Open tasks
     need one: without it nothing would score them."""
     from training.tasks import OPEN
@@ -232,7 +232,7 @@ def _reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[di
 
     from training.reward_model_scorer import RewardModelScorer
 
-    weights = _reward_functions(config)
+    weights = reward_functions(config)
     if open_tasks and weights[1]["weight"] == 0:
         raise PairwiseInputError(f"reward_weights gives the reward model weight 0, but tasks {config.tasks} holds open "
                                  "tasks that only the reward model scores; give it a weight above 0")
@@ -244,7 +244,7 @@ def _reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[di
     return scorer
 
 
-def _reward_model_record(scorer) -> dict | None:
+def reward_model_record(scorer) -> dict | None:
     """run.json's reward_model: which model scored the completions (null without one)."""
     if scorer is None:
         return None
@@ -252,7 +252,7 @@ def _reward_model_record(scorer) -> dict | None:
             "max_length": scorer.max_length}
 
 
-def _parent_reward_model(scorer) -> dict | None:
+def parent_reward_model(scorer) -> dict | None:
     """parent.json's reward_model: the reward model's folder and content hash, and the snapshot it learned from
     (its own parent.json), so the lineage reads snapshot -> reward model -> GRPO run -> checkpoint."""
     if scorer is None:
@@ -263,7 +263,7 @@ def _parent_reward_model(scorer) -> dict | None:
     return {"path": str(scorer.path.resolve()), "content_hash": scorer.content_hash, "snapshot_id": snapshot_id}
 
 
-def _scorers_seen(run_path: Path) -> set[str]:
+def scorers_seen(run_path: Path) -> set[str]:
     from training.grpo.rollouts import read_rollouts
 
     table = read_rollouts(run_path)

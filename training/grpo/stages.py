@@ -1,0 +1,525 @@
+"""The three stages of a staged GRPO cycle (docs/training.md, "The staged cycle"), each a process that starts, does
+its stage for one batch, writes its outputs atomically and exits:
+
+- `generate --run R --batch B [--version V]`: loads policy version V (default B), samples the answers of batch B's
+  prompts and writes batches/B/generated.parquet: token ids, the generating policy's per-token log-probabilities,
+  and the version that wrote them. The prompts of batch B are the ones TRL's sampler gives optimizer step B, and
+  the sampling seed is the one in-process GRPO uses for batch B, so a rerun writes the same records.
+- `score --run R --batch B`: scores the generated answers with the verifiers (and the reward model, if the run has
+  one) into batches/B/scored.parquet. No model of the policy is loaded.
+- `update --run R --version V`: loads version V with its optimizer state and trains one optimizer step of TRL's
+  GRPOTrainer on batch V's scored records (TRL's `rollout_func` seam feeds them in place of generation; the
+  recorded log-probabilities are TRL's sampling log-probabilities), then writes version V+1. It refuses records of
+  another version (staged), or more than max_staleness versions old (overlapped), and refuses to run twice.
+
+Each stage writes batches/B/<stage>.json with its timings (process start, loading, work, saving) for the ledger.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+from training.errors import PairwiseInputError
+from training.grpo.versions import read_version, version_name, version_path, write_version
+
+GENERATED = "generated.parquet"
+SCORED = "scored.parquet"
+STAGES = ("generate", "score", "update")
+# Set by whoever launches a stage (the cycle, a Slurm job): the wall-clock time the process was asked to start, so
+# the stage can count interpreter start and imports as its cold start.
+SPAWNED_AT_ENV = "PAIRWISE_STAGE_SPAWNED_AT"
+
+
+def batch_folder(run: Path, batch: int) -> Path:
+    return Path(run) / "batches" / f"{batch:06d}"
+
+
+def run_config_path(run: Path) -> Path:
+    return Path(run) / "config.yaml"
+
+
+def load_run_config(run: Path):
+    """The run's own copy of its config file (the cycle writes it when the run starts)."""
+    from training.grpo.config import load_grpo_config
+
+    path = run_config_path(run)
+    if not path.is_file():
+        raise PairwiseInputError(f"{run} is not a staged GRPO run folder (no config.yaml); start one with "
+                                 "python -m training cycle --config F")
+    return load_grpo_config(path)
+
+
+def _records_schema(scored: bool):
+    import pyarrow as pa
+
+    fields = [
+        pa.field("rollout_id", pa.string(), nullable=False),
+        pa.field("batch", pa.int64(), nullable=False),
+        pa.field("group_id", pa.string(), nullable=False),
+        pa.field("member", pa.int32(), nullable=False),
+        pa.field("task_id", pa.string(), nullable=False),
+        pa.field("prompt", pa.string(), nullable=False),           # as the policy saw it (JSON for chat messages)
+        pa.field("prompt_token_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("completion", pa.string(), nullable=False),
+        pa.field("completion_token_ids", pa.list_(pa.int32()), nullable=False),
+        pa.field("logprobs", pa.list_(pa.float32()), nullable=False),  # per completion token, generating policy
+        pa.field("finish_reason", pa.string(), nullable=False),
+        pa.field("length", pa.int32(), nullable=False),
+        pa.field("policy_version", pa.string(), nullable=False),     # v0003: the version folder that generated it
+        pa.field("policy_step", pa.int64(), nullable=False),
+        pa.field("policy_weights_sha256", pa.string(), nullable=False),  # that version's content hash
+        pa.field("sampling_seed", pa.int64(), nullable=False),
+    ]
+    if scored:
+        fields += [
+            pa.field("status", pa.string(), nullable=False),
+            pa.field("reward", pa.float64()),
+            pa.field("components", pa.string(), nullable=False),
+            pa.field("reason", pa.string(), nullable=False),
+            pa.field("scorer", pa.string(), nullable=False),
+            pa.field("reward_model_score", pa.float64()),
+            pa.field("reward_model", pa.string()),
+        ]
+    return pa.schema(fields, metadata={"format": "pairwise.staged_records/1"})
+
+
+def write_records(path: Path, rows: list[dict], *, scored: bool) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from training.atomic_write import atomic_path
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(rows, schema=_records_schema(scored))
+    with atomic_path(path) as partial:
+        pq.write_table(table, partial)
+
+
+def read_records(path: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+class StageClock:
+    """A stage's timings: cold start (process start to the stage's first line), loading, work and saving."""
+
+    def __init__(self):
+        self.began = time.perf_counter()
+        spawned = os.environ.get(SPAWNED_AT_ENV)
+        self.cold_start_s = max(0.0, time.time() - float(spawned)) if spawned else 0.0
+        self.parts: dict[str, float] = {}
+        self._mark = self.began
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.parts[name] = self.parts.get(name, 0.0) + now - self._mark
+        self._mark = now
+
+    def record(self, **fields) -> dict:
+        return {"cold_start_s": round(self.cold_start_s, 3),
+                **{f"{name}_s": round(value, 3) for name, value in self.parts.items()},
+                "stage_s": round(time.perf_counter() - self.began, 3), **fields}
+
+
+def _write_stage_record(run: Path, batch: int, stage: str, record: dict) -> None:
+    from training.run_folder import write_json_atomic
+
+    write_json_atomic(batch_folder(run, batch) / f"{stage}.json", {"stage": stage, "batch": batch, **record})
+
+
+# --- the trainer the generate and update stages build ------------------------------------------------------------
+
+
+def _batches_per_epoch(sampler, args) -> int:
+    return max(1, len(sampler) // (args.per_device_train_batch_size * args.steps_per_generation))
+
+
+def _stage_trainer_class():
+    from training.grpo.trainer import PairwiseGRPOTrainer
+
+    class StageTrainer(PairwiseGRPOTrainer):
+        """PairwiseGRPOTrainer for one step of a staged run. Its sampler starts at the epoch of `target_step`, because a
+        process resumed at step N (transformers skips the batches of the current epoch only) would otherwise draw the
+        first epoch's prompt order again; so every stage and the in-process run see the same prompts at each step.
+
+        In an update, answers come from the records (`rollout_func`); `recorded_correction` turns on TRL's own
+        importance-sampling correction between the trainer's policy and the recorded log-probabilities (TRL applies
+        it to vLLM's answers; here the answers of an older version play that part)."""
+
+        target_step = 0
+        recorded_correction = False
+
+        def _get_train_sampler(self, dataset=None):
+            sampler = super()._get_train_sampler(dataset)
+            for _ in range(self.target_step // _batches_per_epoch(sampler, self.args)):
+                for _ in sampler:  # one full pass advances TRL's RepeatSampler's generator by one epoch
+                    pass
+            return sampler
+
+        @property
+        def use_vllm(self):
+            return self.recorded_correction
+
+        @use_vllm.setter
+        def use_vllm(self, value):
+            if value:
+                raise PairwiseInputError("a stage trainer never holds a vLLM engine: the generate stage uses "
+                                         "transformers here, the update stage reads recorded answers")
+
+        def _generate(self, prompts):
+            self._last_loaded_step = self.state.global_step  # no engine to sync: the answers are recorded
+            return super()._generate(prompts)
+
+    return StageTrainer
+
+
+def _not_scored_here(*args, **kwargs):
+    raise RuntimeError("the generate stage does not score; the score stage does")
+
+
+def _stage_trainer(config, run: Path, version: int, *, step: int, reward_funcs, args_changes: dict,
+                   pairwise_reward=None, reward_model_reward=None, rollout_func=None, callbacks=(), ledger=None):
+    """A StageTrainer on version `version`'s weights, for optimizer step `step`."""
+    import copy
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from training.grpo.ledger import Ledger
+    from training.grpo.run import dataset_rows
+    from training.run_folder import RunFolder
+    from training.tasks import load_tasks
+    from training.trl_setup import trainer_arguments
+
+    tasks = load_tasks(Path(run) / "tasks.jsonl")
+    folder = version_path(run, version)
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    args = copy.copy(trainer_arguments(config, RunFolder(run)))
+    args.use_vllm = False
+    for key, value in args_changes.items():
+        setattr(args, key, value)
+    trainer_class = _stage_trainer_class()
+    trainer_class.target_step = step
+    return trainer_class(
+        model=str(folder),
+        reward_funcs=reward_funcs,
+        args=args,
+        train_dataset=Dataset.from_list(dataset_rows(tasks, tokenizer, folder)),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        pairwise_reward=pairwise_reward,
+        rollouts_dir=Path(run) / "rollouts",
+        ledger=ledger or Ledger(),
+        task_prompts={t["task_id"]: t["prompt"] for t in tasks},
+        first_batch=step,
+        append_metrics=RunFolder(run).append_metrics,
+        reward_model_reward=reward_model_reward,
+        rollout_func=rollout_func,
+    )
+
+
+def batch_inputs(trainer, batch: int) -> list[dict]:
+    """The dataset rows TRL's dataloader gives optimizer step `batch` (one generation batch per step)."""
+    loader = trainer.get_train_dataloader()
+    per_epoch = len(loader)
+    rows = iter(loader)
+    for _ in range(batch % per_epoch):
+        next(rows)
+    return [dict(row) for row in next(rows)]
+
+
+# --- generate -----------------------------------------------------------------------------------------------------
+
+
+def generate_stage(run: Path, batch: int, version: int | None = None) -> dict:
+    """Write batches/<batch>/generated.parquet with version `version`'s answers (default: version `batch`)."""
+    import torch
+
+    from training.grpo.rollouts import prompt_text
+    from training.grpo.trainer import generation_seed
+
+    clock = StageClock()
+    run = Path(run)
+    version = batch if version is None else version
+    config = load_run_config(run)
+    meta = read_version(run, version)
+    if config.torch_threads is not None:
+        torch.set_num_threads(config.torch_threads)
+    trainer = _stage_trainer(config, run, version, step=batch, reward_funcs=[_not_scored_here],
+                             args_changes={"beta": 0.0})  # no reference model: generation does not need one
+    clock.lap("loading")
+    rows = batch_inputs(trainer, batch)
+    trainer._next_batch = batch
+    trainer.model.eval()
+    generated = trainer._generate([row["prompt"] for row in rows])
+    prompt_ids, completion_ids = generated[0], generated[1]
+    logps = _generation_logprobs(trainer, prompt_ids, completion_ids)
+    texts = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    clock.lap("generation")
+    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    size = trainer.num_generations
+    records = []
+    for index, (row, p_ids, c_ids) in enumerate(zip(rows, prompt_ids, completion_ids, strict=True)):
+        group, member = divmod(index, size)
+        records.append({
+            "rollout_id": f"{batch:06d}-{group:04d}-{member:02d}", "batch": batch, "group_id": f"{batch:06d}-{group:04d}",
+            "member": member, "task_id": row["task_id"], "prompt": prompt_text(row["prompt"]),
+            "prompt_token_ids": list(p_ids), "completion": texts[index], "completion_token_ids": list(c_ids),
+            "logprobs": logps[index], "finish_reason": "stopped" if c_ids and c_ids[-1] in eos_and_pad else "truncated",
+            "length": len(c_ids), "policy_version": version_name(version), "policy_step": version,
+            "policy_weights_sha256": meta["content_hash"],
+            "sampling_seed": generation_seed(config.seed, batch, trainer.accelerator.process_index),
+        })
+    write_records(batch_folder(run, batch) / GENERATED, records, scored=False)
+    clock.lap("saving")
+    tokens = sum(r["length"] for r in records)
+    record = clock.record(version=version_name(version), completions=len(records), tokens_generated=tokens,
+                          max_length=max((r["length"] for r in records), default=0))
+    _write_stage_record(run, batch, "generate", record)
+    return record
+
+
+def _generation_logprobs(trainer, prompt_ids: list, completion_ids: list) -> list[list[float]]:
+    """Per-token log-probabilities of each completion under the generating weights, at the sampling temperature:
+    TRL's own forward (`_get_per_token_logps_and_entropies`) on the batch padded as TRL pads it."""
+    import torch
+    from trl.trainer.utils import pad
+
+    prompts = pad([torch.tensor(ids) for ids in prompt_ids], padding_value=trainer._tokenizer.pad_token_id,
+                  padding_side="left")
+    prompt_mask = pad([torch.ones(len(ids), dtype=torch.long) for ids in prompt_ids], padding_value=0,
+                      padding_side="left")
+    completions = pad([torch.tensor(ids) for ids in completion_ids], padding_value=trainer._tokenizer.pad_token_id,
+                      padding_side="right")
+    completion_mask = pad([torch.ones(len(ids), dtype=torch.long) for ids in completion_ids], padding_value=0,
+                          padding_side="right")
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([prompts, completions], dim=1), torch.cat([prompt_mask, completion_mask], dim=1),
+            completions.size(1), batch_size=trainer.args.per_device_train_batch_size)
+    return [logps[i, : len(ids)].float().tolist() for i, ids in enumerate(completion_ids)]
+
+
+# --- score --------------------------------------------------------------------------------------------------------
+
+
+def score_stage(run: Path, batch: int, *, scorers: "Scorers | None" = None) -> dict:
+    """Write batches/<batch>/scored.parquet: the generated records with the verifier's verdicts (and reward model
+    scores). `scorers` lets a long-lived caller (the cycle) keep its verifier workers and reward model between
+    batches; without it the stage starts its own and stops them."""
+    clock = StageClock()
+    run = Path(run)
+    source = batch_folder(run, batch) / GENERATED
+    if not source.is_file():
+        raise PairwiseInputError(f"{run}: batch {batch} has no generated answers ({source}); run the generate stage "
+                                 "first")
+    records = read_records(source)
+    own = scorers is None
+    if own:
+        scorers = Scorers(run)
+    model_scores: list[float | None] = [None] * len(records)
+    clock.lap("loading")
+    try:
+        rewards = scorers.verifier(completions=[r["completion"] for r in records],
+                                   task_id=[r["task_id"] for r in records])
+        results = scorers.verifier.last.results
+        if scorers.reward_model is not None:
+            model_scores = scorers.reward_model.score([_stored_prompt(r["prompt"]) for r in records],
+                                                      [r["completion"] for r in records])
+    finally:
+        if own:
+            scorers.close()
+    model_identity = scorers.reward_model.identity if scorers.reward_model is not None else None
+    clock.lap("verification")
+    scored = [{**record, "status": result.status, "reward": None if value is None else float(value),
+               "components": json.dumps(result.components, sort_keys=True, default=str), "reason": result.reason,
+               "scorer": result.scorer, "reward_model_score": score, "reward_model": model_identity}
+              for record, result, value, score in zip(records, results, rewards, model_scores, strict=True)]
+    write_records(batch_folder(run, batch) / SCORED, scored, scored=True)
+    clock.lap("saving")
+    record = clock.record(completions=len(scored), correct=sum(r["status"] == "correct" for r in scored))
+    _write_stage_record(run, batch, "score", record)
+    return record
+
+
+class Scorers:
+    """What the score stage scores with: the run's verifiers (their worker processes) and its reward model, if any."""
+
+    def __init__(self, run: Path):
+        from training.grpo.rewards import VerifierComponentsReward
+        from training.tasks import load_tasks
+
+        config = load_run_config(run)
+        self.verifier = VerifierComponentsReward(load_tasks(Path(run) / "tasks.jsonl"), workers=config.verifier_workers)
+        self.reward_model = None
+        if config.reward_model:
+            from training.reward_model_scorer import RewardModelScorer
+
+            self.reward_model = RewardModelScorer(config.reward_model, batch_size=config.reward_model_batch_size)
+
+    def close(self) -> None:
+        self.verifier.close()
+
+
+def _stored_prompt(text: str):
+    """A record's prompt as the policy saw it: chat messages were stored as JSON."""
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return text
+    return text
+
+
+# --- update -------------------------------------------------------------------------------------------------------
+
+
+class RecordedRewards:
+    """The update's reward function: the verdicts the score stage recorded, in the shape the trainer reads
+    (`last`: texts, verification results and rewards of the last call)."""
+
+    __name__ = "pairwise_verifier"
+
+    def __init__(self, records: list[dict]):
+        from training.grpo.rewards import ScoredBatch
+        from training.verifiers.results import VerificationResult
+
+        self.records = records
+        self.seconds = 0.0
+        self.last = None
+        self._batch = ScoredBatch
+        self._result = VerificationResult
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, *, pairwise_record, **_):
+        chosen = [self.records[i] for i in pairwise_record]
+        results = [self._result(task_id=r["task_id"], status=r["status"], reward=r["reward"],
+                                components=json.loads(r["components"]), reason=r["reason"], scorer=r["scorer"])
+                   for r in chosen]
+        rewards = [r["reward"] for r in chosen]
+        self.last = self._batch([r["completion"] for r in chosen], results, rewards)
+        return rewards
+
+    def close(self) -> None:
+        pass
+
+
+class RecordedModelScores:
+    """The reward model's recorded scores as the update's second reward function."""
+
+    __name__ = "pairwise_reward_model"
+    seconds = 0.0
+
+    def __init__(self, records: list[dict]):
+        self.records = records
+        self.identity = records[0]["reward_model"] if records else None
+        self.last: list[float] = []
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, *, pairwise_record, **_):
+        self.last = [self.records[i]["reward_model_score"] for i in pairwise_record]
+        return list(self.last)
+
+
+def check_records_version(records: list[dict], *, trainer_version: int, max_staleness: int, where: str) -> int:
+    """Refuse records another version wrote (staged: max_staleness 0) or more than max_staleness versions older than
+    the trainer; return the largest lag."""
+    from training.grpo.versions import version_number
+
+    lags = {trainer_version - version_number(r["policy_version"]) for r in records}
+    if any(lag < 0 for lag in lags):
+        raise PairwiseInputError(f"{where}: the records were generated by a later policy version than {trainer_version:04d}"
+                                 " the update trains; they belong to another run or another step")
+    worst = max(lags, default=0)
+    if worst > max_staleness:
+        raise PairwiseInputError(f"{where}: the records were generated by version v{trainer_version - worst:04d}, "
+                                 f"{worst} behind the trainer's {version_name(trainer_version)}, more than max_staleness "
+                                 f"{max_staleness}; generate the batch again with a newer version")
+    return worst
+
+
+def update_stage(run: Path, version: int) -> dict:
+    """Train version `version` on batch `version`'s scored records into version `version` + 1."""
+    import shutil
+
+    import torch
+    from transformers import TrainerCallback
+
+    from training.grpo.ledger import Ledger
+    from training.grpo.rollouts import prompt_text
+    from training.run_folder import RunFolder
+    from training.snapshot import file_sha256
+    from training.trl_setup import run_callbacks
+
+    clock = StageClock()
+    run = Path(run)
+    batch = version
+    config = load_run_config(run)
+    read_version(run, version)
+    if version_path(run, version + 1).exists():
+        raise PairwiseInputError(f"{run}: the update of {version_name(version)} already ran ({version_name(version + 1)} "
+                                 "exists); an update runs once per version")
+    source = batch_folder(run, batch) / SCORED
+    if not source.is_file():
+        raise PairwiseInputError(f"{run}: batch {batch} has no scored answers ({source}); run the score stage first")
+    records = read_records(source)
+    stale = check_records_version(records, trainer_version=version, max_staleness=config.max_staleness,
+                                  where=str(source))
+    if config.torch_threads is not None:
+        torch.set_num_threads(config.torch_threads)
+
+    class OneStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = True
+            control.should_save = True
+
+    keys = [r["prompt"] for r in records]
+
+    def recorded_rollouts(prompts, trainer):
+        if [prompt_text(p) for p in prompts] != keys:
+            raise PairwiseInputError(f"{source}: the records answer other prompts than step {batch} draws (in another "
+                                     "order or of another task file); generate the batch again")
+        return {"prompt_ids": [r["prompt_token_ids"] for r in records],
+                "completion_ids": [r["completion_token_ids"] for r in records],
+                "logprobs": [r["logprobs"] for r in records],
+                "pairwise_record": list(range(len(records)))}
+
+    staging = run / "versions" / f".update-{version_name(version)}"
+    shutil.rmtree(staging, ignore_errors=True)
+    ledger = Ledger()
+    rewards = RecordedRewards(records)
+    model_scores = RecordedModelScores(records) if config.reward_model else None
+    trainer = _stage_trainer(
+        config, run, version, step=version,
+        reward_funcs=[rewards] if model_scores is None else [rewards, model_scores],
+        args_changes={"output_dir": str(staging), "save_strategy": "steps", "save_steps": 1, "save_only_model": False,
+                      "save_total_limit": None},
+        pairwise_reward=rewards, reward_model_reward=model_scores, rollout_func=recorded_rollouts,
+        callbacks=[*run_callbacks(config, RunFolder(run)), OneStep()], ledger=ledger)
+    trainer.recorded_correction = stale > 0  # TRL's truncated importance sampling, for answers of older versions
+    trainer.provenance = {r["rollout_id"]: r for r in records}
+    clock.lap("loading")
+    resume = str(version_path(run, version)) if version > 0 else None
+    trainer.train(resume_from_checkpoint=resume)
+    trainer.flush_rollouts()
+    clock.lap("update")
+    saved = staging / f"checkpoint-{version + 1}"
+    if not saved.is_dir():
+        raise RuntimeError(f"the trainer saved no checkpoint for step {version + 1} in {staging}")
+
+    def fill(folder: Path) -> None:
+        for item in saved.iterdir():
+            item.rename(folder / item.name)
+        trainer.processing_class.save_pretrained(folder)
+
+    made = write_version(run, version + 1, fill, parent=version,
+                         trained_on={"batch": batch, "records": str(source.relative_to(run)),
+                                     "records_sha256": file_sha256(source), "max_lag": stale})
+    shutil.rmtree(staging, ignore_errors=True)
+    clock.lap("saving")
+    loss = next((row["loss"] for row in reversed(trainer.state.log_history) if "loss" in row), None)
+    record = clock.record(version=version_name(version), made=made["version"], content_hash=made["content_hash"],
+                          stale_records=sum(version - int(r["policy_version"][1:]) > 0 for r in records),
+                          max_lag=stale, loss=loss, groups=vars(ledger.groups))
+    _write_stage_record(run, batch, "update", record)
+    return record
