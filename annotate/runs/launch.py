@@ -211,7 +211,7 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
     The input is the app's export (DPO, reward) or task set (GRPO), by id, or a path under the run input folders
     for files that live elsewhere (a cluster's storage); a path that is an export's or task set's is linked to it.
     A GRPO run may be scored by a registered reward model as well (`reward_model`, by name or id)."""
-    from annotate.runs.slurm import template_path
+    from annotate.runs.slurm import STAGED_MODES, template_path
 
     if kind not in LAUNCH_KINDS:
         raise UserMistake(f"kind must be one of {', '.join(LAUNCH_KINDS)}, got {kind!r}")
@@ -234,6 +234,10 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
                 **({"reward_model": str(Path(scorer.uri).resolve())} if scorer else {})}
     full_config = {**user_config, **set_here}
     resolved = check_config(kind, full_config)
+    mode = resolved.get("mode") if kind == Run.Kind.GRPO else None
+    if backend == Run.Backend.SLURM and mode in STAGED_MODES and not template_path(kind, mode).is_file():
+        raise UserMistake(f"backend slurm has no job script for grpo runs in mode {mode} (deploy/slurm/grpo_staged.sh); "
+                          "launch it on the local backend")
     check_launch_keys(resolved, {**set_here, "resume_from_checkpoint": full_config.get("resume_from_checkpoint")})
     with transaction.atomic():
         run = Run.objects.create(

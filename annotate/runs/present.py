@@ -240,6 +240,8 @@ def ledger_rows(ledger: dict | None) -> list[dict]:
     if not isinstance(ledger, dict) or not ledger:
         return []
     rest = dict(ledger)
+    if isinstance(rest.get("cycle"), dict):
+        del rest["cycle"]  # a staged run's cycle has a table of its own (cycle_ledger)
     time_s = rest.pop("time_s") if isinstance(ledger.get("time_s"), dict) else {}
     consumed = ledger.get("consumed") if isinstance(ledger.get("consumed"), dict) else {}
     wall = time_s.get("wall", consumed.get("wall_s"))
@@ -263,6 +265,73 @@ def ledger_rows(ledger: dict | None) -> list[dict]:
     for key in order:
         rows += _ledger_flat("", key, rest[key])
     return rows
+
+
+# A staged or overlapped GRPO run's cycle (docs/training.md, "The staged cycle"): run.json's `cycle` as it advances,
+# and ledger.json's `cycle` once it ends: where the time went per kind of work, each lane's idle time.
+CYCLE_WORK = (("generation_s", "generation"), ("verification_s", "verification"),
+              ("switching_s", "switching (process start, loading, saving)"), ("update_s", "update"))
+CYCLE_COUNTS = (("cycles", "cycles"), ("switching_share", "switching share of wall time"),
+                ("records_dropped_stale", "records dropped as stale"), ("stage_restarts", "stage restarts"),
+                ("tokens_generated", "tokens generated"), ("mean_length", "mean completion length"))
+CYCLE_PER_BATCH = ("batch", "generated_by", "trained", "lag", "generation_s", "verification_s", "switching_s",
+                   "update_s", "loss")
+VERSION_NAME = re.compile(r"^v(\d{4,})$")
+
+
+def _number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _versions_written(cycle: dict, update: dict) -> int | None:
+    """How many versions exist (v0000 counts): run.json's count, or one past the version the update names."""
+    counts = [cycle["versions"]] if isinstance(cycle.get("versions"), int) else []
+    match = VERSION_NAME.match(str(update.get("version") or ""))
+    if match:
+        counts.append(int(match.group(1)) + 1)
+    return max(counts, default=None)
+
+
+def cycle_progress(run: Run) -> dict | None:
+    """A staged or overlapped GRPO run's cycle as run.json last said it: its mode, the batch being generated (by
+    which version, and how far: generating, scoring, scored), the version being trained (updating, or written),
+    and how many versions are written; None for a run without a cycle."""
+    record = run.record or {}
+    cycle = record.get("cycle")
+    if run.kind != Run.Kind.GRPO or not isinstance(cycle, dict):
+        return None
+    generation = cycle.get("generation") if isinstance(cycle.get("generation"), dict) else {}
+    update = cycle.get("update") if isinstance(cycle.get("update"), dict) else {}
+    state = "completed" if cycle.get("state") == "completed" else "running" if generation or update else (
+        cycle.get("state") or "starting")
+    return {
+        "mode": record.get("mode"), "max_staleness": record.get("max_staleness"), "state": state,
+        "generation": {key: generation.get(key) for key in ("batch", "version", "state")},
+        "update": {key: update.get(key) for key in ("version", "state")},
+        "versions": _versions_written(cycle, update),
+    }
+
+
+def cycle_ledger(ledger: dict | None) -> dict | None:
+    """ledger.json's `cycle` as tables: each kind of work and each lane's idle time with its share of the wall
+    time, the counts (switching share, records dropped as stale, stage restarts), and one row per cycle."""
+    cycle = ledger.get("cycle") if isinstance(ledger, dict) else None
+    if not isinstance(cycle, dict):
+        return None
+    wall = cycle.get("wall_s") if _number(cycle.get("wall_s")) else None
+    idle = cycle.get("idle_s") if isinstance(cycle.get("idle_s"), dict) else {}
+    time_rows = [(name, cycle.get(key)) for key, name in CYCLE_WORK]
+    time_rows += [(f"{lane} lane idle", seconds) for lane, seconds in sorted(idle.items())]
+    return {
+        "mode": cycle.get("mode"), "max_staleness": cycle.get("max_staleness"),
+        "wall": _ledger_value("wall_s", wall),
+        "time": [{"name": name, "value": _ledger_value("_s", seconds),
+                  "share": f"{seconds / wall:.1%}" if _number(seconds) and wall else None}
+                 for name, seconds in time_rows],
+        "counts": [{"name": name, "value": _ledger_value(key, cycle.get(key))} for key, name in CYCLE_COUNTS],
+        "per_cycle": [[_ledger_value(key, row.get(key)) for key in CYCLE_PER_BATCH]
+                      for row in cycle.get("per_cycle") or [] if isinstance(row, dict)],
+    }
 
 
 def latest(metrics: list[dict]) -> dict:
@@ -307,6 +376,7 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
             "metrics": run.metrics,
             "zero_variance_share": zero_variance_share(run.metrics, run.record),
             "ledger": run.ledger,
+            "cycle": cycle_progress(run),
             "eval": eval_table(run),
             "eval_note": eval_note(run),
             "reward_eval": reward_table(run),

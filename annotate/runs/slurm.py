@@ -2,10 +2,17 @@
 sbatch; cancel is scancel. The job writes the run folder on shared storage; the app reads it (`slurm_refresh`)
 every PAIRWISE_RUN_POLL_S (annotate/runs/sweeps.py) and whenever the run is looked at, and squeue says when
 a job has left the queue.
+
+A GRPO run whose resolved config has mode staged or overlapped is a chain of jobs, one per stage: the submit
+script deploy/slurm/grpo_staged.sh, rendered for this run, calls sbatch once per stage and names each job on a
+line; the app keeps the list beside the run folder (`run-NNNNNN.jobs`), follows the last job (the one that ends
+the run) and cancels them all.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import shlex
 import subprocess
@@ -20,10 +27,33 @@ from annotate.runs.services import run_apply_folder, run_finish
 
 COMMAND_TIMEOUT_S = 60
 JOB_ID = re.compile(r"(?:Submitted batch job )?(\d+)(?:;\S+)?\s*$")
+# GRPO modes (training/grpo/config.py) and the ones that run as a chain of stage jobs.
+GRPO_MODES = ("in_process", "staged", "overlapped")
+STAGED_MODES = ("staged", "overlapped")
+STAGED_TEMPLATE = "grpo_staged.sh"
+# A line the staged submit script prints per job it submitted: "JOBID NAME".
+STAGED_JOB = re.compile(r"^(\d+) (pairwise-[A-Za-z0-9._-]+)$")
+SUBMIT_S_PER_JOB = 2  # the staged submit script's time limit grows with the jobs it submits
 
 
-def template_path(kind: str) -> Path:
-    return Path(settings.BASE_DIR) / "deploy" / "slurm" / f"{kind}.sbatch"
+def template_path(kind: str, mode: str | None = None) -> Path:
+    """The job template of a run's kind; a GRPO run in mode staged or overlapped is submitted by the staged
+    script instead."""
+    folder = Path(settings.BASE_DIR) / "deploy" / "slurm"
+    if kind == Run.Kind.GRPO and mode in STAGED_MODES:
+        return folder / STAGED_TEMPLATE
+    return folder / f"{kind}.sbatch"
+
+
+def run_mode(run: Run) -> str:
+    """The GRPO mode the training CLI resolved at launch (run.resolved_config, never the config as sent);
+    in_process for other kinds and for a resolved config from before modes existed."""
+    if run.kind != Run.Kind.GRPO:
+        return "in_process"
+    mode = (run.resolved_config or {}).get("mode") or "in_process"
+    if mode not in GRPO_MODES:
+        raise ValueError(f"the resolved config's mode {str(mode)[:40]!r} is none of {', '.join(GRPO_MODES)}")
+    return mode
 
 
 def _replace_once(text: str, pattern: str, replacement: str, what: str, template: Path) -> str:
@@ -45,13 +75,85 @@ def render_job(run: Run, config_file: Path) -> str:
                          "CONFIG=${1:?...}", template)
 
 
-def _run(command: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(command, capture_output=True, text=True, cwd=settings.BASE_DIR, timeout=COMMAND_TIMEOUT_S)
+def _resolved_count(resolved: dict, key: str, least: int) -> int:
+    value = resolved.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"the resolved config's {key} is {str(value)[:40]}, not a whole number of at least {least}")
+    return value
+
+
+def render_staged(run: Run, config_file: Path) -> str:
+    """The staged submit script with this run's job names, log folder, config and resolved run filled in: its
+    output_dir (the app's run folder), max_steps, mode and max_staleness as the training CLI resolved them."""
+    template = template_path(run.kind, run_mode(run))
+    resolved = run.resolved_config or {}
+    if str(resolved.get("output_dir")) != run.folder:
+        raise ValueError(f"the resolved config's output_dir is not the run folder {run.folder}")
+    line = json.dumps({"max_staleness": _resolved_count(resolved, "max_staleness", 0),
+                       "max_steps": _resolved_count(resolved, "max_steps", 1), "mode": run_mode(run),
+                       "output_dir": run.folder}, sort_keys=True, ensure_ascii=False)
+    text = template.read_text(encoding="utf-8")
+    for pattern, replacement, what in (
+            (r"^CONFIG=\$\{1:\?.*\}$", f"CONFIG=${{1:-{shlex.quote(str(config_file))}}}", "CONFIG=${1:?...}"),
+            (r"^JOB_PREFIX=.*$", f"JOB_PREFIX=pairwise-run-{run.pk}", "JOB_PREFIX"),
+            (r"^LOG_DIR=.*$", f"LOG_DIR={shlex.quote(str(sidecar(run.folder, '.logs')))}", "LOG_DIR"),
+            (r'^RESOLVED=""$', f"RESOLVED={shlex.quote(line)}", 'RESOLVED=""')):
+        text = _replace_once(text, pattern, replacement, what, template)
+    return text
+
+
+def _run(command: list[str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, cwd=settings.BASE_DIR, timeout=timeout)
+
+
+def staged_jobs(run: Run) -> list[str]:
+    """The job ids of a staged run's chain, as the app kept them at submission ([] for a one-job run)."""
+    try:
+        lines = sidecar(run.folder, ".jobs").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    return [match.group(1) for match in map(STAGED_JOB.match, lines) if match]
+
+
+def _submit_staged(run: Run, config_file: Path) -> Run:
+    """Run the rendered staged submit script; keep every job it submitted and follow the last one."""
+    script = sidecar(run.folder, ".sh")
+    jobs_file = sidecar(run.folder, ".jobs")
+    try:
+        text = render_staged(run, config_file)
+        steps = run.resolved_config["max_steps"]
+        script.write_text(text, encoding="utf-8")
+        done = _run(["bash", str(script)], timeout=COMMAND_TIMEOUT_S + SUBMIT_S_PER_JOB * (3 * steps + 2))
+    except subprocess.TimeoutExpired as error:
+        # Whatever it submitted before it was stopped is cancelled: no half chain stays queued.
+        submitted = [m.group(1) for m in map(STAGED_JOB.match, _text(error.stdout).splitlines()) if m]
+        if submitted:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                _run(["scancel", *submitted])
+        return run_finish(run, status=Run.Status.FAILED, error=f"the staged submit script ran over its time limit "
+                          f"({error.timeout:.0f} s); the {len(submitted)} jobs it had submitted were cancelled")
+    except (OSError, ValueError) as error:
+        return run_finish(run, status=Run.Status.FAILED, error=f"the staged submit script could not be run: {error}")
+    lines = [m.group(0) for m in map(STAGED_JOB.match, done.stdout.splitlines()) if m]
+    if done.returncode != 0 or not lines:
+        said = last_error_line(done.stderr) or last_error_line(done.stdout) or "no output"
+        return run_finish(run, status=Run.Status.FAILED, exit_code=done.returncode,
+                          error=f"the staged jobs were not submitted: {said}")
+    jobs_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run.slurm_job_id = lines[-1].split(" ", 1)[0]
+    Run.objects.filter(pk=run.pk).update(slurm_job_id=run.slurm_job_id)
+    return run
+
+
+def _text(output) -> str:
+    return output.decode("utf-8", errors="replace") if isinstance(output, bytes) else output or ""
 
 
 def slurm_submit(run: Run, config_file: Path) -> Run:
     """Render and submit the job; the run stays running with its job id, or fails with sbatch's words."""
     try:
+        if run_mode(run) in STAGED_MODES:
+            return _submit_staged(run, config_file)
         script = sidecar(run.folder, ".sbatch")
         script.write_text(render_job(run, config_file), encoding="utf-8")
         done = _run(["sbatch", "--parsable", f"--chdir={settings.BASE_DIR}", str(script)])
@@ -83,13 +185,24 @@ def slurm_cancel(run: Run) -> Run:
     a moment before)."""
     if run.slurm_job_id:
         try:
-            done = _run(["scancel", run.slurm_job_id])
+            done = _run(["scancel", *(staged_jobs(run) or [run.slurm_job_id])])
         except (OSError, subprocess.TimeoutExpired) as error:
             done = subprocess.CompletedProcess([], 1, "", str(error))
         if done.returncode != 0:
             run.log_tail = (run.log_tail + f"\nscancel {run.slurm_job_id}: {last_error_line(done.stderr)}").strip()
             Run.objects.filter(pk=run.pk).update(log_tail=run.log_tail)
     return _finish_once(run, status=Run.Status.CANCELLED, error=f"cancelled; scancel {run.slurm_job_id or '(no job)'}")
+
+
+def log_path(run: Run) -> Path:
+    """The log the run page shows: the job's; for a staged run, the stage job that wrote last (each job of the
+    chain logs to its own file in run-NNNNNN.logs/, named after the job)."""
+    logs = sidecar(run.folder, ".logs")
+    try:
+        newest = max(logs.glob("pairwise-*.out"), key=lambda path: path.stat().st_mtime, default=None)
+    except OSError:
+        newest = None
+    return newest or sidecar(run.folder, ".log")
 
 
 def _job_in_queue(job_id: str) -> bool | None:
@@ -107,7 +220,7 @@ def slurm_refresh(run: Run) -> Run:
     """Read a running Slurm run's folder into its row, and record its end once run.json or squeue says so."""
     if run.backend != Run.Backend.SLURM or run.status != Run.Status.RUNNING:
         return run
-    run_apply_folder(run, FolderReader(Path(run.folder), log=sidecar(run.folder, ".log")).read())
+    run_apply_folder(run, FolderReader(Path(run.folder), log=log_path(run)).read())
     status = STATUS_OF_RECORD.get((run.record or {}).get("status"))
     if status is not None:
         return _finish_once(run, status=status, error=(run.record or {}).get("error") or "")

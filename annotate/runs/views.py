@@ -46,7 +46,14 @@ from annotate.runs.launch_form import (
     task_set_choices,
 )
 from annotate.runs.models import AuditJudgment, Checkpoint, Run, TaskSet
-from annotate.runs.present import ancestry, children_by_kind, config_without_secrets, ledger_rows, run_payload
+from annotate.runs.present import (
+    ancestry,
+    children_by_kind,
+    config_without_secrets,
+    cycle_ledger,
+    ledger_rows,
+    run_payload,
+)
 from annotate.runs.task_sets import OPEN_VARIANTS, task_set_from_prompts, task_set_make, task_set_upload
 
 
@@ -177,6 +184,7 @@ def run_page(request, run_id: int):
                           if run.resolved_config else ""),
         "ledger_text": json.dumps(run.ledger, indent=2, sort_keys=True) if run.ledger else "",
         "ledger_rows": ledger_rows(run.ledger),
+        "cycle_ledger": cycle_ledger(run.ledger),
         "base_parents": ancestry(run.base_checkpoint) if run.base_checkpoint else [],
     })
 

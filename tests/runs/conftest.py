@@ -11,7 +11,7 @@ import pytest
 from annotate.runs import execute
 from annotate.runs.checkpoints import checkpoint_register
 from annotate.runs.models import Checkpoint, Run
-from tests.runs.helpers import rollout
+from tests.runs.helpers import commands_on_path, rollout
 from tests.training.conftest import tiny_checkpoint, tiny_snapshot  # noqa: F401 - session fixtures, built once
 from training.grpo.rollouts import write_batch
 
@@ -107,19 +107,14 @@ def stand_in_trainer(tmp_path, monkeypatch):
 @pytest.fixture
 def slurm(tmp_path, monkeypatch):
     """sbatch prints a job id (or fails when SBATCH_FAIL is set); every call is appended to calls.log."""
-    bin_dir, calls = tmp_path / "bin", tmp_path / "calls.log"
-    bin_dir.mkdir()
-    scripts = {
+    calls = tmp_path / "calls.log"
+    commands_on_path(tmp_path, monkeypatch, {
         "sbatch": f'echo "sbatch $*" >> {calls}\ncp "${{@: -1}}" {tmp_path}/submitted.sbatch\n'
                   'if [ -n "${SBATCH_FAIL:-}" ]; then echo "sbatch: error: invalid partition specified: gpu" >&2; '
                   'exit 1; fi\necho "4242;cluster-a"',
         "scancel": f'echo "scancel $*" >> {calls}',
         "squeue": f'echo "squeue $*" >> {calls}\necho RUNNING',
-    }
-    for name, body in scripts.items():
-        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    })
     return calls
 
 

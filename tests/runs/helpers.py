@@ -1,7 +1,8 @@
 """Shared by the runs tests: calling a management command, a finished run folder as the trainer leaves it, a
-queued run, a Slurm run, and a GRPO rollout row."""
+queued run, a Slurm run, stand-in cluster commands on PATH, and a GRPO rollout row."""
 
 import json
+import os
 from pathlib import Path
 
 from django.core.management import call_command
@@ -58,6 +59,16 @@ def slurm_run(base_checkpoint, kind: str = "dpo") -> Run:
     run.config = {"base_checkpoint": base_checkpoint.uri, "output_dir": run.folder, "max_steps": 2}
     run.save()
     return run
+
+
+def commands_on_path(folder: Path, monkeypatch, scripts: dict[str, str]) -> None:
+    """Stand-in commands (sbatch, scancel, squeue: name -> bash body) in folder/bin, first on PATH."""
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    for name, body in scripts.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
 
 
 def rollout(index: int, *, status: str, reward: float) -> dict:
