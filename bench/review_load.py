@@ -337,6 +337,7 @@ async def adjudicator_loop(session, base: str, token: str, stop_at: float, recor
                 body = await response.read()
         except TimeoutError:
             record["errors"].append(f"next: no answer within {ADJUDICATION_TIMEOUT_S} s")
+            record["next_timeouts"] += 1
             continue
         except aiohttp.ClientError as exc:
             record["errors"].append(f"next: {exc}")
@@ -374,7 +375,8 @@ async def adjudicator_loop(session, base: str, token: str, stop_at: float, recor
 async def run_adjudication_level(base: str, tokens: list[str], seconds: float) -> dict:
     import aiohttp
 
-    record = {"next_ms": [], "ruling_ms": [], "served": [], "rulings": [], "errors": [], "exhausted": 0}
+    record = {"next_ms": [], "ruling_ms": [], "served": [], "rulings": [], "errors": [], "exhausted": 0,
+              "next_timeouts": 0}
     connector = aiohttp.TCPConnector(limit=len(tokens) + 4)
     timeout = aiohttp.ClientTimeout(total=ADJUDICATION_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
@@ -395,6 +397,7 @@ async def run_adjudication_level(base: str, tokens: list[str], seconds: float) -
         "next_p99_ms": percentile(record["next_ms"], 99),
         "ruling_p99_ms": percentile(record["ruling_ms"], 99),
         "exhausted": record["exhausted"],
+        "next_timeouts": record["next_timeouts"],
         "errors": len(record["errors"]),
         "first_errors": record["errors"][:3],
         "_served": record["served"],
@@ -456,9 +459,10 @@ def print_adjudication(result: dict) -> None:
           f"{project['ruled_before']} ruled before the run")
     print(f"{'level':<20} {'next calls/s':>13} {'rulings/s':>10} {'next p50':>9} {'next p95':>9} {'next p99':>9} "
           f"{'ruling p99':>11} {'errors':>7}")
-    print(f"{result['level']:<20} {result['next_calls_per_s']:>13} {result['rulings_per_s']:>10} "
-          f"{result['next_p50_ms']:>9} {result['next_p95_ms']:>9} {result['next_p99_ms']:>9} "
-          f"{result['ruling_p99_ms']:>11} {result['errors']:>7}")
+    shown = {key: "-" if value is None else value for key, value in result.items()}  # no call answered: no figure
+    print(f"{shown['level']:<20} {shown['next_calls_per_s']:>13} {shown['rulings_per_s']:>10} "
+          f"{shown['next_p50_ms']:>9} {shown['next_p95_ms']:>9} {shown['next_p99_ms']:>9} "
+          f"{shown['ruling_p99_ms']:>11} {shown['errors']:>7}")
     print("adjudication checks:", ", ".join(f"{k}={v}" for k, v in checks.items()))
     for error in result["first_errors"]:
         print("error:", error)
