@@ -145,7 +145,8 @@ def give_history(cursor, *, project, reviewer_id: int, pair_ids: list[int], rete
         "WHERE j.assignment_id = a.id AND a.project_id = %(project)s AND a.reviewer_id = %(reviewer)s",
         who,
     )
-    cursor.execute("UPDATE review_pair SET assigned_count = assigned_count + 1 WHERE id = ANY(%s)", [pair_ids])
+    cursor.execute("UPDATE review_pair SET assigned_count = assigned_count + 1, votes_tie = votes_tie + 1 "
+                   "WHERE id = ANY(%s)", [pair_ids])
     retests = sum(r[2] for r in rows)
     cursor.execute(
         "INSERT INTO review_reviewertally (project_id, reviewer_id, judged, judged_once, retests) "
@@ -292,6 +293,7 @@ def prepare_adjudication(*, judgments: int, ruled: float, adjudicators: int) -> 
     from django.db import connection
 
     from annotate.review.models import Project
+    from annotate.review.queue_sql import pair_votes_recount
 
     project = Project.objects.get(slug=ADJUDICATION_SLUG)
     user_token(EARLIER_ADJUDICATOR, role="adjudicator")
@@ -318,6 +320,8 @@ def prepare_adjudication(*, judgments: int, ruled: float, adjudicators: int) -> 
         )
         cursor.execute("SELECT count(*) FROM review_pair WHERE project_id = %s", [project.pk])
         pairs = cursor.fetchone()[0]
+    pair_votes_recount(project_id=project.pk)  # the rulings just written
+    with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     tokens = [user_token(f"adjudicator{i:03d}", role="adjudicator") for i in range(adjudicators)]
     return tokens, {"judgments": pairs * ADJUDICATION_OVERLAP, "pairs": pairs, "split_pairs": split,
@@ -594,7 +598,7 @@ def main() -> int:
         "created_at": utc_timestamp(),
     }
     write_results(args.out, report)
-    ok = checks["lost"] == checks["duplicate_judgments"] == checks["over_assigned_pairs"] == 0
+    ok = checks["lost"] == checks["duplicate_judgments"] == checks["over_assigned_pairs"] == checks["pair_votes_drift"] == 0
     if adjudication:
         ok = ok and adjudication["errors"] == 0 and all(
             adjudication["checks"][name] == 0 for name in ADJUDICATION_FAULTS)
