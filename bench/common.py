@@ -206,12 +206,23 @@ DATABASE_CHECKS = {
         "SELECT count(*) FROM review_pair p WHERE p.assigned_count <> (SELECT count(*) FROM review_assignment a "
         "WHERE a.pair_id = p.id AND NOT a.is_retest AND a.status IN ('active', 'completed'))"
     ),
+    # Pairs whose vote counters (what adjudication's queue reads) disagree with their counted votes: current
+    # judgments of first-time assignments outside the qualification round.
+    "pair_votes_drift": (
+        "SELECT count(*) FROM review_pair p LEFT JOIN (SELECT a.pair_id, "
+        "count(*) FILTER (WHERE j.winner = 'a') AS a, count(*) FILTER (WHERE j.winner = 'b') AS b, "
+        "count(*) FILTER (WHERE j.winner = 'tie') AS tie, count(*) FILTER (WHERE j.winner = 'both_bad') AS both_bad "
+        "FROM review_assignment a JOIN review_judgment j ON j.id = a.current_judgment_id WHERE NOT a.is_retest "
+        "AND NOT EXISTS (SELECT 1 FROM review_goldcheck g WHERE g.assignment_id = a.id AND g.attempt_id IS NOT NULL) "
+        "GROUP BY a.pair_id) v ON v.pair_id = p.id WHERE (p.votes_a, p.votes_b, p.votes_tie, p.votes_both_bad) "
+        "IS DISTINCT FROM (coalesce(v.a, 0), coalesce(v.b, 0), coalesce(v.tie, 0), coalesce(v.both_bad, 0))"
+    ),
 }
 
 
 def check_database(created_ids: list[int]) -> dict:
     """After simulated reviewers: judgments answered 201 but not stored, judgments or assignments stored twice,
-    pairs with more reviewers than the overlap, pair counters that disagree with the assignments."""
+    pairs with more reviewers than the overlap, pair counters that disagree with the assignments or the votes."""
     from django.db import connection
 
     with connection.cursor() as cursor:

@@ -48,10 +48,13 @@ TARGETS = {"seconds": 60.0, "peak_rss_mb": 500.0, "ratio_to_copy": 3.0}
 def fill(*, pairs: int, overlap: int) -> None:
     """Project, criteria and reviewers through the services; prompts to judgments in bulk SQL."""
     setup_django_and_migrate()
+    from django.apps import apps
+    from django.core.management.color import no_style
     from django.db import connection, transaction
 
     from annotate.review.demo_data import DEMO_CRITERIA
     from annotate.review.projects import project_create_or_update
+    from annotate.review.queue_sql import pair_votes_recount
 
     project, criteria, _ = project_create_or_update(
         slug="bench", name="Bench", instructions=DEMO_CRITERIA["instructions"],
@@ -109,7 +112,11 @@ def fill(*, pairs: int, overlap: int) -> None:
                    'The chosen answer shows the steps.', 20.0, md5((i * %(overlap)s + k)::text)::uuid, now()
             FROM (SELECT i, k, (i * 31 + k * 17) %% 20 AS v
                   FROM generate_series(1, %(pairs)s) i, generate_series(0, %(overlap)s - 1) k) s""", params)
+    pair_votes_recount(project_id=project.pk)
     with connection.cursor() as cursor:
+        # Rows went in under ids of their own: move each id sequence past them, so the app can go on adding rows.
+        for statement in connection.ops.sequence_reset_sql(no_style(), apps.get_models()):
+            cursor.execute(statement)
         cursor.execute("VACUUM ANALYZE")  # as autovacuum would after a large load
 
 

@@ -519,6 +519,7 @@ def main() -> int:
         "nothing stored twice": checks["duplicate_judgments"] == checks["duplicate_assignments"] == 0
         and record.resend_mismatches == 0,
         "no pair over-assigned": checks["over_assigned_pairs"] == 0 and checks["pair_counter_drift"] == 0,
+        "every vote counted on its pair": checks["pair_votes_drift"] == 0,
         "only 503 with Retry-After, only while the database was down": errors["errors_outside_window"] == 0
         and errors["transport_errors_outside_window"] == 0,
         "database restarted mid-run": down_window is not None,

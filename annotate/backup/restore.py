@@ -32,6 +32,7 @@ from annotate.backup.contents import (
     project_models,
 )
 from annotate.review.models import Project
+from annotate.review.queue_sql import pair_votes_recount
 from annotate.roles import ROLES
 
 KNOWN_MODELS = {label for label, _ in PROJECT_ROWS}
@@ -283,5 +284,8 @@ def restore_read(path: Path) -> dict:
         with connection.cursor() as cursor:
             for statement in connection.ops.sequence_reset_sql(no_style(), models):
                 cursor.execute(statement)
+        # The pairs' vote counters and ruled flags from the rows themselves: a backup made before pairs kept
+        # them has none, and adjudication's queue reads them.
+        pair_votes_recount(project_id=Project.objects.get(slug=checked.header["project"]).pk)
     return {"project": checked.header["project"], "users_created": created, "users_matched": matched,
             "rows": {label: count for label, count in checked.counts.items() if label != "users"}}

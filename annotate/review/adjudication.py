@@ -1,10 +1,15 @@
 """Adjudication: split pairs go to an adjudicator, who sees every reviewer's judgment and rules.
 
-The queue is computed, not stored: a pair is waiting when its counted votes (the current judgment of each
-original assignment, as the export counts them) have no strict majority (annotate/review/consensus.py:
-strict_majority, the one consensus rule), it has at least `min_judgments` of them, nobody is judging it
-right now, and it has no ruling yet. A filter can widen it to contested majorities (`max_share`) or narrow
-it to a tag. An adjudicator (the Django group "adjudicator", or an admin) is never given a pair they judged.
+A pair is waiting when its counted votes (the current judgment of each original assignment, as the export
+counts them) have no strict majority (annotate/review/consensus.py: strict_majority, the one consensus rule),
+it has at least `min_judgments` of them, nobody is judging it right now, and it has no ruling yet. A filter
+can widen it to contested majorities (`max_share`) or narrow it to a tag. An adjudicator (the Django group
+"adjudicator", or an admin) is never given a pair they judged. The oldest waiting pair comes first.
+
+The votes are counted on the pair as they land (Pair.votes_*, with votes_split and votes_contested read from
+them, and Pair.ruled set by the first ruling), so `next` is one indexed query that reads the first few waiting
+pairs, however many pairs were judged, agreed on or ruled before them. Two adjudicators never hold one pair
+(the adjudication_one_open constraint), and a pair ruled on while the queue was being read is not handed out.
 
 An adjudicator sees the pair in an order of their own (AdjudicationAssignment.a_on_left, at random) and
 every reviewer's click mapped to that same left/right (annotate/review/choices.py: the stored, un-swapped
@@ -20,13 +25,13 @@ latest counts. Exports may use them (annotate/exports: the `adjudications` filte
 
 from __future__ import annotations
 
+import json
 import secrets
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-import numpy as np
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
@@ -34,7 +39,6 @@ from django.utils import timezone
 
 from annotate.limits import MAX_RATIONALE_CHARS, share_number, text_within, whole_number
 from annotate.review.choices import CLICKS, CRITERION_CLICKS, DECISIVE_CLICKS, WINNERS, swap_back, unswap
-from annotate.review.consensus import NO_CONSENSUS, strict_majority
 from annotate.review.errors import ReviewError
 from annotate.review.judgments import choice_and_strength_check
 from annotate.review.models import (
@@ -45,15 +49,15 @@ from annotate.review.models import (
     Project,
     RationaleCheck,
     live_assignment,
-    live_assignment_sql,
 )
 from annotate.review.overlap import votes_of_pairs
 from annotate.review.rationale import FLAGS
 from annotate.review.rendering import markdown_to_safe_html
 
 HOLD_MINUTES = 30  # an adjudication not ruled on within this returns to the queue
-BATCH_PAIRS = 2000  # pairs whose votes are read and decided at a time while the queue is walked
+CANDIDATES = 20  # waiting pairs read at a time: enough for the adjudicators who ask at once to each take one
 WAITING_COUNT_CAP = 50  # "50+ waiting" says as much as an exact count
+SHARE_SLACK = 1e-9  # max_share 0.67 takes a 2-of-3 majority (0.666...)
 
 
 @dataclass(frozen=True)
@@ -93,80 +97,68 @@ def queue_filter_parse(params: Mapping[str, str], *, project: Project) -> QueueF
     return QueueFilter(min_judgments=min_judgments, max_share=max_share, tag=tag)
 
 
-def _votes_by_pair(*, project: Project, min_judgments: int, after_pair: int, limit: int) -> list[tuple]:
-    """(pair id, votes a, b, tie, both_bad) of pairs with enough counted votes, in pair order, after a pair id."""
+def _waiting_sql(*, queue: QueueFilter) -> str:
+    """The pairs waiting for an adjudicator under this filter, oldest first, from the pairs' vote counters
+    (Pair.votes_*): the consensus rule of strict_majority and the share it gives, in SQL.
+
+    A split pair is Pair.votes_split (two or more choices share the top count). A widened filter also takes a
+    pair whose top count over its votes is at most max_share: every choice's count over the votes is, which is
+    the same comparison of the same floating-point numbers (the top one is the largest). Each form reads a
+    partial index of the pairs not yet ruled on, so the pairs ruled or agreed on before them are never read.
+    """
+    counted = " + ".join(f"p.votes_{winner}" for winner in WINNERS)
+    if queue.max_share is None:
+        wanted = "p.votes_split"
+    else:
+        within = " AND ".join(f"CAST(p.votes_{winner} AS DOUBLE PRECISION) / ({counted}) <= %(share)s"
+                              for winner in WINNERS)
+        wanted = f"(p.votes_split OR ({within}))"
+        if queue.max_share + SHARE_SLACK < 1:  # a pair whose votes all agree has share 1: not taken
+            wanted = f"p.votes_contested AND {wanted}"
+    tagged = ""
+    if queue.tag is not None:
+        tags = ("pr.tags @> %(tags)s::jsonb" if connection.vendor == "postgresql"
+                else "EXISTS (SELECT 1 FROM json_each(pr.tags) WHERE json_each.value = %(tag)s)")
+        tagged = f"AND EXISTS (SELECT 1 FROM review_prompt pr WHERE pr.id = p.prompt_id AND {tags}) "
+    return (
+        f"SELECT p.id FROM review_pair p WHERE p.project_id = %(project)s AND NOT p.ruled AND {wanted} "
+        f"AND {counted} >= %(min_judgments)s AND p.id > %(after)s {tagged}"
+        # Being judged right now, held by an adjudicator, or judged by this adjudicator: not for them.
+        "AND NOT EXISTS (SELECT 1 FROM review_assignment a WHERE a.pair_id = p.id AND a.status = 'active' "
+        "AND a.expires_at > %(now)s AND NOT a.is_retest) "
+        "AND NOT EXISTS (SELECT 1 FROM review_adjudicationassignment h WHERE h.pair_id = p.id "
+        "AND h.status = 'active' AND h.expires_at > %(now)s) "
+        "AND NOT EXISTS (SELECT 1 FROM review_assignment o WHERE o.pair_id = p.id AND o.reviewer_id = %(adjudicator)s) "
+        "ORDER BY p.id LIMIT %(limit)s"
+    )
+
+
+def _waiting_batch(*, project: Project, adjudicator: AbstractBaseUser, queue: QueueFilter, now: datetime,
+                   after: int, limit: int) -> list[int]:
+    """Up to `limit` pairs waiting for this adjudicator, oldest first, after a pair id."""
+    params = {"project": project.pk, "min_judgments": queue.min_judgments, "after": after, "now": now,
+              "adjudicator": adjudicator.pk, "limit": limit,
+              "share": None if queue.max_share is None else queue.max_share + SHARE_SLACK,
+              "tag": queue.tag, "tags": json.dumps([queue.tag])}
     with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT a.pair_id,
-                   SUM(CASE WHEN j.winner = 'a' THEN 1 ELSE 0 END),
-                   SUM(CASE WHEN j.winner = 'b' THEN 1 ELSE 0 END),
-                   SUM(CASE WHEN j.winner = 'tie' THEN 1 ELSE 0 END),
-                   SUM(CASE WHEN j.winner = 'both_bad' THEN 1 ELSE 0 END)
-            FROM review_assignment a JOIN review_judgment j ON j.id = a.current_judgment_id
-            WHERE a.project_id = %s AND a.is_retest = %s AND a.pair_id > %s AND """ + live_assignment_sql("a") + """
-            GROUP BY a.pair_id
-            HAVING COUNT(*) >= %s
-            ORDER BY a.pair_id
-            LIMIT %s
-            """,
-            [project.pk, False, after_pair, min_judgments, limit],
-        )
-        return cursor.fetchall()
-
-
-def _contested(rows: list[tuple], max_share: float | None) -> list[int]:
-    """The pairs of `rows` that the filter sends to adjudication, by the one consensus rule."""
-    if not rows:
-        return []
-    votes = np.array([row[1:] for row in rows], dtype=np.int64)
-    winner, share = strict_majority(votes)
-    wanted = winner == NO_CONSENSUS
-    if max_share is not None:
-        wanted |= share <= max_share + 1e-9
-    return [row[0] for row, keep in zip(rows, wanted.tolist(), strict=True) if keep]
-
-
-def _excluded(*, project: Project, adjudicator: AbstractBaseUser, pair_ids: list[int], now: datetime) -> set[int]:
-    """Of these pairs, the ones not to hand out: ruled already, being judged or adjudicated now, judged by
-    the adjudicator, or (with a tag filter) of another tag."""
-    if not pair_ids:
-        return set()
-    ruled = set(Adjudication.objects.filter(pair_id__in=pair_ids).values_list("pair_id", flat=True))
-    judging = set(Assignment.objects.filter(
-        pair_id__in=pair_ids, status=Assignment.Status.ACTIVE, expires_at__gt=now, is_retest=False,
-    ).values_list("pair_id", flat=True))
-    held = set(AdjudicationAssignment.objects.filter(
-        pair_id__in=pair_ids, status=AdjudicationAssignment.Status.ACTIVE, expires_at__gt=now,
-    ).values_list("pair_id", flat=True))
-    own = set(Assignment.objects.filter(pair_id__in=pair_ids, reviewer=adjudicator).values_list("pair_id", flat=True))
-    return ruled | judging | held | own
+        cursor.execute(_waiting_sql(queue=queue), params)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _waiting(*, project: Project, adjudicator: AbstractBaseUser, queue: QueueFilter, now: datetime) -> Iterator[int]:
     """Pairs waiting for this adjudicator, oldest pair first."""
     after = 0
-    while rows := _votes_by_pair(project=project, min_judgments=queue.min_judgments, after_pair=after,
-                                 limit=BATCH_PAIRS):
-        after = rows[-1][0]
-        contested = _contested(rows, queue.max_share)
-        if queue.tag is not None and contested:
-            tagged = Pair.objects.filter(pk__in=contested).values_list("pk", "prompt__tags")
-            contested = [pk for pk, tags in tagged if queue.tag in (tags or [])]
-            contested.sort()
-        skip = _excluded(project=project, adjudicator=adjudicator, pair_ids=contested, now=now)
-        yield from (pair_id for pair_id in contested if pair_id not in skip)
+    while batch := _waiting_batch(project=project, adjudicator=adjudicator, queue=queue, now=now, after=after,
+                                  limit=CANDIDATES):
+        yield from batch
+        after = batch[-1]
 
 
 def waiting_count(*, project: Project, adjudicator: AbstractBaseUser, queue: QueueFilter,
                   now: datetime | None = None, cap: int = WAITING_COUNT_CAP) -> dict:
     """How many pairs wait for this adjudicator (counting stops at `cap`)."""
     now = now or timezone.now()
-    count = 0
-    for _ in _waiting(project=project, adjudicator=adjudicator, queue=queue, now=now):
-        count += 1
-        if count >= cap:
-            break
+    count = len(_waiting_batch(project=project, adjudicator=adjudicator, queue=queue, now=now, after=0, limit=cap))
     return {"waiting": count, "waiting_is_at_least": count >= cap}
 
 
@@ -176,15 +168,28 @@ def _expire_stale(*, project: Project, now: datetime) -> None:
     ).update(status=AdjudicationAssignment.Status.EXPIRED)
 
 
-def _take(*, project: Project, adjudicator: AbstractBaseUser, pair_id: int, now: datetime) -> AdjudicationAssignment | None:
-    """Hold the pair for the adjudicator; None when another adjudicator took it first."""
+class _RuledMeanwhile(Exception):
+    """The pair was ruled on after the queue was read: the hold is undone."""
+
+
+def _take(*, project: Project, adjudicator: AbstractBaseUser, pair_id: int, now: datetime,
+          unruled: bool = False) -> AdjudicationAssignment | None:
+    """Hold the pair for the adjudicator; None when another adjudicator took it first, or (`unruled`) ruled on it
+    since the queue was read."""
     try:
         with transaction.atomic():
-            return AdjudicationAssignment.objects.create(
+            held = AdjudicationAssignment.objects.create(
                 project=project, pair_id=pair_id, adjudicator=adjudicator, a_on_left=secrets.randbelow(2) == 1,
                 served_at=now, expires_at=now + timedelta(minutes=HOLD_MINUTES),
             )
+            # The hold went in, so no one else holds the pair now; one who held it when the queue was read has
+            # ruled since, and this statement (a snapshot after the insert) sees that ruling.
+            if unruled and Adjudication.objects.filter(pair_id=pair_id).exists():
+                raise _RuledMeanwhile
+            return held
     except IntegrityError:  # adjudication_one_open: someone holds it
+        return None
+    except _RuledMeanwhile:
         return None
 
 
@@ -216,7 +221,7 @@ def adjudication_next(*, project: Project, adjudicator: AbstractBaseUser, queue:
     if mine is not None:
         return mine
     for candidate in _waiting(project=project, adjudicator=adjudicator, queue=queue, now=now):
-        taken = _take(project=project, adjudicator=adjudicator, pair_id=candidate, now=now)
+        taken = _take(project=project, adjudicator=adjudicator, pair_id=candidate, now=now, unruled=True)
         if taken is not None:
             return taken
     return None
@@ -358,6 +363,7 @@ def ruling_submit(*, assignment_id: int, adjudicator: AbstractBaseUser, choice: 
         )
         assignment.status = AdjudicationAssignment.Status.COMPLETED
         assignment.save(update_fields=["status"])
+        Pair.objects.filter(pk=assignment.pair_id, ruled=False).update(ruled=True)  # it leaves the queue
     return ruling, False
 
 

@@ -3,7 +3,9 @@
 The one definition of the rule, in the review app so that everything built on the votes reads it from
 here: adaptive overlap decides with it how many reviewers a pair needs (overlap.py), adjudication which
 pairs are split (adjudication.py), the agreement report (annotate/quality/consensus.py) and the export
-pipeline which label a pair gets. Tie rules:
+pipeline which label a pair gets. Adjudication's queue reads it in SQL, as Pair.votes_split (a generated
+column over the pair's vote counters, models.py); a test holds the two to the same answer for every count of
+each choice up to 3 (tests/review/test_adjudication.py). Tie rules:
 - Votes are the original judgments of the pair (retests left out, so nobody votes twice), over
   four choices: a, b, tie, both_bad.
 - The winner is the choice with strictly more votes than any other. When two or more choices share

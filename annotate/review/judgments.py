@@ -225,5 +225,6 @@ def judgment_undo_last(*, project: Project, reviewer: AbstractBaseUser, now: dat
         assignment = assignment_serve(assignment, project=project, now=now)
         assignment.save(update_fields=["current_judgment", "completed_at"])
         if not assignment.is_retest:  # a withdrawn vote can reopen a pair that adaptive overlap had closed
-            queue_sql.pair_needed_refresh(pair_id=assignment.pair_id)
+            queue_sql.pair_vote_withdraw(pair_id=assignment.pair_id, winner=last.winner)
+            queue_sql.pair_needed_refresh(pair_id=assignment.pair_id, locked=True)
     return assignment

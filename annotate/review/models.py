@@ -9,6 +9,8 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Greatest
+from django.db.models.lookups import GreaterThan, LessThan
 
 from annotate.review.choices import WINNERS
 from training.snapshot import prompt_key
@@ -188,6 +190,12 @@ class Response(models.Model):
 
 PAIR_CLOSED = 32767  # Pair.open_fill of a pair that has the reviewers it needs: past every open pair
 
+_VOTE_COLUMNS = [f"votes_{winner}" for winner in WINNERS]
+_TOP_VOTES = Greatest(*_VOTE_COLUMNS)
+_ALL_VOTES = sum((models.F(name) for name in _VOTE_COLUMNS[1:]), models.F(_VOTE_COLUMNS[0]))
+_CHOICES_AT_TOP = sum((models.Case(models.When(**{name: _TOP_VOTES}, then=1), default=0) for name in _VOTE_COLUMNS[1:]),
+                      models.Case(models.When(**{_VOTE_COLUMNS[0]: _TOP_VOTES}, then=1), default=0))
+
 
 class Pair(models.Model):
     # No index of its own where a composite index starts with the same column (pair_open_slots here):
@@ -215,6 +223,29 @@ class Pair(models.Model):
     )
     # Leaderboard projects: higher first among untouched pairs (how uncertain its models' order is, 0-1000).
     queue_priority = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # The pair's counted votes (the current judgments of its live first-time assignments, as the export counts
+    # them), one counter per choice in WINNERS order. Changed only with a vote, in its transaction, under this
+    # row's lock (queue_sql.judgment_insert, judgments.judgment_undo_last); pair_votes_recount writes them from
+    # the judgments after rows were written in bulk. Adjudication's queue reads them instead of every judgment.
+    votes_a = models.PositiveSmallIntegerField(default=0, db_default=0)
+    votes_b = models.PositiveSmallIntegerField(default=0, db_default=0)
+    votes_tie = models.PositiveSmallIntegerField(default=0, db_default=0)
+    votes_both_bad = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # No strict majority (annotate/review/consensus.py: strict_majority): two or more choices share the top count.
+    votes_split = models.GeneratedField(
+        expression=models.ExpressionWrapper(Q(GreaterThan(_TOP_VOTES, 0), GreaterThan(_CHOICES_AT_TOP, 1)),
+                                            output_field=models.BooleanField()),
+        output_field=models.BooleanField(),
+        db_persist=True,
+    )
+    # The votes are not all for one choice: the pairs a widened adjudication queue (max_share < 1) looks among.
+    votes_contested = models.GeneratedField(
+        expression=models.ExpressionWrapper(Q(LessThan(_TOP_VOTES, _ALL_VOTES)), output_field=models.BooleanField()),
+        output_field=models.BooleanField(),
+        db_persist=True,
+    )
+    # An adjudicator has ruled on the pair (set with its first ruling); it leaves the adjudication queue.
+    ruled = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -222,7 +253,14 @@ class Pair(models.Model):
             models.UniqueConstraint(fields=["response_a", "response_b"], name="pair_unique"),
             models.CheckConstraint(condition=Q(response_a__lt=models.F("response_b")), name="pair_ordered"),
         ]
-        indexes = [models.Index(fields=["project", "open_fill", "queue_priority", "id"], name="pair_open_slots")]
+        indexes = [
+            models.Index(fields=["project", "open_fill", "queue_priority", "id"], name="pair_open_slots"),
+            # Adjudication's queue, oldest first: only the pairs waiting for a ruling, so however many pairs were
+            # ruled or agreed on before them, `next` reads a handful of index entries.
+            models.Index(fields=["project", "id"], condition=Q(votes_split=True, ruled=False), name="pair_split_unruled"),
+            models.Index(fields=["project", "id"], condition=Q(votes_contested=True, ruled=False),
+                         name="pair_contested_unruled"),
+        ]
 
     def __str__(self) -> str:
         return f"pair {self.pk} of {self.prompt.external_id}"

@@ -420,10 +420,11 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
                     now: datetime) -> tuple[Judgment, dict]:
     """Insert a judgment revision, complete the assignment with it, and count it in the reviewer's tally.
 
-    Returns the Judgment and the tally after counting it. PostgreSQL does all three in one statement;
-    elsewhere, three. With adaptive overlap, a first-time judgment also decides, in this transaction,
-    how many reviewers its pair needs now (pair_needed_refresh); PostgreSQL takes the pair's row lock
-    in the same statement, so two judgments of one pair landing together are decided one after the other.
+    Returns the Judgment and the tally after counting it. A vote (a first-time, live judgment) is also
+    counted on its pair (Pair.votes_*), which takes the pair's row lock. PostgreSQL does all four in one
+    statement; elsewhere, four. With adaptive overlap, a vote also decides, in this transaction, how many
+    reviewers its pair needs now (pair_needed_refresh), under that lock, so two judgments of one pair
+    landing together are decided one after the other.
     """
     values = {
         "assignment": assignment.pk, "pair": assignment.pair_id, "reviewer": reviewer_id, "revision": revision,
@@ -449,32 +450,25 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
         "judged_once = review_reviewertally.judged_once + excluded.judged_once "
         "RETURNING judged, judged_once, retests"
     )
-    # A retest is not a vote (the export counts each reviewer once), so only a first-time judgment can
-    # change what its pair needs. FOR NO KEY UPDATE: the pair's id never changes.
-    adaptive_pair = (
-        "SELECT p.id FROM review_pair p JOIN review_project pr ON pr.id = p.project_id "
-        "WHERE p.id = %(pair)s AND pr.min_overlap < pr.overlap AND %(original)s FOR NO KEY UPDATE OF p"
-    )
     if connection.vendor == "postgresql":
         (row,) = _fetch(
             f"WITH judgment AS ({insert}), "
             f"completed AS ({complete.format(judgment='(SELECT id FROM judgment)')}), "
             f"counted AS ({count}), "
-            f"adaptive_pair AS ({adaptive_pair}) "
+            f"voted AS ({_VOTE_ADD}) "
             "SELECT judgment.id, counted.judged, counted.judged_once, counted.retests, "
-            "(SELECT id FROM adaptive_pair) FROM judgment, counted",
+            "(SELECT adaptive FROM voted) FROM judgment, counted",
             values,
         )
-        if row[4] is not None:
-            pair_needed_refresh(pair_id=assignment.pair_id, locked=True)
-        row = row[:4]
     else:
         ((judgment_id,),) = _fetch(insert, values)
         _fetch(complete.format(judgment="%(judgment)s"), {**values, "judgment": judgment_id}, rows=False)
-        row = (judgment_id, *_fetch(count, values)[0])
         # SQLite has no row locks: its single-writer lock already serialises this transaction's writes.
-        if _fetch(adaptive_pair.removesuffix(" FOR NO KEY UPDATE OF p"), values):
-            pair_needed_refresh(pair_id=assignment.pair_id, locked=True)
+        voted = _fetch(_VOTE_ADD, values)
+        row = (judgment_id, *_fetch(count, values)[0], voted[0][0] if voted else None)
+    if row[4]:
+        pair_needed_refresh(pair_id=assignment.pair_id, locked=True)
+    row = row[:4]
     judgment = Judgment(
         id=row[0], assignment=assignment, pair_id=assignment.pair_id, reviewer_id=reviewer_id, revision=revision,
         retracted=False, winner=winner, strength=strength, criteria=criteria,
@@ -484,6 +478,56 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
     judgment._state.adding = False
     judgment._state.db = connection.alias
     return judgment, {"judged": row[1], "judged_once": row[2], "retests": row[3]}
+
+
+# Count a vote on its pair, for a first-time judgment (a retest is not a vote: the export counts each reviewer
+# once); an answer of the qualification round adds nothing, yet its pair is still decided again below, as any
+# first-time judgment's. An UPDATE adds to the latest committed counters, so two votes landing together are
+# both counted. Returns whether the project's overlap is adaptive (the pair needs deciding again); no row for
+# a retest.
+_VOTE_ADD = (
+    "UPDATE review_pair SET "
+    + ", ".join(f"votes_{winner} = votes_{winner} + CASE WHEN vote.live AND %(winner)s = '{winner}' THEN 1 ELSE 0 END"
+                for winner in WINNERS)
+    + " FROM (SELECT EXISTS (SELECT 1 FROM review_assignment a WHERE "
+    f"a.id = %(assignment)s AND {live_assignment_sql('a')}) AS live) vote "
+    "WHERE review_pair.id = %(pair)s AND %(original)s "
+    "RETURNING (SELECT pr.min_overlap < pr.overlap FROM review_project pr WHERE pr.id = review_pair.project_id) "
+    "AS adaptive"
+)
+
+
+def pair_vote_withdraw(*, pair_id: int, winner: str) -> None:
+    """Take back a vote for `winner` from the pair's counters (its judgment was undone); locks the pair's row."""
+    column = f"votes_{WINNERS[WINNERS.index(winner)]}"  # only a known choice names a column
+    _fetch(f"UPDATE review_pair SET {column} = {column} - 1 WHERE id = %s", [pair_id], rows=False)
+
+
+_VOTES_RECOUNTED = (
+    "UPDATE review_pair SET "
+    + ", ".join(f"votes_{winner} = counted.votes_{winner}" for winner in WINNERS)
+    + ", ruled = counted.ruled FROM (SELECT p.id AS pair_id, "
+    + ", ".join(f"count(j.id) FILTER (WHERE j.winner = '{winner}') AS votes_{winner}" for winner in WINNERS)
+    + ", EXISTS (SELECT 1 FROM review_adjudication r WHERE r.pair_id = p.id) AS ruled "
+    "FROM review_pair p LEFT JOIN review_assignment a ON a.pair_id = p.id AND NOT a.is_retest "
+    f"AND a.current_judgment_id IS NOT NULL AND {live_assignment_sql('a')} "
+    "LEFT JOIN review_judgment j ON j.id = a.current_judgment_id "
+    "WHERE p.project_id = %s GROUP BY p.id) counted WHERE review_pair.id = counted.pair_id AND ("
+    + " OR ".join(f"review_pair.votes_{winner} <> counted.votes_{winner}" for winner in WINNERS)
+    + " OR review_pair.ruled <> counted.ruled)"
+)
+
+
+def pair_votes_recount(*, project_id: int) -> int:
+    """Write every pair's vote counters and ruled flag of the project from its judgments and rulings; returns
+    how many pairs changed.
+
+    For rows written in bulk rather than one vote at a time: a restored backup, a benchmark's or a test's
+    fill. Run it where no vote lands meanwhile (it reads the votes without the pairs' locks).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_VOTES_RECOUNTED, [project_id])
+        return cursor.rowcount
 
 
 # The pair's votes as the export counts them (current judgments of first-time, live assignments), one column per

@@ -71,7 +71,7 @@ def give_history(project, reviewer, pair_ids: list[int], *, retest_every: int = 
     for assignment, judgment in zip(assignments, judgments, strict=True):
         assignment.current_judgment = judgment
     Assignment.objects.bulk_update(assignments, ["current_judgment"], batch_size=500)
-    Pair.objects.filter(pk__in=pair_ids).update(assigned_count=F("assigned_count") + 1)
+    Pair.objects.filter(pk__in=pair_ids).update(assigned_count=F("assigned_count") + 1, votes_tie=F("votes_tie") + 1)
     ReviewerTally.objects.create(project=project, reviewer=reviewer, judged=len(assignments),
                                  judged_once=len(pair_ids), retests=len(retests))
 

@@ -1,13 +1,18 @@
 """Adjudication through the API: which pairs wait, what the adjudicator sees, and how a ruling is kept."""
 
+import itertools
 import json
 import uuid
 
+import numpy as np
 import pytest
 
+from annotate.review.adjudication import QueueFilter, waiting_count
 from annotate.review.assignments import assignment_next
-from annotate.review.judgments import judgment_submit
+from annotate.review.consensus import NO_CONSENSUS, strict_majority
+from annotate.review.judgments import judgment_submit, judgment_undo_last
 from annotate.review.models import Adjudication, AdjudicationAssignment, Assignment, Pair
+from annotate.review.queue_sql import pair_votes_recount
 from tests.conftest import import_rows
 
 MODEL_NAMES = ("secret-model-alpha", "secret-model-beta", "build-7781", "build-7782")
@@ -278,3 +283,106 @@ def test_the_list_shows_rulings_unswapped_with_the_votes(split_project, make_use
     assert ruling["votes"] == {"a": 1, "b": 1, "tie": 0, "both_bad": 0}
     assert listing["waiting"] == 2
     assert json.dumps(listing).count("secret-model") == 0
+
+
+def change_vote(project, reviewer, winner: str) -> None:
+    """The reviewer undoes their last judgment and judges the pair again, for `winner` (a, b, tie, both_bad)."""
+    assignment = judgment_undo_last(project=project, reviewer=reviewer)
+    click = click_for(assignment, winner)
+    judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=click,
+                    strength=2 if click in ("left", "right") else None,
+                    criteria={"correct": click if click in ("left", "right") else "tie", "complete": "tie"},
+                    rationale=f"{reviewer.username} thinks again: {winner} for its reasons.", client_key=uuid.uuid4())
+
+
+def waiting(client, project, query: str = "") -> int:
+    return client.get(f"/api/v1/projects/{project.slug}/adjudications{query}").json()["waiting"]
+
+
+def test_the_queue_follows_votes_that_change_a_pair_from_agreed_to_split_and_back(make_project, make_user, client_for):
+    project = make_project(slug="changing", overlap=2, retest_rate=0)
+    import_rows(project, items(1))
+    bob = make_user("bob")
+    vote(project, make_user("ann"), {"q-0": "a"})
+    vote(project, bob, {"q-0": "a"})
+    client = client_for(make_user("judy", role="adjudicator"))
+    assert waiting(client, project) == 0 and next_for(client, project).status_code == 204  # 2-0: agreed
+
+    judgment_undo_last(project=project, reviewer=bob)
+    assert waiting(client, project) == 0, "one vote left is below the two a pair needs"
+    judgment_submit_for(project, bob, "b")
+    assert waiting(client, project) == 1  # 1-1: split
+    change_vote(project, bob, "a")
+    assert waiting(client, project) == 0 and next_for(client, project).status_code == 204  # agreed again
+    change_vote(project, bob, "tie")
+    assert waiting(client, project) == 1  # a against tie: split
+
+    body = next_for(client, project).json()
+    assert body["prompt_id"] == "q-0" and sorted(body["votes"].values()) == [0, 0, 1, 1]
+    assert rule(client, body["id"]).status_code == 201
+    assert waiting(client, project) == 0 and next_for(client, project).status_code == 204  # ruled: it left
+    change_vote(project, bob, "b")  # still split, and ruled on: it does not come back
+    assert waiting(client, project) == 0 and next_for(client, project).status_code == 204
+    again = next_for(client, project, f"?pair={pair_of(project, 'q-0').pk}").json()  # asked for by id, it does
+    assert sorted(again["votes"].values()) == [0, 0, 1, 1] and len(again["earlier_rulings"]) == 1
+
+
+def judgment_submit_for(project, reviewer, winner: str) -> None:
+    """The reviewer judges the pair they hold (given back to them by an undo), for `winner`."""
+    assignment = Assignment.objects.get(project=project, reviewer=reviewer, status=Assignment.Status.ACTIVE)
+    click = click_for(assignment, winner)
+    judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=click,
+                    strength=2 if click in ("left", "right") else None,
+                    criteria={"correct": click if click in ("left", "right") else "tie", "complete": "tie"},
+                    rationale=f"{reviewer.username} judges again: {winner}.", client_key=uuid.uuid4())
+
+
+def test_a_pair_ruled_on_while_the_queue_was_read_is_not_handed_out_again(split_project, make_user, client_for):
+    judy, jack = client_for(make_user("judy", role="adjudicator")), client_for(make_user("jack", role="adjudicator"))
+    first = next_for(judy, split_project).json()
+    assert first["prompt_id"] == "q-0" and rule(judy, first["id"]).status_code == 201
+    # Jack's queue read the pair as waiting just before judy's ruling committed: the pair row says so.
+    Pair.objects.filter(pk=first["pair"]).update(ruled=False)
+    second = next_for(jack, split_project).json()
+    assert second["prompt_id"] == "q-2"
+    assert Adjudication.objects.filter(pair_id=first["pair"]).count() == 1
+
+
+def test_split_and_a_widened_share_are_the_consensus_rule_for_every_vote_count(make_project, make_user):
+    """The queue reads a pair's vote counters in SQL; for every count of each choice up to 3 it takes the pairs
+    strict_majority calls split, and with max_share those whose top share is at most it."""
+    project = make_project(slug="rule", overlap=2, retest_rate=0)
+    import_rows(project, items(1))
+    pair = pair_of(project, "q-0")
+    judy = make_user("judy", role="adjudicator")
+    filters = [QueueFilter(min_judgments=2, max_share=share) for share in (None, 0.5, 0.6, 0.67, 0.75, 1.0)]
+    for counts in itertools.product(range(4), repeat=4):
+        # Counters set as votes would leave them: what the queue reads, here without the judgments behind them.
+        Pair.objects.filter(pk=pair.pk).update(**dict(zip(("votes_a", "votes_b", "votes_tie", "votes_both_bad"),
+                                                          counts, strict=True)))
+        stored = Pair.objects.get(pk=pair.pk)
+        if sum(counts) == 0:
+            assert not stored.votes_split and not stored.votes_contested
+            continue
+        winner, share = strict_majority(np.array([counts]))
+        assert stored.votes_split == (winner[0] == NO_CONSENSUS), counts
+        assert stored.votes_contested == (max(counts) < sum(counts)), counts
+        for queue in filters:
+            wanted = sum(counts) >= 2 and (winner[0] == NO_CONSENSUS or (
+                queue.max_share is not None and share[0] <= queue.max_share + 1e-9))
+            assert waiting_count(project=project, adjudicator=judy, queue=queue)["waiting"] == int(wanted), \
+                (counts, queue.max_share)
+
+
+def test_recounting_the_votes_gives_the_counters_the_votes_left(split_project, make_user, client_for):
+    """What a restore or a bulk fill runs: the counters written from the judgments and rulings themselves."""
+    client = client_for(make_user("judy", role="adjudicator"))
+    body = next_for(client, split_project).json()
+    rule(client, body["id"])
+    columns = ("id", "votes_a", "votes_b", "votes_tie", "votes_both_bad", "votes_split", "ruled")
+    kept = list(Pair.objects.filter(project=split_project).order_by("id").values_list(*columns))
+    assert [row[-2:] for row in kept] == [(True, True), (False, False), (True, False), (True, False)]  # q-0 ruled
+    Pair.objects.filter(project=split_project).update(votes_a=0, votes_b=0, votes_tie=0, votes_both_bad=0, ruled=False)
+    assert pair_votes_recount(project_id=split_project.pk) == 4
+    assert list(Pair.objects.filter(project=split_project).order_by("id").values_list(*columns)) == kept
+    assert pair_votes_recount(project_id=split_project.pk) == 0  # nothing left to change
