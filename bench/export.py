@@ -13,7 +13,7 @@ same run:
   the agreement report only with --exclude-flagged), with its own peak RSS (bench.common.run_python_measured).
 
 Needs PostgreSQL on 127.0.0.1:5432 (trust auth). Prints a table and writes bench/results/export.json.
-Targets: export under 60 s, peak RSS under 500 MB, at most 3x the COPY.
+Targets: export under 60 s, peak RSS under 500 MB, at most 2x the COPY.
 """
 
 import argparse
@@ -41,7 +41,7 @@ from bench.common import (
 
 DEFAULT_DATABASE = "pairwise_bench_export"
 REVIEWERS = 60
-TARGETS = {"seconds": 60.0, "peak_rss_mb": 500.0, "ratio_to_copy": 3.0}
+TARGETS = {"seconds": 60.0, "peak_rss_mb": 500.0, "ratio_to_copy": 2.0}
 
 
 def fill(*, pairs: int, overlap: int) -> None:
@@ -163,6 +163,7 @@ def main() -> None:
     fill(pairs=pairs, overlap=args.overlap)
     fill_seconds = time.perf_counter() - started
 
+    load_before = os.getloadavg()[0]  # the machine may be shared: the figures mean more beside its load
     copy_s, copy_rows, copy_bytes = copy_seconds(args.database)
     work = Path(tempfile.mkdtemp(prefix="bench-export-"))
     try:
@@ -186,6 +187,7 @@ def main() -> None:
                    "file_bytes": sizes, "counts": counts},
         "ratio_to_copy": round(export_s / copy_s, 2),
         "fill_seconds": round(fill_seconds, 1),
+        "load_average_1m": {"before_copy": round(load_before, 2), "after_export": round(os.getloadavg()[0], 2)},
         "targets": TARGETS,
         "meets_targets": {"seconds": export_s < TARGETS["seconds"], "peak_rss_mb": peak_mb < TARGETS["peak_rss_mb"],
                           "ratio_to_copy": export_s / copy_s <= TARGETS["ratio_to_copy"]},
