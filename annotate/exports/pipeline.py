@@ -21,10 +21,12 @@ counts what the rulings did (`counts.adjudications`) and says how they were used
 
 from __future__ import annotations
 
+import gc
 import hashlib
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +41,7 @@ from annotate.exports.selectors import (
 )
 from annotate.quality.agreement import krippendorff_alpha, percent_agreement
 from annotate.review.adjudication import latest_rulings
-from annotate.review.choices import WINNER_SWAP, WINNERS
+from annotate.review.choices import WINNER_BOTH_BAD, WINNER_SWAP, WINNER_TIE, WINNERS
 from annotate.review.consensus import CONSENSUS_RULE, NO_CONSENSUS, strict_majority
 from annotate.review.models import Project
 from training.snapshot import SnapshotWriter
@@ -55,6 +57,10 @@ ADJUDICATION_RULES = {
             "or both_bad leaves it out; pairs without a ruling are decided by their votes"),
 }
 CONSENSUS_BATCH = 4096  # pairs whose consensus is decided in one vectorised call
+# The checks of pair_exclusion that read only a pair's votes and consensus, in its order: vote_exclusions
+# decides them for a batch of pairs at once.
+VOTE_EXCLUSIONS = ("too_few_judgments", "tie_vote", "no_consensus", "both_bad_majority", "tie_majority",
+                   "below_min_agreement")
 
 ProgressCallback = Callable[[int], None]
 
@@ -98,7 +104,23 @@ def prompt_split(*, prompt_key: str, seed: int, test_ratio: float) -> str:
     return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_ratio else "train"
 
 
-@dataclass(frozen=True, slots=True)
+def vote_exclusions(votes: np.ndarray, winners: np.ndarray, shares: np.ndarray, filters: ExportFilters) -> np.ndarray:
+    """pair_exclusion's vote checks for a batch: (p, 4) votes and their strict_majority winners and shares give,
+    per pair, the index in VOTE_EXCLUSIONS of the first check that applies, or -1 when none does."""
+    has_tie_vote = votes[:, WINNER_TIE] + votes[:, WINNER_BOTH_BAD] > 0
+    conditions = [
+        votes.sum(axis=1) < filters.min_judgments,
+        has_tie_vote if filters.exclude_ties else np.zeros(len(votes), dtype=bool),
+        winners == NO_CONSENSUS,
+        winners == WINNER_BOTH_BAD,
+        winners == WINNER_TIE,
+        shares < filters.min_agreement,
+    ]
+    return np.select(conditions, list(range(len(VOTE_EXCLUSIONS))), default=-1)
+
+
+# Not frozen, like PairVotes: built once per row, and a frozen dataclass is several times slower to build.
+@dataclass(slots=True)
 class PlannedRow:
     split: str
     pair: PairVotes
@@ -108,16 +130,17 @@ class PlannedRow:
 
     @property
     def meta(self) -> dict:
-        votes = self.pair.votes
+        pair, share = self.pair, self.share
+        a, b, tie, both_bad = pair.votes  # WINNERS' order
         return {
-            "pair_id": self.pair.pair_id,
-            "prompt_id": self.pair.prompt_id,
-            "votes": dict(zip(WINNERS, votes, strict=True)),
-            "judgments": sum(votes),
-            "consensus_share": round(self.share, 6),
+            "pair_id": pair.pair_id,
+            "prompt_id": pair.prompt_id,
+            "votes": {"a": a, "b": b, "tie": tie, "both_bad": both_bad},
+            "judgments": a + b + tie + both_bad,
+            "consensus_share": round(share, 6),
             "decided_by": "adjudication" if self.adjudicated else (
-                "unanimous" if self.share == 1.0 else "strict_majority"),
-            "criteria_version": self.pair.criteria_version,
+                "unanimous" if share == 1.0 else "strict_majority"),
+            "criteria_version": pair.criteria_version,
         }
 
 
@@ -164,17 +187,23 @@ def _ruling_applies(filters: ExportFilters, *, ruling: str | None, winner: str |
     return filters.adjudications == "all" or winner is None
 
 
-def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float]], filters: ExportFilters,
+def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float, int]], filters: ExportFilters,
                  tally: Tally, rulings: dict[int, str]) -> list[PlannedRow]:
-    """The rows of one prompt's pairs; `decisions` yields each pair's (winner code, share) in order."""
+    """The rows of one prompt's pairs; `decisions` yields each pair's (winner code, share, vote exclusion) in order
+    (vote_exclusions)."""
     keep = []
+    votes_alone_decide = not filters.tags and filters.gold == "include"  # no check that reads the prompt
     for pair in group:
-        tally.pairs_considered += 1
-        tally.judgments_counted += sum(pair.votes)
-        tally.votes.extend(pair.votes)
-        code, share = next(decisions)
+        code, share, vote_reason = next(decisions)
+        ruling = rulings.get(pair.pair_id) if rulings else None
+        if ruling is None and votes_alone_decide:
+            # pair_exclusion would find vote_reason: no prompt check applies and no ruling decides the pair.
+            if vote_reason < 0:
+                keep.append((pair, WINNERS[code], share, False))
+            else:
+                tally.excluded[VOTE_EXCLUSIONS[vote_reason]] += 1
+            continue
         winner = _winner_name(code)
-        ruling = rulings.get(pair.pair_id)
         adjudicated = _ruling_applies(filters, ruling=ruling, winner=winner)
         if ruling is not None:
             tally.adjudications["pairs_with_ruling"] += 1
@@ -209,10 +238,14 @@ def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float]],
 
 def _plan_batch(groups: list[list[PairVotes]], filters: ExportFilters, tally: Tally,
                 rulings: dict[int, str]) -> Iterator[PlannedRow]:
-    """Rows of whole prompt groups, their pairs' consensus decided in one call."""
-    votes = np.array([pair.votes for group in groups for pair in group], dtype=np.int64)
+    """Rows of whole prompt groups, their pairs' consensus, vote checks and tallies decided in one call."""
+    votes = np.array([pair.votes for group in groups for pair in group], dtype=np.int64).reshape(-1, len(WINNERS))
     winners, shares = strict_majority(votes)
-    decisions = zip(winners.tolist(), shares.tolist(), strict=True)
+    reasons = vote_exclusions(votes, winners, shares, filters)
+    tally.pairs_considered += len(votes)
+    tally.judgments_counted += int(votes.sum())
+    tally.votes.frombytes(votes.astype(np.intc).tobytes())  # tally.votes is array("i"): a C int each
+    decisions = zip(winners.tolist(), shares.tolist(), reasons.tolist(), strict=True)
     for group in groups:
         yield from _plan_prompt(group, decisions, filters, tally, rulings)
 
@@ -303,10 +336,30 @@ def export_preview(*, project: Project, filters: ExportFilters) -> dict:
             **tally.counts()}
 
 
+@contextmanager
+def _older_objects_left_out_of_collection() -> Iterator[None]:
+    """While rows stream, the cyclic collector's full passes skip the objects alive before (Django, the app).
+
+    The rows make no reference cycles, yet every full pass rescanned all the older objects: about a tenth of an
+    export's time at 1M judgments. A process that froze its objects for good (annotate/wsgi.py) is left as it is.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, created_at: str,
                    code_version: dict | None = None, on_stage: Callable[[str], None] | None = None,
-                   on_progress: ProgressCallback | None = None) -> dict:
+                   on_progress: ProgressCallback | None = None, on_total: ProgressCallback | None = None) -> dict:
     """Write the snapshot of `project` under these filters to `out_dir`; return its manifest.
+
+    `on_total` hears how many pairs have a counted vote as soon as the votes query answers (before any row);
+    `on_progress` how many of them are done, after each batch.
 
     The folder is claimed first (the writer refuses an existing one before any heavy read) and appears
     only when complete; on any error nothing is left at `out_dir`. The writer's snapshot id hashes the
@@ -323,22 +376,30 @@ def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, c
             stage("finding flagged reviewers")
             flagged = _flagged_reviewers(project=project)
             excluded_reviewers = reviewer_ids_by_username(usernames=[r["username"] for r in flagged])
-        stage("writing rows")
+        stage("counting votes")
         tally = Tally(qualification_answers_left_out=qualification_answers_left_out(
             project=project, filters=filters, excluded_reviewers=excluded_reviewers))
         rulings = latest_rulings(project=project)
         model_scores = _model_scores(project=project) if filters.model_scores else None
-        stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers)
-        for row in _plan(stream, filters, tally, on_progress, rulings):
-            pair = row.pair
-            chosen, rejected = (pair.text_a, pair.text_b) if row.winner == "a" else (pair.text_b, pair.text_a)
-            meta = row.meta
-            if model_scores is not None:
-                meta["model_scores"] = model_scores_of_row(model_scores.get(pair.pair_id, {}), winner=row.winner)
-            try:
-                writer.add_pair(row.split, prompt=pair.messages, chosen=chosen, rejected=rejected, meta=meta)
-            except ValueError as error:
-                raise ExportError(f"prompt {pair.prompt_id} (pair {pair.pair_id}): {error}") from None
+
+        def total_known(total: int) -> None:
+            stage("writing rows")
+            if on_total is not None:
+                on_total(total)
+
+        stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers,
+                                   on_total=total_known)
+        with _older_objects_left_out_of_collection():
+            for row in _plan(stream, filters, tally, on_progress, rulings):
+                pair = row.pair
+                chosen, rejected = (pair.text_a, pair.text_b) if row.winner == "a" else (pair.text_b, pair.text_a)
+                meta = row.meta
+                if model_scores is not None:
+                    meta["model_scores"] = model_scores_of_row(model_scores.get(pair.pair_id, {}), winner=row.winner)
+                try:
+                    writer.add_pair(row.split, prompt=pair.messages, chosen=chosen, rejected=rejected, meta=meta)
+                except ValueError as error:
+                    raise ExportError(f"prompt {pair.prompt_id} (pair {pair.pair_id}): {error}") from None
         stage("finishing")
         # The writer takes these at construction; they are only known once every row is written.
         writer.extra_counts = tally.counts()

@@ -2,12 +2,14 @@
 
 `pair_votes_stream` is the hot path. The database does the counting (GROUP BY pair over current,
 original, live judgments: answers of the qualification round are never votes) and hands back one row per pair through a server-side cursor, so memory stays
-flat however many judgments there are; Python only sees pairs, never judgments.
+flat however many judgments there are; Python only sees pairs, never judgments. Each row also carries how many
+pairs the query returns in all (a window count over the grouped votes), so the progress bar's total costs no
+second pass over the judgments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import orjson
@@ -30,9 +32,12 @@ from annotate.review.models import (
 )
 
 FETCH_ROWS = 2000
+TAGS_CACHED = 1024  # distinct tag lists parsed once and shared: most prompts repeat a few
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, several times slower to build, and
+# the export builds one per pair.
+@dataclass(slots=True)
 class PairVotes:
     """One pair with its counted votes (a, b, tie, both_bad) and, when asked for, its texts."""
 
@@ -79,14 +84,15 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
              if with_texts else "")
     sql = f"""
         SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
-               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version, {texts}
+               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version, {texts}, v.pairs_total
         FROM (
             SELECT a.pair_id AS pair_id,
                    SUM(CASE WHEN j.winner = 'a' THEN 1 ELSE 0 END) AS votes_a,
                    SUM(CASE WHEN j.winner = 'b' THEN 1 ELSE 0 END) AS votes_b,
                    SUM(CASE WHEN j.winner = 'tie' THEN 1 ELSE 0 END) AS votes_tie,
                    SUM(CASE WHEN j.winner = 'both_bad' THEN 1 ELSE 0 END) AS votes_both_bad,
-                   MAX(cv.version) AS criteria_version
+                   MAX(cv.version) AS criteria_version,
+                   count(*) OVER () AS pairs_total
             FROM {assignment} a
             JOIN {judgment} j ON j.id = a.current_judgment_id
             JOIN {criteria} cv ON cv.id = j.criteria_version_id
@@ -106,7 +112,8 @@ def _json(value):
 
 
 def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_reviewers: frozenset[int] = frozenset(),
-                      with_texts: bool = True, fetch_rows: int = FETCH_ROWS) -> Iterator[PairVotes]:
+                      with_texts: bool = True, fetch_rows: int = FETCH_ROWS,
+                      on_total: Callable[[int], None] | None = None) -> Iterator[PairVotes]:
     """Every pair of the project with at least one counted vote, ordered by prompt key then pair, so the
     pairs of one prompt text (under any prompt_id) come together.
 
@@ -114,34 +121,38 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     out, so nobody votes twice; qualification answers left out: models.live_assignment), made under the chosen criteria versions, on the chosen days, by a
     reviewer not excluded, and (with exclude_flagged_rationales) with no rationale-check flag.
     `criteria_version` is the newest version among the pair's counted votes.
+    `on_total` is called once, before the first pair, with how many pairs the stream holds (0 when none).
     On PostgreSQL the rows come through a server-side cursor (outside a transaction it is WITH HOLD,
     so the export can commit its progress while it reads).
     """
     sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
                              project=project)
+    tags_of: dict = {}
     with connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
+        total_told = on_total is None
         while rows := cursor.fetchmany(fetch_rows):
-            for (pair_id, prompt_pk, prompt_id, prompt_key, tags, gold_id, votes_a, votes_b, votes_tie,
-                 votes_both_bad, version, messages, text_a, text_b) in rows:
+            if not total_told:
+                on_total(int(rows[0][-1]))
+                total_told = True
+            for (pair_id, prompt_pk, prompt_id, prompt_key, tags_json, gold_id, votes_a, votes_b, votes_tie,
+                 votes_both_bad, version, messages, text_a, text_b, _) in rows:
+                if isinstance(tags_json, str):
+                    tags = tags_of.get(tags_json)
+                    if tags is None:
+                        if len(tags_of) >= TAGS_CACHED:
+                            tags_of.clear()
+                        tags = tags_of[tags_json] = orjson.loads(tags_json) or []
+                else:
+                    tags = tags_json or []
                 yield PairVotes(
                     pair_id=pair_id, prompt_pk=prompt_pk, prompt_id=prompt_id, prompt_key=prompt_key,
-                    messages=_json(messages) if messages is not None else None, tags=_json(tags) or [],
+                    messages=_json(messages) if messages is not None else None, tags=tags,
                     gold=gold_id is not None, votes=(int(votes_a), int(votes_b), int(votes_tie), int(votes_both_bad)),
                     criteria_version=int(version), text_a=text_a, text_b=text_b,
                 )
-
-
-def pairs_with_votes_count(*, project: Project, filters: ExportFilters) -> int:
-    """How many pairs have a vote the export counts under these filters: the progress bar's total.
-
-    The same votes query as the export itself, so a filtered export's bar ends full. (Reviewers left out
-    for their flags are only known once the export runs; the export then sets the total it found.)
-    """
-    sql, params = votes_sql(filters=filters, excluded_reviewers=frozenset(), with_texts=False, project=project)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT count(*) FROM ({sql}) counted", params)
-        return cursor.fetchone()[0]
+        if not total_told:
+            on_total(0)
 
 
 def qualification_answers_left_out(*, project: Project, filters: ExportFilters,

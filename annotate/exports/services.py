@@ -26,7 +26,6 @@ from annotate.celery import app as celery_app
 from annotate.exports.filters import ExportError, ExportFilters, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import snapshot_write
-from annotate.exports.selectors import pairs_with_votes_count
 from annotate.review.models import Project
 from training.atomic_write import discard_partial
 from training.snapshot import code_version
@@ -93,7 +92,7 @@ def _claim(*, export_id: int, attempt: int, worker: str) -> Export | None:
         export.status = Export.Status.RUNNING
         export.started_at = export.heartbeat_at = now
         export.worker = worker
-        export.stage = "counting pairs"
+        export.stage = "starting"
         export.save(update_fields=["status", "started_at", "heartbeat_at", "worker", "stage"])
     return Export.objects.select_related("project").get(pk=export_id)
 
@@ -111,8 +110,12 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
         return None
     try:
         filters = filters_parse(export.filters)
-        total = pairs_with_votes_count(project=export.project, filters=filters)
-        _touch(export, pairs_total=total)
+        total = None  # known when the votes query answers: its rows carry it
+
+        def total_known(pairs_total: int) -> None:
+            nonlocal total
+            total = pairs_total
+            _touch(export, pairs_total=total)
 
         def progress(done: int) -> None:
             _touch(export, pairs_done=done)
@@ -125,6 +128,7 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
             project=export.project, filters=filters, out_dir=out_dir,
             created_at=export.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             code_version=code_version(), on_stage=lambda stage: _touch(export, stage=stage), on_progress=progress,
+            on_total=total_known,
         )
     except BaseException as error:
         if isinstance(error, ExportError | OSError):
