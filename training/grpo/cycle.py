@@ -105,6 +105,7 @@ class StageLauncher:
 def _stage_child(stage: str, run: str, args: tuple, env: dict, report) -> None:
     """A forked stage process: the stage's command line run in this process; its one-line error sent back."""
     os.environ.update(env)
+    sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (the stage's record is in its batch folder; the cycle prints)
     from training.cli import main
 
     code = main([stage, "--run", run, *args])

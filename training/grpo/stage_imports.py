@@ -1,5 +1,6 @@
 """Imported once by the cycle's stage server (training/grpo/cycle.py, launcher "forkserver"), so that the stage
-processes forked from it start with torch, transformers, TRL and the verifiers already imported."""
+processes forked from it start with torch, transformers, TRL and the verifiers already imported, and with pint's unit
+registry (which checking a math task's schema reads) already built."""
 
 import datasets  # noqa: F401
 import torch  # noqa: F401
@@ -11,3 +12,6 @@ import training.grpo.rewards
 import training.grpo.stages
 import training.grpo.trainer
 import training.verifiers.reward_function  # noqa: F401
+from training.verifiers.units import unit_registry
+
+unit_registry()

@@ -193,7 +193,8 @@ def _stage_trainer(config, run: Path, version: int, *, step: int, reward_funcs, 
     from training.tasks import load_tasks
     from training.trl_setup import trainer_arguments
 
-    tasks = load_tasks(Path(run) / "tasks.jsonl")
+    # The run's own copy, checked in full (reference solutions included) when the run started: the schema is enough.
+    tasks = load_tasks(Path(run) / "tasks.jsonl", check_solutions=False)
     folder = version_path(run, version)
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     args = copy.copy(trainer_arguments(config, RunFolder(run)))
@@ -352,7 +353,8 @@ class Scorers:
         from training.tasks import load_tasks
 
         config = load_run_config(run)
-        self.verifier = VerifierComponentsReward(load_tasks(Path(run) / "tasks.jsonl"), workers=config.verifier_workers)
+        tasks = load_tasks(Path(run) / "tasks.jsonl", check_solutions=False)  # checked in full when the run started
+        self.verifier = VerifierComponentsReward(tasks, workers=config.verifier_workers)
         self.reward_model = None
         if config.reward_model:
             from training.reward_model_scorer import RewardModelScorer
