@@ -4,7 +4,7 @@ versions), and overlapped (the next batch generated during the update, max_stale
 For each seed the parent and the recipe are bench/grpo_learning.py's (the same budget: its max_steps, or --steps);
 each mode trains a child from the same parent on the same tasks, and each child is scored on the same held-out
 problems. Shown per mode: held-out success with its 95% interval, the gain over the parent, wall time, CPU time (the
-run and every stage process it started) and the ledger's split (generation, verification, switching, update, each
+run and every stage process, each stage's own usage where the stage server forked it) and the ledger's split (generation, verification, switching, update, each
 lane's idle time). Every mode gets the same two cores: in-process and staged run torch on two threads, the
 overlapped lanes on one thread each.
 
@@ -80,6 +80,11 @@ def one_mode(workdir: Path, seed: int, sft: Path, tasks: Path, mode: str, args, 
                                       "tasks": str(tasks), "output_dir": str(run), "seed": seed,
                                       "torch_threads": threads, **keys}))
     wall, cpu = run_training("grpo", config, threads)
+    cycle = json.loads((run / "ledger.json").read_text()).get("cycle")
+    if cycle is not None and cycle["stage_launcher"] == "forkserver":
+        # Stages forked from the stage server are not the run's children, so their CPU is not in the run's own
+        # usage; each stage records its own.
+        cpu += cycle["stage_cpu_s"]
     result = evaluate([run / "checkpoint"], heldout, samples=args.samples, temperature=RECIPE["temperature"],
                       seed=seed, threads=2)["checkpoints"][0]["all"]
     split = ledger_split(run)

@@ -254,6 +254,8 @@ class Cycle:
                 "update_s": update.get("update_s", 0.0), "switching_s": round(switching, 3),
                 "tokens_generated": generate.get("tokens_generated", 0), "max_length": generate.get("max_length", 0),
                 "completions": generate.get("completions", 0), "loss": update.get("loss"),
+                # The CPU of the processes that load the policy (the score stage may run in the cycle's own process).
+                "stage_cpu_s": round(sum(part.get("cpu_s", 0.0) for part in (generate, update)), 3),
             })
         totals = {key: round(sum(row[key] for row in rows), 3)
                   for key in ("generation_s", "verification_s", "update_s", "switching_s")}
@@ -267,6 +269,8 @@ class Cycle:
             "mean_length": round(tokens / completions, 2) if completions else 0.0,
             "max_length": max((row["max_length"] for row in rows), default=0),
             "records_dropped_stale": self.stale_dropped, "stage_restarts": self.launch.restarts,
+            "stage_launcher": self.config.stage_launcher,
+            "stage_cpu_s": round(sum(row["stage_cpu_s"] for row in rows), 3),
             "idle_s": {lane: round(value, 3) for lane, value in self.idle.items()},
             "stage_wall_s": {stage: round(value, 3) for stage, value in self.launch_wall.items()},
             "per_cycle": rows,

@@ -111,14 +111,28 @@ class StageClock:
         self.cold_start_s = max(0.0, time.time() - float(spawned)) if spawned else 0.0
         self.parts: dict[str, float] = {}
         self._mark = self.began
+        self._cpu_began = self._cpu()
+
+    @staticmethod
+    def _cpu() -> float:
+        """CPU seconds of this process and of the processes it waited for."""
+        import resource
+
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
     def lap(self, name: str) -> None:
         now = time.perf_counter()
         self.parts[name] = self.parts.get(name, 0.0) + now - self._mark
         self._mark = now
 
+    def move(self, seconds: float, source: str, target: str) -> None:
+        """Count `seconds` of what was timed as `source` as `target` instead."""
+        self.parts[source] = self.parts.get(source, 0.0) - seconds
+        self.parts[target] = self.parts.get(target, 0.0) + seconds
+
     def record(self, **fields) -> dict:
-        return {"cold_start_s": round(self.cold_start_s, 3),
+        return {"cold_start_s": round(self.cold_start_s, 3), "cpu_s": round(self._cpu() - self._cpu_began, 3),
                 **{f"{name}_s": round(value, 3) for name, value in self.parts.items()},
                 "stage_s": round(time.perf_counter() - self.began, 3), **fields}
 
@@ -471,9 +485,19 @@ def update_stage(run: Path, version: int) -> dict:
         torch.set_num_threads(config.torch_threads)
 
     class OneStep(TrainerCallback):
+        """One optimizer step, then the trainer's checkpoint (timed: writing the next version is switching)."""
+
+        step_ended = saved = 0.0
+
         def on_step_end(self, args, state, control, **kwargs):
             control.should_training_stop = True
             control.should_save = True
+            self.step_ended = time.perf_counter()
+
+        def on_save(self, args, state, control, **kwargs):
+            self.saved = time.perf_counter()
+
+    one_step = OneStep()
 
     keys = [r["prompt"] for r in records]
 
@@ -497,7 +521,7 @@ def update_stage(run: Path, version: int) -> dict:
         args_changes={"output_dir": str(staging), "save_strategy": "steps", "save_steps": 1, "save_only_model": False,
                       "save_total_limit": None},
         pairwise_reward=rewards, reward_model_reward=model_scores, rollout_func=recorded_rollouts,
-        callbacks=[*run_callbacks(config, RunFolder(run)), OneStep()], ledger=ledger)
+        callbacks=[*run_callbacks(config, RunFolder(run)), one_step], ledger=ledger)
     trainer.recorded_correction = stale > 0  # TRL's truncated importance sampling, for answers of older versions
     trainer.provenance = {r["rollout_id"]: r for r in records}
     clock.lap("loading")
@@ -505,6 +529,7 @@ def update_stage(run: Path, version: int) -> dict:
     trainer.train(resume_from_checkpoint=resume)
     trainer.flush_rollouts()
     clock.lap("update")
+    clock.move(max(0.0, one_step.saved - one_step.step_ended), "update", "saving")
     saved = staging / f"checkpoint-{version + 1}"
     if not saved.is_dir():
         raise RuntimeError(f"the trainer saved no checkpoint for step {version + 1} in {staging}")
