@@ -81,6 +81,10 @@ def sample_main(args) -> int:
     rows = [{"prompt_id": prompt["prompt_id"], "prompt": prompt["prompt"], "tags": prompt["tags"],
              "responses": answers[prompt["prompt_id"]]} for prompt in prompts
             if len({r["text"] for r in answers[prompt["prompt_id"]]}) >= 2]  # identical answers compare nothing
+    if not rows:
+        raise PairwiseInputError(f"every checkpoint gave the same answers to all {len(prompts)} prompts, so there is "
+                                 "nothing to compare; use more prompts, more or longer answers (--samples, "
+                                 "--max-new-tokens), or checkpoints that differ more")
     write_jsonl_atomically(out, rows)
     written = len(rows)
     print(f"wrote {written} of {len(prompts)} prompts with differing answers to {out}")
