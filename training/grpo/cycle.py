@@ -305,7 +305,6 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
     from training.grpo.difficulty import check_sandbox_for_code
     from training.grpo.rollouts import ROLLOUT_FORMAT
     from training.grpo.run import dataset_rows, reward_functions, reward_model_record, reward_model_scorer
-    from training.grpo.versions import copy_inference_weights, version_path
     from training.run_folder import (
         RecordStatus,
         RunFolder,
@@ -374,20 +373,20 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
         raise
     finally:
         cycle.close()
-    return _finish(run, cycle, config, start=start, started=started, base_path=base_path, base_hash=base_hash,
-                   scorer=scorer, copy_weights=copy_inference_weights, version_path=version_path)
+    return _finish(run, cycle, config, started=started, base_path=base_path, base_hash=base_hash, scorer=scorer)
 
 
-def _finish(run, cycle, config, *, start, started, base_path, base_hash, scorer, copy_weights, version_path) -> dict:
+def _finish(run, cycle, config, *, started, base_path, base_hash, scorer) -> dict:
     """checkpoint/ (the last version's inference weights), its parent.json, the ledger and the completed record."""
     from training.grpo.run import parent_reward_model, scorers_seen
+    from training.grpo.versions import copy_inference_weights, version_path
     from training.run_folder import RecordStatus, utc_now, weights_outcome
     from training.trl_setup import record_lineage
 
     last = latest_version(run.path)
     if run.checkpoint.exists():
         shutil.rmtree(run.checkpoint)
-    copy_weights(version_path(run.path, last), run.checkpoint)
+    copy_inference_weights(version_path(run.path, last), run.checkpoint)
     out_hash = record_lineage(run, kind="grpo", base_path=base_path, base_hash=base_hash, snapshot_id=None,
                               reward_model=parent_reward_model(scorer))
     wall_s = time.perf_counter() - started
