@@ -93,8 +93,12 @@ def strength_margins(metas: Iterable[dict], *, snapshot: str, per_strength: floa
         strength = meta.get("strength")
         if isinstance(strength, bool) or not isinstance(strength, int | float) or not math.isfinite(strength) \
                 or strength < 0:
-            found = (f"its meta.strength is {strength!r}, not a number of 0 or more" if "strength" in meta else
-                     f"its meta has no strength, only {', '.join(sorted(meta)) or 'nothing'}")
+            if "strength" not in meta:
+                found = f"its meta has no strength, only {', '.join(sorted(meta)) or 'nothing'}"
+            elif strength is None:  # what an export writes when no counted vote for the chosen answer gave one
+                found = "its meta.strength is null: no counted vote for its chosen answer gave a strength"
+            else:
+                found = f"its meta.strength is {strength!r}, not a number of 0 or more"
             raise PairwiseInputError(
                 f"margin_from_strength is true but snapshot {snapshot} train row {number} has no judgment strength "
                 f"({found}); export a snapshot whose rows carry meta.strength, or set margin_from_strength: false")

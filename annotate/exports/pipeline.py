@@ -17,6 +17,9 @@ the latest ruling of every ruled pair, whatever its votes. A pair a ruling decid
 a or b makes a row (`meta.decided_by` "adjudication"); tie or both_bad leaves the pair out. The manifest
 counts what the rulings did (`counts.adjudications`) and says how they were used
 (`filters.adjudication_rule`).
+
+A row's `meta.strength` (row_strength) is the deciding ruling's strength, else the mean strength of the counted
+votes for the chosen answer; the votes query averages each side's strengths, so it costs no query of its own.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from annotate.exports.selectors import (
     reviewer_ids_by_username,
 )
 from annotate.quality.agreement import krippendorff_alpha, percent_agreement
-from annotate.review.adjudication import latest_rulings
+from annotate.review.adjudication import Ruling, latest_rulings
 from annotate.review.choices import WINNER_BOTH_BAD, WINNER_SWAP, WINNER_TIE, WINNERS
 from annotate.review.consensus import CONSENSUS_RULE, NO_CONSENSUS, strict_majority
 from annotate.review.models import Project
@@ -119,6 +122,16 @@ def vote_exclusions(votes: np.ndarray, winners: np.ndarray, shares: np.ndarray, 
     return np.select(conditions, list(range(len(VOTE_EXCLUSIONS))), default=-1)
 
 
+def row_strength(pair: PairVotes, *, winner: str, ruling: Ruling | None) -> float | None:
+    """A row's meta.strength: the deciding ruling's strength, else the mean strength of the counted votes for the
+    winner that gave one (3 decimals); None when there is none. Strength says how strongly, not which side, so the
+    un-swapped winner picks the votes and nothing is swapped back."""
+    if ruling is not None:
+        return None if ruling.strength is None else float(ruling.strength)
+    mean = pair.strength_a if winner == "a" else pair.strength_b
+    return None if mean is None else round(mean, 3)
+
+
 # Not frozen, like PairVotes: built once per row, and a frozen dataclass is several times slower to build.
 @dataclass(slots=True)
 class PlannedRow:
@@ -127,6 +140,7 @@ class PlannedRow:
     winner: str
     share: float
     adjudicated: bool = False
+    strength: float | None = None
 
     @property
     def meta(self) -> dict:
@@ -140,6 +154,7 @@ class PlannedRow:
             "consensus_share": round(share, 6),
             "decided_by": "adjudication" if self.adjudicated else (
                 "unanimous" if share == 1.0 else "strict_majority"),
+            "strength": self.strength,
             "criteria_version": pair.criteria_version,
         }
 
@@ -181,14 +196,14 @@ ADJUDICATION_COUNTS = ("pairs_with_ruling", "rulings_used", "split_pairs_decided
                        "majorities_overruled", "rows")
 
 
-def _ruling_applies(filters: ExportFilters, *, ruling: str | None, winner: str | None) -> bool:
+def _ruling_applies(filters: ExportFilters, *, ruling: Ruling | None, winner: str | None) -> bool:
     if ruling is None or filters.adjudications == "ignore":
         return False
     return filters.adjudications == "all" or winner is None
 
 
 def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float, int]], filters: ExportFilters,
-                 tally: Tally, rulings: dict[int, str]) -> list[PlannedRow]:
+                 tally: Tally, rulings: dict[int, Ruling]) -> list[PlannedRow]:
     """The rows of one prompt's pairs; `decisions` yields each pair's (winner code, share, vote exclusion) in order
     (vote_exclusions)."""
     keep = []
@@ -199,7 +214,7 @@ def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float, i
         if ruling is None and votes_alone_decide:
             # pair_exclusion would find vote_reason: no prompt check applies and no ruling decides the pair.
             if vote_reason < 0:
-                keep.append((pair, WINNERS[code], share, False))
+                keep.append((pair, WINNERS[code], share, None))
             else:
                 tally.excluded[VOTE_EXCLUSIONS[vote_reason]] += 1
             continue
@@ -207,15 +222,16 @@ def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float, i
         adjudicated = _ruling_applies(filters, ruling=ruling, winner=winner)
         if ruling is not None:
             tally.adjudications["pairs_with_ruling"] += 1
-        reason = pair_exclusion(pair, filters, winner=winner, share=share, ruling=ruling if adjudicated else None)
+        reason = pair_exclusion(pair, filters, winner=winner, share=share,
+                                ruling=ruling.winner if adjudicated else None)
         if adjudicated and reason not in ("tags", "gold"):
             tally.adjudications["rulings_used"] += 1
             if winner is None:
                 tally.adjudications["split_pairs_decided"] += 1
             else:
-                tally.adjudications["majorities_confirmed" if ruling == winner else "majorities_overruled"] += 1
+                tally.adjudications["majorities_confirmed" if ruling.winner == winner else "majorities_overruled"] += 1
         if reason is None:
-            keep.append((pair, ruling if adjudicated else winner, share, adjudicated))
+            keep.append((pair, ruling.winner, share, ruling) if adjudicated else (pair, winner, share, None))
         else:
             tally.excluded[reason] += 1
     if filters.max_pairs_per_prompt is not None and len(keep) > filters.max_pairs_per_prompt:
@@ -227,17 +243,18 @@ def _plan_prompt(group: list[PairVotes], decisions: Iterator[tuple[int, float, i
     split = prompt_split(prompt_key=group[0].prompt_key, seed=filters.seed, test_ratio=filters.test_ratio)
     tally.prompts[split] += 1
     rows = []
-    for pair, winner, share, adjudicated in keep:
+    for pair, winner, share, ruling in keep:  # ruling: the one that decided the pair, or None
         tally.rows[split] += 1
         tally.judgments_in_rows += sum(pair.votes)
         tally.criteria_versions.add(pair.criteria_version)
-        tally.adjudications["rows"] += adjudicated
-        rows.append(PlannedRow(split=split, pair=pair, winner=winner, share=share, adjudicated=adjudicated))
+        tally.adjudications["rows"] += ruling is not None
+        rows.append(PlannedRow(split=split, pair=pair, winner=winner, share=share, adjudicated=ruling is not None,
+                               strength=row_strength(pair, winner=winner, ruling=ruling)))
     return rows
 
 
 def _plan_batch(groups: list[list[PairVotes]], filters: ExportFilters, tally: Tally,
-                rulings: dict[int, str]) -> Iterator[PlannedRow]:
+                rulings: dict[int, Ruling]) -> Iterator[PlannedRow]:
     """Rows of whole prompt groups, their pairs' consensus, vote checks and tallies decided in one call."""
     votes = np.array([pair.votes for group in groups for pair in group], dtype=np.int64).reshape(-1, len(WINNERS))
     winners, shares = strict_majority(votes)
@@ -251,7 +268,7 @@ def _plan_batch(groups: list[list[PairVotes]], filters: ExportFilters, tally: Ta
 
 
 def _plan(stream: Iterable[PairVotes], filters: ExportFilters, tally: Tally,
-          on_progress: ProgressCallback | None, rulings: dict[int, str]) -> Iterator[PlannedRow]:
+          on_progress: ProgressCallback | None, rulings: dict[int, Ruling]) -> Iterator[PlannedRow]:
     """Rows to write, prompt by prompt (the stream comes ordered by prompt key, then pair): one group per
     prompt text, so its pairs share a split, a max_pairs_per_prompt and one count in the manifest."""
     groups: list[list[PairVotes]] = []

@@ -52,6 +52,9 @@ class PairVotes:
     criteria_version: int
     text_a: str | None
     text_b: str | None
+    # Mean strength of the counted votes for a (for b) among those that gave one; None when none did.
+    strength_a: float | None = None
+    strength_b: float | None = None
 
 
 def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], with_texts: bool,
@@ -84,7 +87,8 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
              if with_texts else "")
     sql = f"""
         SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
-               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version, {texts}, v.pairs_total
+               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version,
+               v.strength_a, v.strength_b, {texts}, v.pairs_total
         FROM (
             SELECT a.pair_id AS pair_id,
                    SUM(CASE WHEN j.winner = 'a' THEN 1 ELSE 0 END) AS votes_a,
@@ -92,6 +96,13 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
                    SUM(CASE WHEN j.winner = 'tie' THEN 1 ELSE 0 END) AS votes_tie,
                    SUM(CASE WHEN j.winner = 'both_bad' THEN 1 ELSE 0 END) AS votes_both_bad,
                    MAX(cv.version) AS criteria_version,
+                   -- Whole-number sum over count: the same float whatever order the judgments come in. Divided
+                   -- here so each pair adds two numbers, not four: a wider result tips the planner into hashing
+                   -- the texts instead of these rows, which spills to disk.
+                   CAST(SUM(CASE WHEN j.winner = 'a' THEN j.strength END) AS DOUBLE PRECISION)
+                       / NULLIF(COUNT(CASE WHEN j.winner = 'a' THEN j.strength END), 0) AS strength_a,
+                   CAST(SUM(CASE WHEN j.winner = 'b' THEN j.strength END) AS DOUBLE PRECISION)
+                       / NULLIF(COUNT(CASE WHEN j.winner = 'b' THEN j.strength END), 0) AS strength_b,
                    count(*) OVER () AS pairs_total
             FROM {assignment} a
             JOIN {judgment} j ON j.id = a.current_judgment_id
@@ -120,7 +131,8 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     Counted votes: the current (not retracted) judgment of each original, live assignment (retests left
     out, so nobody votes twice; qualification answers left out: models.live_assignment), made under the chosen criteria versions, on the chosen days, by a
     reviewer not excluded, and (with exclude_flagged_rationales) with no rationale-check flag.
-    `criteria_version` is the newest version among the pair's counted votes.
+    `criteria_version` is the newest version among the pair's counted votes; `strength_a` (`strength_b`) the mean
+    strength of those of its counted votes for a (for b) that gave one, None when none did.
     `on_total` is called once, before the first pair, with how many pairs the stream holds (0 when none).
     On PostgreSQL the rows come through a server-side cursor (outside a transaction it is WITH HOLD,
     so the export can commit its progress while it reads).
@@ -136,7 +148,7 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
                 on_total(int(rows[0][-1]))
                 total_told = True
             for (pair_id, prompt_pk, prompt_id, prompt_key, tags_json, gold_id, votes_a, votes_b, votes_tie,
-                 votes_both_bad, version, messages, text_a, text_b, _) in rows:
+                 votes_both_bad, version, strength_a, strength_b, messages, text_a, text_b, _) in rows:
                 if isinstance(tags_json, str):
                     tags = tags_of.get(tags_json)
                     if tags is None:
@@ -150,6 +162,7 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
                     messages=_json(messages) if messages is not None else None, tags=tags,
                     gold=gold_id is not None, votes=(int(votes_a), int(votes_b), int(votes_tie), int(votes_both_bad)),
                     criteria_version=int(version), text_a=text_a, text_b=text_b,
+                    strength_a=strength_a, strength_b=strength_b,
                 )
         if not total_told:
             on_total(0)

@@ -31,6 +31,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
@@ -375,14 +376,22 @@ def ruling_payload(*, ruling: Adjudication, a_on_left: bool) -> dict:
             "created_at": ruling.created_at.isoformat()}
 
 
-def latest_rulings(*, project: Project) -> dict[int, str]:
-    """{pair id: winner (a, b, tie, both_bad)} of the latest ruling of every ruled pair of the project."""
-    latest: dict[int, tuple[int, str]] = {}
-    for pair_id, revision, winner in Adjudication.objects.filter(project=project).values_list(
-            "pair_id", "revision", "winner").iterator(chunk_size=10_000):
+class Ruling(NamedTuple):
+    """What a ruling decided: the winner (a, b, tie, both_bad, un-swapped) and how strongly (1-3; None for tie and
+    both_bad)."""
+
+    winner: str
+    strength: int | None
+
+
+def latest_rulings(*, project: Project) -> dict[int, Ruling]:
+    """{pair id: its latest ruling} for every ruled pair of the project."""
+    latest: dict[int, tuple[int, Ruling]] = {}
+    for pair_id, revision, winner, strength in Adjudication.objects.filter(project=project).values_list(
+            "pair_id", "revision", "winner", "strength").iterator(chunk_size=10_000):
         if pair_id not in latest or revision > latest[pair_id][0]:
-            latest[pair_id] = (revision, winner)
-    return {pair_id: winner for pair_id, (_, winner) in latest.items()}
+            latest[pair_id] = (revision, Ruling(winner, strength))
+    return {pair_id: ruling for pair_id, (_, ruling) in latest.items()}
 
 
 def rulings_list(*, project: Project, limit: int = 100) -> list[dict]:

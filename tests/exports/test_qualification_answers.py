@@ -31,13 +31,13 @@ def gold_and_live(gold: int, live: int) -> list[dict]:
                                   {"text": f"Another answer {i}.", "model": "m2"}]} for i in range(live)]
 
 
-def judge_next(project, reviewer, choice: str):
+def judge_next(project, reviewer, choice: str, strength: int = 2):
     """The reviewer's next assignment judged as `choice` (un-swapped a or b); None when nothing is left."""
     assignment = assignment_next(project=project, reviewer=reviewer)
     if assignment is None:
         return None
     button = side(assignment, choice)
-    judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=button, strength=2,
+    judgment_submit(assignment_id=assignment.pk, reviewer=reviewer, choice=button, strength=strength,
                     criteria={"correct": button, "complete": "tie"}, rationale=RATIONALE,
                     client_key=uuid.uuid4())
     return assignment
@@ -48,9 +48,9 @@ def test_qualification_answers_count_nowhere_but_in_the_round(make_project, make
                            qualification_attempts=2)
     import_rows(project, gold_and_live(4, 3))
     rita, sam = make_user("rita"), make_user("sam")
-    judge_next(project, rita, "b")  # attempt 1: wrong, failed
-    judge_next(project, rita, "a")  # attempt 2: right, passed
-    judge_next(project, sam, "a")  # attempt 1: passed
+    judge_next(project, rita, "b", strength=3)  # attempt 1: wrong, failed
+    judge_next(project, rita, "a", strength=3)  # attempt 2: right, passed
+    judge_next(project, sam, "a", strength=3)  # attempt 1: passed
     for reviewer in (rita, sam):
         while judge_next(project, reviewer, "b") is not None:  # live work: every vote for b
             pass
@@ -78,6 +78,7 @@ def test_qualification_answers_count_nowhere_but_in_the_round(make_project, make
     assert manifest["counts"]["qualification_answers_left_out"] == 3
     rows = read_jsonl(tmp_path / "snap" / "train.jsonl") + read_jsonl(tmp_path / "snap" / "test.jsonl")
     assert rows and all(row["meta"]["votes"]["a"] == 0 for row in rows), "no row carried by a qualification answer"
+    assert {row["meta"]["strength"] for row in rows} == {2.0}, "the answers' strength 3 is in no row's strength"
     snapshot.verify(tmp_path / "snap")
 
 
