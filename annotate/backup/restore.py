@@ -2,25 +2,29 @@
 
 The file is read twice. The first pass checks it whole and writes nothing: the header, every line's JSON,
 the counts and the sha256 of the closing line. The second inserts every row under its own id in one
-transaction: any error undoes everything, and the error names the line.
+transaction: any error undoes everything, and the error names the line. On PostgreSQL the rows are
+stored with COPY, their values converted as Django's deserializer converts them; any row that COPY or the
+conversion refuses goes through the deserializer itself, so its error is the one a row-by-row restore gives.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 from django.apps import apps
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core import serializers
 from django.core.exceptions import FieldDoesNotExist, ObjectDoesNotExist, ValidationError
 from django.core.management.color import no_style
 from django.core.serializers.base import DeserializationError, DeserializedObject
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, models, transaction
 from django.db.migrations.recorder import MigrationRecorder
 
 from annotate.backup.contents import (
@@ -37,6 +41,7 @@ from annotate.roles import ROLES
 
 KNOWN_MODELS = {label for label, _ in PROJECT_ROWS}
 BATCH_ROWS = 500  # rows a single INSERT stores: 2,000 was 5% faster but its peak memory grew with the backup
+COPY_ROWS = 2000  # rows a single COPY stores: their records are kept until it ends, for the row-by-row redo
 # What storing a row can raise when the row itself is wrong: the line is named, the file called damaged.
 ROW_ERRORS = (DeserializationError, FieldDoesNotExist, ValidationError, ObjectDoesNotExist, ValueError, TypeError,
               LookupError, DatabaseError)
@@ -227,9 +232,10 @@ def _rows_insert(batch: list[tuple[int, DeserializedObject]], position: list[int
     batch.clear()
 
 
-def _rows_store(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
+def _rows_deserialize(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
     """Every row of the backup stored in file order: deserialized one by one (an error names its line), inserted
-    in batches of one model. A row without an id is saved alone, so the database numbers it as before."""
+    in batches of one model. A row without an id is saved alone, so the database numbers it as before.
+    The way on databases other than PostgreSQL."""
     batch: list[tuple[int, DeserializedObject]] = []
     rows = serializers.deserialize("python", _rows(path, position, user_pks), handle_forward_references=False)
     while True:
@@ -253,6 +259,141 @@ def _rows_store(path: Path, position: list[int], user_pks: dict[str, int]) -> No
         else:
             batch.append((number, row))
     _rows_insert(batch, position)
+
+
+
+# Django's own field classes whose to_python returns a value of this type unchanged, and whose database
+# form is that value: such a value needs no conversion at all (a custom subclass is converted in full).
+TO_PYTHON_KEEPS = ((models.BooleanField, bool), (models.IntegerField, int), (models.FloatField, float),
+                   (models.CharField, str), (models.TextField, str))
+
+
+class RowNotPlain(Exception):
+    """A value COPY is not given as is (a natural key, a naive time): the deserializer stores that row."""
+
+
+def _copy_converter(field) -> Callable[[Any], Any]:
+    """`field`'s value in a backup → the value COPY stores: the deserializer's conversion (to_python, a foreign
+    key's by its target field), then the value's database form, as a raw INSERT stores it (no pre_save, so
+    auto_now_add keeps the backup's time). COPY's text format leaves each value's final check to the
+    database's own input functions, as an INSERT's parameters do."""
+    target = field.target_field if field.is_relation else field
+    to_python = target.to_python
+    if field.is_relation:
+        def to_python(value, target_to_python=to_python):
+            if value is not None and type(value) is not int:
+                raise RowNotPlain  # a natural key, or another form the deserializer resolves or refuses
+            return target_to_python(value)
+    if type(target).__module__.startswith("django.db."):
+        for field_class, kind in TO_PYTHON_KEEPS:
+            if isinstance(target, field_class):
+                return lambda value: value if type(value) is kind else to_python(value)
+        if isinstance(target, models.UUIDField):
+            return lambda value: None if (parsed := to_python(value)) is None else str(parsed)
+        if isinstance(target, models.DateTimeField) and settings.USE_TZ:
+            def datetime_text(value):
+                parsed = to_python(value)
+                if parsed is None:
+                    return None
+                if parsed.utcoffset() is None:
+                    raise RowNotPlain  # Django makes it aware in the default time zone, with a warning
+                return parsed.isoformat()  # psycopg's own datetime dumper is several times slower
+            return datetime_text
+    return lambda value: field.get_db_prep_save(to_python(value), connection)
+
+
+@dataclass
+class TableCopy:
+    """One model's rows as COPY stores them: the statement, and how each record's values become a row."""
+
+    statement: str
+    names: frozenset[str]  # the field names a record holds: every concrete field but the primary key
+    pk: Callable[[Any], Any]
+    stored: list[tuple[str, Callable[[Any], Any]]]  # (field name, converter) in the statement's column order
+    checked: list[tuple[str, Callable[[Any], Any]]]  # generated fields: converted as the deserializer does, not stored
+
+    @classmethod
+    def of(cls, model) -> TableCopy | None:
+        """None for a model COPY does not store alone (one inheriting its table from a parent)."""
+        meta = model._meta
+        if meta.parents:
+            return None
+        fields = [field for field in meta.local_concrete_fields if not field.primary_key]
+        quote = connection.ops.quote_name
+        columns = [meta.pk.column] + [field.column for field in fields if not field.generated]
+        return cls(statement=f"COPY {quote(meta.db_table)} ({', '.join(map(quote, columns))}) FROM STDIN",
+                   names=frozenset(field.name for field in fields), pk=_copy_converter(meta.pk),
+                   stored=[(field.name, _copy_converter(field)) for field in fields if not field.generated],
+                   checked=[(field.name, _copy_converter(field)) for field in fields if field.generated])
+
+    def row(self, record: dict) -> list | None:
+        """The record's row for COPY, or None when the deserializer has to see it: a field missing or unknown,
+        no id, a value it would convert otherwise or refuse."""
+        values = record["fields"]
+        if values.keys() != self.names:
+            return None
+        try:
+            row = [self.pk(record.get("pk"))]
+            if row[0] is None:
+                return None  # saved alone, so that the database numbers it
+            row.extend(convert(values[name]) for name, convert in self.stored)
+            for name, convert in self.checked:
+                convert(values[name])
+        except Exception:  # the deserializer raises its own error for this row, naming the line
+            return None
+        return row
+
+
+def _records_save(records: list[tuple[int, dict]], position: list[int]) -> None:
+    """Each record deserialized and saved alone (Model.save_base with raw=True), so an error names its line."""
+    for number, record in records:
+        position[0] = number
+        for row in serializers.deserialize("python", [record], handle_forward_references=False):
+            with transaction.atomic():
+                row.save(force_insert=True)
+
+
+def _batch_copy(table: TableCopy | None, batch: list[tuple[int, dict, list]], position: list[int]) -> None:
+    """Store rows of one model in one COPY; a batch that fails is stored again row by row, as the deserializer
+    does, so the error names the exact line (COPY, like the raw INSERT, runs no save() and no save signals)."""
+    if not batch:
+        return
+    try:
+        with (transaction.atomic(), connection.wrap_database_errors, connection.cursor() as cursor,
+              cursor.copy(table.statement) as copy):
+            for _, _, row in batch:
+                copy.write_row(row)
+    except DatabaseError:
+        _records_save([(number, record) for number, record, _ in batch], position)
+    batch.clear()
+
+
+def _rows_copy(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
+    """PostgreSQL: every row of the backup stored in file order, in COPYs of one model. A row COPY is not given
+    (see TableCopy.row) is stored by the deserializer, after the rows before it."""
+    tables: dict[str, TableCopy | None] = {}
+    table, batch = None, []
+    for record in _rows(path, position, user_pks):
+        number, label = position[0], record["model"]
+        if label not in tables:
+            tables[label] = TableCopy.of(apps.get_model(label))
+        if batch and (tables[label] is not table or len(batch) >= COPY_ROWS):
+            _batch_copy(table, batch, position)
+        table = tables[label]
+        row = table.row(record) if table is not None else None
+        if row is None:
+            _batch_copy(table, batch, position)
+            _records_save([(number, record)], position)
+        else:
+            batch.append((number, record, row))
+    _batch_copy(table, batch, position)
+
+
+def _rows_store(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
+    if connection.vendor == "postgresql":
+        _rows_copy(path, position, user_pks)
+    else:
+        _rows_deserialize(path, position, user_pks)
 
 
 def _first_line(error: Exception) -> str:
