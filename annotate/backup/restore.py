@@ -377,11 +377,12 @@ def _records_save(records: list[tuple[int, dict]], position: list[int]) -> None:
 class ForeignKeyChecks:
     """When the database checks the foreign keys of the rows COPY stores.
 
-    Django's foreign keys are checked at the end of the transaction (DEFERRABLE INITIALLY DEFERRED); checked
-    there, 3M rows' checks are minutes in which nothing else is done. A key to a table whose rows are all
-    stored already (an earlier model in PROJECT_ROWS, or a user) is checked as each COPY ends instead, while
-    the next rows are read (_read_ahead). Keys to later rows, or to the table itself, stay deferred. Once any
-    row goes through the deserializer, every key is deferred again, so errors come as a row-by-row restore's.
+    Django's foreign keys are checked at the end of the transaction (DEFERRABLE INITIALLY DEFERRED); there, a
+    million judgments' rows take about a minute in which nothing else is done. A key to a table whose rows
+    are all stored already (an earlier model in PROJECT_ROWS, or a user) is checked as each COPY ends
+    instead, while the next rows are read (_read_ahead). Keys to later rows, or to the table itself, stay
+    deferred. Once any row goes through the deserializer, every key is deferred again, so that errors come
+    as a row-by-row restore's.
     """
 
     def __init__(self, tables: list[str]) -> None:
