@@ -2,25 +2,33 @@
 
 The file is read twice. The first pass checks it whole and writes nothing: the header, every line's JSON,
 the counts and the sha256 of the closing line. The second inserts every row under its own id in one
-transaction: any error undoes everything, and the error names the line.
+transaction: any error undoes everything, and the error names the line. On PostgreSQL the rows are
+stored with COPY, their values converted as Django's deserializer converts them; any row that COPY or the
+conversion refuses goes through the deserializer itself, so its error is the one a row-by-row restore gives.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty, Queue
+from threading import Event, Thread
+from typing import Any
 
 import orjson
 from django.apps import apps
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core import serializers
 from django.core.exceptions import FieldDoesNotExist, ObjectDoesNotExist, ValidationError
 from django.core.management.color import no_style
 from django.core.serializers.base import DeserializationError, DeserializedObject
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, connections, models, transaction
 from django.db.migrations.recorder import MigrationRecorder
 
 from annotate.backup.contents import (
@@ -37,6 +45,8 @@ from annotate.roles import ROLES
 
 KNOWN_MODELS = {label for label, _ in PROJECT_ROWS}
 BATCH_ROWS = 500  # rows a single INSERT stores: 2,000 was 5% faster but its peak memory grew with the backup
+COPY_ROWS = 2000  # rows a single COPY stores: their records are kept until it ends, for the row-by-row redo
+READ_AHEAD_BATCHES = 2  # COPY batches read and converted ahead of the one being stored
 # What storing a row can raise when the row itself is wrong: the line is named, the file called damaged.
 ROW_ERRORS = (DeserializationError, FieldDoesNotExist, ValidationError, ObjectDoesNotExist, ValueError, TypeError,
               LookupError, DatabaseError)
@@ -227,9 +237,10 @@ def _rows_insert(batch: list[tuple[int, DeserializedObject]], position: list[int
     batch.clear()
 
 
-def _rows_store(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
+def _rows_deserialize(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
     """Every row of the backup stored in file order: deserialized one by one (an error names its line), inserted
-    in batches of one model. A row without an id is saved alone, so the database numbers it as before."""
+    in batches of one model. A row without an id is saved alone, so the database numbers it as before.
+    The way on databases other than PostgreSQL."""
     batch: list[tuple[int, DeserializedObject]] = []
     rows = serializers.deserialize("python", _rows(path, position, user_pks), handle_forward_references=False)
     while True:
@@ -253,6 +264,244 @@ def _rows_store(path: Path, position: list[int], user_pks: dict[str, int]) -> No
         else:
             batch.append((number, row))
     _rows_insert(batch, position)
+
+
+
+# Django's own field classes whose to_python returns a value of this type unchanged, and whose database
+# form is that value: such a value needs no conversion at all (a custom subclass is converted in full).
+TO_PYTHON_KEEPS = ((models.BooleanField, bool), (models.IntegerField, int), (models.FloatField, float),
+                   (models.CharField, str), (models.TextField, str))
+# A time as Django's serializer writes it, which PostgreSQL reads as Python does: sent as it is written, as
+# formatting the parsed time again (datetime.isoformat) takes several times as long as parsing it.
+RFC3339_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{6})?[+-]\d\d:\d\d")
+
+
+class RowNotPlain(Exception):
+    """A value COPY is not given as is (a natural key, a naive time): the deserializer stores that row."""
+
+
+class NoType:
+    """The type of no value: a converter whose values all need converting keeps values of this type."""
+
+
+def _copy_converter(field, database) -> tuple[type, Callable[[Any], Any]]:
+    """How `field`'s value in a backup becomes the value COPY stores: (a type whose values are stored as they
+    are, the converter of any other value). That is the deserializer's conversion (to_python, a foreign key's
+    by its target field), then the value's database form, as a raw INSERT stores it (no pre_save, so
+    auto_now_add keeps the backup's time). COPY's text format leaves each value's final check to the
+    database's own input functions, as an INSERT's parameters do."""
+    target = field.target_field if field.is_relation else field
+    to_python = target.to_python
+    if field.is_relation:
+        def to_python(value, target_to_python=to_python):
+            if value is not None and type(value) is not int:
+                raise RowNotPlain  # a natural key, or another form the deserializer resolves or refuses
+            return target_to_python(value)
+    if type(target).__module__.startswith("django.db."):
+        for field_class, kind in TO_PYTHON_KEEPS:
+            if isinstance(target, field_class):
+                return kind, to_python
+        if isinstance(target, models.UUIDField):
+            # Any text both uuid.UUID and PostgreSQL read holds the same 32 hex digits.
+            return NoType, lambda value: value if to_python(value) is None or type(value) is str else str(
+                to_python(value))
+        if isinstance(target, models.DateTimeField) and settings.USE_TZ:
+            def datetime_text(value):
+                parsed = to_python(value)
+                if parsed is not None and parsed.utcoffset() is None:
+                    raise RowNotPlain  # Django makes it aware in the default time zone, with a warning
+                if parsed is None or type(value) is str and RFC3339_TIME.fullmatch(value):
+                    return value
+                return parsed.isoformat()
+            return NoType, datetime_text
+    return NoType, lambda value: field.get_db_prep_save(to_python(value), database)
+
+
+@dataclass
+class TableCopy:
+    """One model's rows as COPY stores them: the statement, and how each record's values become a row."""
+
+    table: str
+    statement: str
+    names: frozenset[str]  # the field names a record holds: every concrete field but the primary key
+    pk: Callable[[Any], Any]
+    # (field name, type kept as it is, converter) in the statement's column order (see _copy_converter)
+    stored: list[tuple[str, type, Callable[[Any], Any]]]
+    checked: list[tuple[str, type, Callable[[Any], Any]]]  # generated fields: converted, not stored
+
+    @classmethod
+    def of(cls, model) -> TableCopy | None:
+        """None for a model COPY does not store alone (one inheriting its table from a parent). The converters
+        hold this thread's database connection: they are called in another (_read_ahead), and query nothing."""
+        meta, database = model._meta, connections[connection.alias]
+        if meta.parents:
+            return None
+        fields = [field for field in meta.local_concrete_fields if not field.primary_key]
+        quote = connection.ops.quote_name
+        columns = [meta.pk.column] + [field.column for field in fields if not field.generated]
+        return cls(table=meta.db_table, statement=f"COPY {quote(meta.db_table)} ({', '.join(map(quote, columns))}) FROM STDIN",
+                   names=frozenset(field.name for field in fields), pk=_copy_converter(meta.pk, database)[1],
+                   stored=[(field.name, *_copy_converter(field, database)) for field in fields if not field.generated],
+                   checked=[(field.name, *_copy_converter(field, database)) for field in fields if field.generated])
+
+    def row(self, record: dict) -> list | None:
+        """The record's row for COPY, or None when the deserializer has to see it: a field missing or unknown,
+        no id, a value it would convert otherwise or refuse."""
+        values = record["fields"]
+        if values.keys() != self.names:
+            return None
+        try:
+            pk = self.pk(record.get("pk"))
+            if pk is None:
+                return None  # saved alone, so that the database numbers it
+            # The type test is written out here: a call per value would cost more than the rest of the row.
+            row = [pk, *[value if type(value := values[name]) is kind else convert(value)
+                         for name, kind, convert in self.stored]]
+            for name, kind, convert in self.checked:
+                if type(values[name]) is not kind:
+                    convert(values[name])
+        except Exception:  # the deserializer raises its own error for this row, naming the line
+            return None
+        return row
+
+
+def _records_save(records: list[tuple[int, dict]], position: list[int]) -> None:
+    """Each record deserialized and saved alone (Model.save_base with raw=True), so an error names its line."""
+    for number, record in records:
+        position[0] = number
+        for row in serializers.deserialize("python", [record], handle_forward_references=False):
+            with transaction.atomic():
+                row.save(force_insert=True)
+
+
+class ForeignKeyChecks:
+    """When the database checks the foreign keys of the rows COPY stores.
+
+    Django's foreign keys are checked at the end of the transaction (DEFERRABLE INITIALLY DEFERRED); there, a
+    million judgments' rows take about a minute in which nothing else is done. A key to a table whose rows
+    are all stored already (an earlier model in PROJECT_ROWS, or a user) is checked as each COPY ends
+    instead, while the next rows are read (_read_ahead). Keys to later rows, or to the table itself, stay
+    deferred. Once any row goes through the deserializer, every key is deferred again, so that errors come
+    as a row-by-row restore's.
+    """
+
+    def __init__(self, tables: list[str]) -> None:
+        self.immediate, self.statements = True, {}
+        quote = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            for index, table in enumerate(tables):
+                cursor.execute("SELECT conname FROM pg_constraint WHERE contype = 'f' AND condeferrable "
+                               "AND conrelid = %s::regclass AND NOT confrelid = ANY(%s::regclass[])",
+                               [table, tables[index:]])
+                names = [quote(name) for name, in cursor.fetchall()]
+                self.statements[table] = f"SET CONSTRAINTS {', '.join(names)} IMMEDIATE" if names else ""
+
+    def copying(self, table: str) -> None:
+        """Before a COPY into `table`: its keys to complete tables checked from now on (said once a table)."""
+        statement = self.statements.pop(table, "")
+        if self.immediate and statement:
+            with connection.cursor() as cursor:
+                cursor.execute(statement)
+
+    def row_by_row(self) -> None:
+        """Before a row is stored by the deserializer: every key deferred to the end, for the rest."""
+        if self.immediate:
+            self.immediate = False
+            with connection.cursor() as cursor:
+                cursor.execute("SET CONSTRAINTS ALL DEFERRED")
+
+
+def _batch_copy(table: TableCopy, batch: list[tuple[int, dict, list]], position: list[int],
+                checks: ForeignKeyChecks) -> None:
+    """Store rows of one model in one COPY; a batch that fails is stored again row by row, as the deserializer
+    does, so the error names the exact line (COPY, like the raw INSERT, runs no save() and no save signals)."""
+    checks.copying(table.table)
+    try:
+        with (transaction.atomic(), connection.wrap_database_errors, connection.cursor() as cursor,
+              cursor.copy(table.statement) as copy):
+            for _, _, row in batch:
+                copy.write_row(row)
+    except DatabaseError:
+        checks.row_by_row()
+        _records_save([(number, record) for number, record, _ in batch], position)
+
+
+def _copy_batches(path: Path, user_pks: dict[str, int], tables: dict[str, TableCopy | None]) -> Iterator[
+        tuple[TableCopy | None, list[tuple[int, dict, list | None]]]]:
+    """The backup's rows in file order as (table, rows of one model for one COPY), each row (line number,
+    record, COPY's values); a row COPY is not given (see TableCopy.row) comes alone, with no table and
+    no values, for the deserializer. Reads no database, so that it may run in its own thread."""
+    position = [0]  # this reader's own: the line a refused row names comes with the row
+    table, batch = None, []
+    for record in _rows(path, position, user_pks):
+        number, current = position[0], tables[record["model"]]
+        if batch and (current is not table or len(batch) >= COPY_ROWS):
+            yield table, batch
+            batch = []
+        table = current
+        row = table.row(record) if table is not None else None
+        if row is None:
+            if batch:
+                yield table, batch
+                batch = []
+            yield None, [(number, record, None)]
+        else:
+            batch.append((number, record, row))
+    if batch:
+        yield table, batch
+
+
+def _read_ahead(items: Iterator, depth: int) -> Iterator:
+    """`items` made in a thread of their own, at most `depth` ahead of the caller: reading and converting the
+    next rows goes on while the database stores the last ones (the GIL is free while psycopg waits)."""
+    ready: Queue = Queue(maxsize=depth)
+    stop, end = Event(), object()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                ready.put(item)
+                if stop.is_set():
+                    return
+            ready.put(end)
+        except Exception as error:  # raised again in the caller's thread
+            ready.put(error)
+        finally:
+            items.close()
+
+    thread = Thread(target=produce, name="restore-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while (item := ready.get()) is not end:
+            if isinstance(item, Exception):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a put the reader may be waiting in
+            with suppress(Empty):
+                ready.get(timeout=0.1)
+        thread.join()
+
+
+def _rows_copy(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
+    """PostgreSQL: every row of the backup stored in file order, in COPYs of one model; a row COPY is not given
+    is stored by the deserializer, after the rows before it."""
+    tables = {label: TableCopy.of(apps.get_model(label)) for label in KNOWN_MODELS}
+    checks = ForeignKeyChecks([model._meta.db_table for model, _ in project_models()])
+    for table, batch in _read_ahead(_copy_batches(path, user_pks, tables), depth=READ_AHEAD_BATCHES):
+        if table is None:
+            checks.row_by_row()
+            _records_save([(number, record) for number, record, _ in batch], position)
+        else:
+            _batch_copy(table, batch, position, checks)
+
+
+def _rows_store(path: Path, position: list[int], user_pks: dict[str, int]) -> None:
+    if connection.vendor == "postgresql":
+        _rows_copy(path, position, user_pks)
+    else:
+        _rows_deserialize(path, position, user_pks)
 
 
 def _first_line(error: Exception) -> str:

@@ -167,6 +167,16 @@ def restore_refused(path: Path) -> str:
     return message
 
 
+def resealed(path: Path, lines: list[bytes]) -> Path:
+    """Edited lines with the closing line made anew, as if the file had been written so: only the rows are wrong."""
+    hasher = LineHasher()
+    for line in lines[:-1]:
+        hasher.add(line)
+    out = path.with_name("resealed.jsonl")
+    out.write_bytes(b"".join([*lines[:-1], line_bytes(hasher.closing_record())]))
+    return out
+
+
 def damaged(path: Path, edit) -> Path:
     lines = path.read_bytes().splitlines(keepends=True)
     out = path.with_name("damaged.jsonl")
@@ -225,13 +235,39 @@ def test_an_id_taken_twice_in_the_file_names_its_own_line(backup_file):
     first, third = (json.loads(lines[number]) for number in (prompts[0], prompts[2]))
     third["pk"] = first["pk"]
     lines[prompts[2]] = line_bytes(third)
-    hasher = LineHasher()
-    for line in lines[:-1]:
-        hasher.add(line)
-    resealed = backup_file.with_name("resealed.jsonl")
-    resealed.write_bytes(b"".join([*lines[:-1], line_bytes(hasher.closing_record())]))
-    message = restore_refused(resealed)
+    message = restore_refused(resealed(backup_file, lines))
     assert f"line {prompts[2] + 1}: cannot be stored here" in message
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("name", "value", "refusal"), [
+    ("strength", "strong", "value must be an integer"),  # refused by the field's conversion
+    pytest.param("strength", 70000, "out of range", marks=pytest.mark.postgres),  # by the database: a smallint
+    ("reviewer", ["nobody"], "does not exist"),  # a user the file does not list
+    ("created_at", "yesterday", "invalid format"),
+])
+def test_a_wrong_value_names_its_own_line(backup_file, name, value, refusal):
+    call_command("flush", interactive=False)
+    lines = backup_file.read_bytes().splitlines(keepends=True)
+    judgments = [number for number, line in enumerate(lines) if b'"model":"review.judgment"' in line]
+    record = json.loads(lines[judgments[2]])
+    record["fields"][name] = value
+    lines[judgments[2]] = line_bytes(record)
+    message = restore_refused(resealed(backup_file, lines))
+    assert f"line {judgments[2] + 1}: " in message and refusal in message and "the file is damaged" in message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_row_pointing_at_no_row_is_refused(backup_file):
+    # A judgment of a pair the file does not hold: found when the keys are checked, whenever that is.
+    call_command("flush", interactive=False)
+    lines = backup_file.read_bytes().splitlines(keepends=True)
+    judgments = [number for number, line in enumerate(lines) if b'"model":"review.judgment"' in line]
+    record = json.loads(lines[judgments[2]])
+    record["fields"]["pair"] = 999999
+    lines[judgments[2]] = line_bytes(record)
+    message = restore_refused(resealed(backup_file, lines))
+    assert "the backup's rows do not fit together" in message and "pair_id" in message
 
 
 @pytest.mark.django_db
