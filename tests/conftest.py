@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import sys
 import uuid
 from datetime import timedelta
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 from django.utils import timezone
+from filelock import FileLock
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -50,6 +52,61 @@ def _own_folders_and_broker_per_worker() -> None:
 _own_folders_and_broker_per_worker()
 # Threads for the tests' training runs: two when the suite runs alone, one per worker under pytest-xdist.
 TORCH_THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+
+
+TEST_SFT_STEPS = 20  # enough for a loadable checkpoint; tests never need it to be good
+
+
+def built_once_root(tmp_path_factory) -> Path:
+    """The folder of what built_once builds: in the run's temporary folder, above each xdist worker's own."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # pytest-N/, above each worker's popen-gwK/
+    return root / "built-once"
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder `name` (a relative path) that `build(folder)` writes, built once per test run and then only read.
+
+    Under pytest-xdist the workers share it: the first to ask builds it under a file lock in the run's common
+    temporary folder and the others wait and reuse it, so a session checkpoint is trained once rather than once
+    per worker. It is built aside and renamed into place, so a build that fails leaves nothing to reuse.
+    """
+    folder = built_once_root(tmp_path_factory) / name
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{folder}.lock"):
+        if not folder.exists():
+            partial = folder.with_name(f".{folder.name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            build(partial)
+            partial.rename(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """The tiny SFT checkpoint of tests that need a loadable model (20 steps): never written to by a test."""
+    from training.tiny import TinySFTConfig, build_tiny_sft
+
+    return built_once(tmp_path_factory, "tiny/sft", lambda out: build_tiny_sft(
+        out, TinySFTConfig(steps=TEST_SFT_STEPS, warmup_steps=4, eval_tasks=3), log=lambda line: None))
+
+
+@pytest.fixture(scope="session")
+def tiny_snapshot(tmp_path_factory) -> Path:
+    from training.tiny import write_tiny_snapshot
+
+    return built_once(tmp_path_factory, "snapshots/tiny", lambda out: write_tiny_snapshot(out, train=24, test=8, seed=0))
+
+
+@pytest.fixture(scope="session")
+def grpo_checkpoint(tmp_path_factory) -> Path:
+    """A tiny checkpoint trained long enough to write answers in the right shape, so that the answers of a
+    group differ in reward (the 20-step one of the other tests writes noise: every reward 0, nothing to learn)."""
+    from training.tiny import TinySFTConfig, build_tiny_sft
+
+    return built_once(tmp_path_factory, "tiny-60/sft-60", lambda out: build_tiny_sft(
+        out, TinySFTConfig(steps=60, warmup_steps=10, eval_tasks=2), log=lambda line: None))
 
 
 def pytest_addoption(parser):

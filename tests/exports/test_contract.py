@@ -9,14 +9,13 @@ import yaml
 from django.core.management import call_command
 
 from tests.conftest import TORCH_THREADS
-from tests.training.conftest import tiny_checkpoint  # noqa: F401 - the session's tiny SFT checkpoint
 from training import snapshot
 from training.cli import main as training_main
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db]
 
 
-def test_an_exported_snapshot_trains_two_dpo_steps_on_the_tiny_model(voted_project, tmp_path, tiny_checkpoint):  # noqa: F811
+def test_an_exported_snapshot_trains_two_dpo_steps_on_the_tiny_model(voted_project, tmp_path, tiny_checkpoint):
     from safetensors.torch import load_file
 
     out = tmp_path / "snapshot"
@@ -43,7 +42,7 @@ def test_an_exported_snapshot_trains_two_dpo_steps_on_the_tiny_model(voted_proje
 
 
 def test_an_exported_snapshot_trains_a_reward_model_with_margins_from_strength(voted_project, tmp_path,
-                                                                                tiny_checkpoint):  # noqa: F811
+                                                                                tiny_checkpoint):
     out = tmp_path / "snapshot"
     call_command("export_snapshot", "voted", "--out", str(out), "--test-ratio", "0.3", stdout=io.StringIO(),
                  stderr=io.StringIO())

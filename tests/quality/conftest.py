@@ -1,5 +1,5 @@
-"""Fixtures of the quality tests: one real reward model per test session (a tiny checkpoint trained 20 SFT steps,
-then 2 reward steps), and a copy of it that cannot tokenize chat prompts."""
+"""Fixtures of the quality tests: one real reward model per test session (the session's tiny checkpoint of 20 SFT
+steps, then 2 reward steps), and a copy of it that cannot tokenize chat prompts."""
 
 import shutil
 from pathlib import Path
@@ -8,28 +8,22 @@ import pytest
 
 from tests.conftest import TORCH_THREADS
 
-TEST_SFT_STEPS = 20  # enough for a loadable checkpoint; tests never need it to be good
-
 
 @pytest.fixture(scope="session")
-def tiny_reward_model(tmp_path_factory) -> dict[str, Path]:
+def tiny_reward_model(tmp_path_factory, tiny_checkpoint, tiny_snapshot) -> dict[str, Path]:
     """{"sft": the causal LM it started from, "reward": the reward model's checkpoint folder}."""
     import yaml
 
     from training.reward import load_reward_config, run_reward
-    from training.tiny import TinySFTConfig, build_tiny_sft, write_tiny_snapshot
 
     root = tmp_path_factory.mktemp("reward-model")
-    build_tiny_sft(root / "sft", TinySFTConfig(steps=TEST_SFT_STEPS, warmup_steps=4, eval_tasks=3),
-                   log=lambda line: None)
-    write_tiny_snapshot(root / "snapshot", train=24, test=8, seed=0)
-    config = {"base_checkpoint": str(root / "sft"), "snapshot": str(root / "snapshot"),
+    config = {"base_checkpoint": str(tiny_checkpoint), "snapshot": str(tiny_snapshot),
               "output_dir": str(root / "run"), "learning_rate": 1e-3, "max_steps": 2,
               "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8, "logging_steps": 1,
               "torch_threads": TORCH_THREADS, "use_cpu": True, "seed": 0}
     (root / "reward.yaml").write_text(yaml.safe_dump(config))
     run_reward(load_reward_config(root / "reward.yaml"))
-    return {"sft": root / "sft", "reward": root / "run" / "checkpoint"}
+    return {"sft": tiny_checkpoint, "reward": root / "run" / "checkpoint"}
 
 
 @pytest.fixture(scope="session")

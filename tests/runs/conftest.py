@@ -11,8 +11,8 @@ import pytest
 from annotate.runs import execute
 from annotate.runs.checkpoints import checkpoint_register
 from annotate.runs.models import Checkpoint, Run
+from tests.conftest import built_once_root
 from tests.runs.helpers import commands_on_path, rollout
-from tests.training.conftest import tiny_checkpoint, tiny_snapshot  # noqa: F401 - session fixtures, built once
 from training.grpo.rollouts import write_batch
 
 
@@ -30,13 +30,13 @@ def process_alive(pid: int) -> bool:
 def run_root(tmp_path, tmp_path_factory, settings) -> Path:
     settings.RUN_ROOT = tmp_path / "runs"
     settings.INPUTS_ROOT = tmp_path / "inputs"  # task sets and prompt files the app writes for runs
-    # Runs read their inputs from the test's own folders (the session's tiny snapshot among them) only.
-    settings.PAIRWISE_RUN_INPUT_ROOTS = [tmp_path_factory.getbasetemp()]
+    # Runs read their inputs from the test's own folders and the session's tiny checkpoints and snapshot only.
+    settings.PAIRWISE_RUN_INPUT_ROOTS = [tmp_path_factory.getbasetemp(), built_once_root(tmp_path_factory)]
     return settings.RUN_ROOT
 
 
 @pytest.fixture
-def base_checkpoint(db, tiny_checkpoint):  # noqa: F811
+def base_checkpoint(db, tiny_checkpoint):
     return checkpoint_register(uri=str(tiny_checkpoint), name="tiny-sft")
 
 
@@ -46,7 +46,7 @@ def engineer_api(make_user, client_for):
 
 
 @pytest.fixture
-def second_checkpoint(tiny_checkpoint, tmp_path):  # noqa: F811
+def second_checkpoint(tiny_checkpoint, tmp_path):
     """The tiny checkpoint with its weights nudged: another model with the same tokenizer."""
     import shutil
 

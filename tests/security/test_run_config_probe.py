@@ -3,7 +3,7 @@ becomes another key, the keys the launch sets come out as the app set them, noth
 no file outside the run input folders is read), and the runs endpoints refuse hostile input in one line.
 Each refusal is a 4xx, and nothing is queued or written: no run row, an empty run root."""
 
-# ruff: noqa: F811 - the fixtures below are imported from the runs and training tests by name
+# ruff: noqa: F811 - the fixtures below are imported from the runs tests by name
 
 import json
 import shutil
@@ -28,7 +28,6 @@ from tests.runs.conftest import (  # noqa: F401 - fixtures
     second_checkpoint,
 )
 from tests.security.helpers import assert_one_json_line
-from tests.training.conftest import tiny_checkpoint, tiny_snapshot  # noqa: F401 - session fixtures
 
 pytestmark = pytest.mark.django_db
 

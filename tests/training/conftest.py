@@ -1,4 +1,5 @@
-"""Fixtures for the training tests: one tiny checkpoint and one synthetic snapshot per test session."""
+"""Fixtures for the training tests (the tiny checkpoints and snapshot they share with other tests are in
+tests/conftest.py, built once per test run)."""
 
 import os
 import subprocess
@@ -10,26 +11,6 @@ import pytest
 from tests.conftest import TORCH_THREADS
 
 REPO = Path(__file__).resolve().parents[2]
-TEST_SFT_STEPS = 20  # enough for a loadable checkpoint; tests never need it to be good
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory) -> Path:
-    from training.tiny import TinySFTConfig, build_tiny_sft
-
-    out = tmp_path_factory.mktemp("tiny") / "sft"
-    build_tiny_sft(out, TinySFTConfig(steps=TEST_SFT_STEPS, warmup_steps=4, eval_tasks=3),
-                   log=lambda line: None)
-    return out
-
-
-@pytest.fixture(scope="session")
-def tiny_snapshot(tmp_path_factory) -> Path:
-    from training.tiny import write_tiny_snapshot
-
-    out = tmp_path_factory.mktemp("snapshots") / "tiny"
-    write_tiny_snapshot(out, train=24, test=8, seed=0)
-    return out
 
 
 def run_training_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -37,7 +18,6 @@ def run_training_cli(*args: str, timeout: int = 300) -> subprocess.CompletedProc
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(TORCH_THREADS), "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.run([sys.executable, "-m", "training", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=timeout)
-
 
 
 def train_reward_model(folder: Path, checkpoint: Path, snapshot: Path, *, steps: int) -> Path:
@@ -56,17 +36,6 @@ def tiny_reward_model(tmp_path_factory, tiny_checkpoint, tiny_snapshot) -> Path:
     """A reward model from the tiny checkpoint: two steps on the tiny snapshot (a trained classifier, not a good
     judge: the tests need its identity and its scores, not its taste)."""
     return train_reward_model(tmp_path_factory.mktemp("reward-model"), tiny_checkpoint, tiny_snapshot, steps=2)
-
-
-@pytest.fixture(scope="session")
-def grpo_checkpoint(tmp_path_factory) -> Path:
-    """A tiny checkpoint trained long enough to write answers in the right shape, so that the answers of a
-    group differ in reward (the 20-step one of the other tests writes noise: every reward 0, nothing to learn)."""
-    from training.tiny import TinySFTConfig, build_tiny_sft
-
-    out = tmp_path_factory.mktemp("tiny") / "sft-60"
-    build_tiny_sft(out, TinySFTConfig(steps=60, warmup_steps=10, eval_tasks=2), log=lambda line: None)
-    return out
 
 
 @pytest.fixture(scope="session")
