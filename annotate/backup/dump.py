@@ -59,9 +59,15 @@ def _users(project: Project) -> list[dict]:
 
 
 def _records(project: Project):
-    """Every kept row as Django's serialised form, model by model in insertion order, each in id order."""
+    """Every kept row as Django's serialised form, model by model in insertion order, each in id order.
+
+    The users a row points at come joined to it: the serialiser writes each by its natural key (the username),
+    and would otherwise fetch that user once per row.
+    """
     for model, lookup in project_models():
-        rows = _project_rows(model, lookup, project).iterator(chunk_size=CHUNK)
+        users = [field.name for field in model._meta.concrete_fields
+                 if field.is_relation and field.related_model is get_user_model()]
+        rows = _project_rows(model, lookup, project).select_related(*users).iterator(chunk_size=CHUNK)
         while chunk := [row for _, row in zip(range(CHUNK), rows, strict=False)]:
             yield from serializers.serialize("python", chunk, use_natural_foreign_keys=True)
 

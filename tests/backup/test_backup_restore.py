@@ -291,3 +291,26 @@ def test_every_model_tied_to_a_project_is_kept_or_left_out_on_purpose():
                              for field in model._meta.get_fields())
         if points_at_kept:
             assert label in kept or label in LEFT_OUT, f"{label} points at a project's rows but is not in the backup"
+
+
+@pytest.mark.django_db
+def test_a_backup_reads_the_same_number_of_queries_however_many_rows(make_project, make_user, tmp_path):
+    """Users are written by username: joined to the rows that point at them, never fetched once per row (a
+    project of a million judgments would otherwise take millions of queries)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def queries_for_backup(slug: str, prompts: int) -> int:
+        project = make_project(slug=slug, overlap=2, retest_rate=0)
+        import_rows(project, items(prompts))
+        for name in REVIEWERS[:2]:
+            judge_until_done(project, make_user(f"{name}-{slug}"), pick_for(name))
+        with CaptureQueriesContext(connection) as queries:
+            call_command("backup_project", slug, "--out", str(tmp_path / f"{slug}.jsonl"))
+        lines = (tmp_path / f"{slug}.jsonl").read_bytes().count(b"\n")
+        return len(queries), lines
+
+    small_queries, small_lines = queries_for_backup("few", 2)
+    large_queries, large_lines = queries_for_backup("more", 8)
+    assert large_lines > small_lines + 40  # four times the pairs, judgments and assignments
+    assert large_queries == small_queries
