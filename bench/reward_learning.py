@@ -214,6 +214,8 @@ def main() -> int:
                 print(f"seed {row['seed']}: reward model accuracy {row['reward_model']['test']['accuracy']:.3f}; "
                       f"held-out success {row['parent']['success_rate']:.3f} -> {row['child']['success_rate']:.3f} "
                       f"({row['gain_points']:+.1f} points)", flush=True)
+                if len(rows) < len(args.seeds):  # a long run cut short keeps the seeds it finished
+                    write_seeds(args, rows)
 
     verifier_children = verifier_trained_children(args)
     print()
@@ -244,8 +246,20 @@ def main() -> int:
               "step")
         print("\n".join(format_steps(row["by_step"])[1:]))
 
-    shown = write_results(RESULTS, {
+    print(f"wrote {write_seeds(args, rows, verifier_children)}")
+    return 0
+
+
+def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | None = None) -> str:
+    """bench/results/reward_learning.json with the seeds finished so far ("complete" once every seed is in)."""
+    if verifier_children is None:
+        verifier_children = verifier_trained_children(args)
+    reward_met = all(r["reward_model"]["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
+                     and r["reward_model"]["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for r in rows)
+    gain_met = all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+    return write_results(RESULTS, {
         "benchmark": "reward_learning",
+        "complete": len(rows) == len(args.seeds),
         "machine": machine(),
         "settings": {"seeds": args.seeds, "parents": "taken from --parents (built by tiny-sft)" if args.parents
                      else "built here", "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
@@ -257,8 +271,6 @@ def main() -> int:
         "verifier_trained_children": verifier_children,
         "runs": rows,
     })
-    print(f"wrote {shown}")
-    return 0
 
 
 if __name__ == "__main__":
