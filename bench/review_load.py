@@ -7,18 +7,19 @@ written with bulk SQL before the run. Last, --adaptive reviewers on a project of
 overlap (2 to 5, lead2): each judgment also decides what its pair needs, under the pair's row lock. Afterwards the database is checked for lost judgments (a 201
 whose judgment is not stored), duplicates and over-assigned pairs.
 
-The adjudication level (--adjudication JUDGMENTS, 0 to leave it out) fills a project of its own with that
-many judgments in bulk SQL (bench/export.py's fill: overlap 3, about 30% of pairs split), rules on the
-oldest --ruled share of its split pairs as earlier adjudicators would have, then --adjudicators
-adjudicators at once loop `adjudications/next` → `ruling`. It reports `next` calls/s and latency, and
+The adjudication levels (--adjudication JUDGMENTS, 0 to leave them out) fill a project of their own with that
+many judgments in bulk SQL (bench/export.py's fill: overlap 3, about 30% of pairs split), rule on the
+oldest --ruled share of its split pairs as earlier adjudicators would have, then, level after level, as
+many adjudicators at once as each number of --adjudicators says (default 1, then 8) loop
+`adjudications/next` → `ruling`. Each level reports `next` calls/s and latency; afterwards it
 checks the database: no pair ruled or held twice, no ruling lost, no pair handed out that was not waiting,
 and none passed over (a split pair left unruled and unheld before the last pair handed out).
 
     .venv/bin/python bench/review_load.py [--levels 1 8 32] [--far-ahead 10000] [--adaptive 32] [--seconds 15]
-                                          [--workers 3] [--adjudication 1000000] [--adjudicators 8] [--ruled 0.5]
+                                          [--workers 3] [--adjudication 1000000] [--adjudicators 1 8] [--ruled 0.5]
 
 `--levels` with no number leaves out the reviewer levels (with --far-ahead 0 --adaptive 0, the run is the
-adjudication level alone).
+adjudication levels alone).
 
 Needs PostgreSQL on 127.0.0.1:5432 (trust auth) and Redis for the broker setting (CELERY_BROKER_URL, else
 Redis database 0). It creates and drops its own database (--database, `pairwise_bench`). Prints a table and
@@ -463,19 +464,21 @@ def print_adjudication(result: dict) -> None:
           f"{project['ruled_before']} ruled before the run")
     print(f"{'level':<20} {'next calls/s':>13} {'rulings/s':>10} {'next p50':>9} {'next p95':>9} {'next p99':>9} "
           f"{'ruling p99':>11} {'errors':>7}")
-    shown = {key: "-" if value is None else value for key, value in result.items()}  # no call answered: no figure
-    print(f"{shown['level']:<20} {shown['next_calls_per_s']:>13} {shown['rulings_per_s']:>10} "
-          f"{shown['next_p50_ms']:>9} {shown['next_p95_ms']:>9} {shown['next_p99_ms']:>9} "
-          f"{shown['ruling_p99_ms']:>11} {shown['errors']:>7}")
+    for level in result["levels"]:
+        shown = {key: "-" if value is None else value for key, value in level.items()}  # no call answered: no figure
+        print(f"{shown['level']:<20} {shown['next_calls_per_s']:>13} {shown['rulings_per_s']:>10} "
+              f"{shown['next_p50_ms']:>9} {shown['next_p95_ms']:>9} {shown['next_p99_ms']:>9} "
+              f"{shown['ruling_p99_ms']:>11} {shown['errors']:>7}")
     print("adjudication checks:", ", ".join(f"{k}={v}" for k, v in checks.items()))
-    for error in result["first_errors"]:
-        print("error:", error)
+    for level in result["levels"]:
+        for error in level["first_errors"]:
+            print("error:", error)
 
 
 def arguments_mistake(args) -> str | None:
     """What is wrong with the command line, in one line, or None."""
     counts = {"--seconds": args.seconds, "--workers": args.workers, "--threads": args.threads,
-              "--adjudicators": args.adjudicators}
+              "--adjudicators": min(args.adjudicators)}
     for name, value in counts.items():
         if value <= 0:
             return f"{name} {value:g} must be above 0"
@@ -508,7 +511,8 @@ def main() -> int:
                         help="reviewers at once on a project with adaptive overlap 2-5 (0: no adaptive level)")
     parser.add_argument("--adjudication", type=int, default=1_000_000,
                         help="judgments in the adjudication project (0: no adjudication level)")
-    parser.add_argument("--adjudicators", type=int, default=8, help="adjudicators at once in the adjudication level")
+    parser.add_argument("--adjudicators", type=int, nargs="+", default=[1, 8],
+                        help="adjudicators at once, one adjudication level each (default 1 and 8)")
     parser.add_argument("--ruled", type=float, default=0.5,
                         help="share of the split pairs ruled on before the adjudication level starts (0 to 1)")
     parser.add_argument("--database", default="pairwise_bench", help="created and dropped by the bench")
@@ -526,7 +530,7 @@ def main() -> int:
     recreate_database(args.database)
     if args.adjudication:  # first: its bulk fill writes rows under ids of its own, from 1
         adjudicator_tokens, adjudication_project = prepare_adjudication(
-            judgments=args.adjudication, ruled=args.ruled, adjudicators=args.adjudicators)
+            judgments=args.adjudication, ruled=args.ruled, adjudicators=sum(args.adjudicators))
     warmers = max(args.levels, default=0)
     tokens = prepare(prompts=args.prompts, reviewers=sum(args.levels) + warmers + args.adaptive,
                      adaptive=bool(args.adaptive))
@@ -561,15 +565,23 @@ def main() -> int:
             created += result.pop("_created")
             results.append(result)
         if args.adjudication:
-            # Warmed by the same adjudicators (their rulings are checked with the level's).
+            # Warmed by every adjudicator at once; each level then has adjudicators of its own. The rulings of
+            # the warm-up and of every level are checked together.
             warm = asyncio.run(run_adjudication_level(base, adjudicator_tokens, 2.0))
-            adjudication = asyncio.run(run_adjudication_level(base, adjudicator_tokens, args.seconds))
-            adjudication["checks"] = check_adjudication(
-                served=warm["_served"] + adjudication.pop("_served"),
-                ruling_ids=warm["_rulings"] + adjudication.pop("_rulings"),
-                ruled_before=adjudication_project["ruled_before"])
-            adjudication["project"] = {**adjudication_project, "overlap": ADJUDICATION_OVERLAP,
-                                       "ruled_share": args.ruled}
+            served, rulings, levels, offset = warm["_served"], warm["_rulings"], [], 0
+            for count in args.adjudicators:
+                level = asyncio.run(run_adjudication_level(base, adjudicator_tokens[offset:offset + count],
+                                                           args.seconds))
+                offset += count
+                served += level.pop("_served")
+                rulings += level.pop("_rulings")
+                levels.append(level)
+            adjudication = {
+                "project": {**adjudication_project, "overlap": ADJUDICATION_OVERLAP, "ruled_share": args.ruled},
+                "levels": levels,
+                "checks": check_adjudication(served=served, ruling_ids=rulings,
+                                             ruled_before=adjudication_project["ruled_before"]),
+            }
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
@@ -600,7 +612,7 @@ def main() -> int:
     write_results(args.out, report)
     ok = checks["lost"] == checks["duplicate_judgments"] == checks["over_assigned_pairs"] == checks["pair_votes_drift"] == 0
     if adjudication:
-        ok = ok and adjudication["errors"] == 0 and all(
+        ok = ok and all(level["errors"] == 0 for level in adjudication["levels"]) and all(
             adjudication["checks"][name] == 0 for name in ADJUDICATION_FAULTS)
     return 0 if ok and all(r["errors"] == 0 for r in results) else 1
 

@@ -27,16 +27,18 @@ def review_load(*arguments: str, tmp_path: Path) -> subprocess.CompletedProcess:
 def test_a_small_adjudication_level_rules_pairs_once_each_and_passes_none_over(tmp_path):
     out = tmp_path / "review_load.json"
     bench = review_load("--levels", "--far-ahead", "0", "--adaptive", "0", "--prompts", "10", "--adjudication", "3000",
-                        "--adjudicators", "3", "--ruled", "0.5", "--seconds", "3", "--workers", "1", "--out", str(out),
+                        "--adjudicators", "1", "3", "--ruled", "0.5", "--seconds", "3", "--workers", "1", "--out", str(out),
                         tmp_path=tmp_path)
     assert bench.returncode == 0, bench.stdout[-3000:] + bench.stderr[-3000:]
     report = json.loads(out.read_text())
-    level = report["adjudication"]
-    assert level["errors"] == 0 and level["rulings"] > 0 and level["next_calls"] >= level["rulings"]
-    checks = level["checks"]
+    adjudication = report["adjudication"]
+    assert [level["concurrency"] for level in adjudication["levels"]] == [1, 3]
+    for level in adjudication["levels"]:
+        assert level["errors"] == 0 and level["rulings"] > 0 and level["next_calls"] >= level["rulings"]
+    checks = adjudication["checks"]
     assert checks["lost"] == checks["served_twice"] == checks["pairs_ruled_twice"] == checks["pairs_held_twice"] == 0
     assert checks["served_not_waiting"] == checks["passed_over"] == 0
-    assert checks["ruled_before"] == round(level["project"]["split_pairs"] * 0.5) > 0
+    assert checks["ruled_before"] == round(adjudication["project"]["split_pairs"] * 0.5) > 0
     assert checks["rulings_in_db"] == checks["ruled_before"] + checks["responses_201"]
     assert report["database_checks"]["pair_votes_drift"] == 0
     assert "next calls/s" in bench.stdout and "adjudication checks:" in bench.stdout
@@ -45,7 +47,7 @@ def test_a_small_adjudication_level_rules_pairs_once_each_and_passes_none_over(t
 @pytest.mark.parametrize("arguments, words", [
     (["--ruled", "1"], "--ruled 1 must be a share from 0 up to (not including) 1"),
     (["--adjudication", "2"], "--adjudication 2 is fewer judgments than one pair has (3)"),
-    (["--adjudicators", "0"], "--adjudicators 0 must be above 0"),
+    (["--adjudicators", "2", "0"], "--adjudicators 0 must be above 0"),
     (["--levels", "0"], "--levels 0: a level needs at least one reviewer"),
 ])
 def test_a_bad_option_is_one_line_and_nothing_runs(tmp_path, arguments, words):  # before any database
