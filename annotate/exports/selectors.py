@@ -10,7 +10,9 @@ second pass over the judgments.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 
 import orjson
 from django.contrib.auth import get_user_model
@@ -22,6 +24,7 @@ from annotate.exports.models import Export
 from annotate.review.models import (
     Assignment,
     CriteriaVersion,
+    GoldCheck,
     Judgment,
     Pair,
     Project,
@@ -63,8 +66,15 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
     assignment, judgment = Assignment._meta.db_table, Judgment._meta.db_table
     criteria, pair = CriteriaVersion._meta.db_table, Pair._meta.db_table
     prompt, response = Prompt._meta.db_table, Response._meta.db_table
-    where = ["a.project_id = %s", "a.is_retest = %s", "j.retracted = %s",
-             live_assignment_sql("a") if live else f"NOT ({live_assignment_sql('a')})"]
+    where = ["a.project_id = %s", "a.is_retest = %s", "j.retracted = %s"]
+    if live:
+        where.append(live_assignment_sql("a"))
+        qualification = ""
+    else:
+        # From the qualification round's gold checks to their assignments (one check per assignment at most):
+        # a project's few qualification answers are found without reading every judgment of it.
+        qualification = (f"JOIN {GoldCheck._meta.db_table} qualification_check ON "
+                         "qualification_check.assignment_id = a.id AND qualification_check.attempt_id IS NOT NULL")
     params: list = [project.pk, False, False]
     if filters.criteria_versions:
         where.append(f"cv.version IN ({', '.join(['%s'] * len(filters.criteria_versions))})")
@@ -105,6 +115,7 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
                        / NULLIF(COUNT(CASE WHEN j.winner = 'b' THEN j.strength END), 0) AS strength_b,
                    count(*) OVER () AS pairs_total
             FROM {assignment} a
+            {qualification}
             JOIN {judgment} j ON j.id = a.current_judgment_id
             JOIN {criteria} cv ON cv.id = j.criteria_version_id
             WHERE {' AND '.join(where)}
@@ -120,6 +131,36 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
 
 def _json(value):
     return orjson.loads(value) if isinstance(value, str | bytes) else value
+
+
+# The types of the votes query's columns, in its order, for COPY's text rows (_votes_batches).
+VOTES_COLUMN_TYPES = ("int8", "int8", "text", "text", "text", "int8", "int8", "int8", "int8", "int8", "int8",
+                      "float8", "float8", "text", "text", "text", "int8")
+
+
+@contextmanager
+def _votes_batches(sql: str, params: list, fetch_rows: int) -> Iterator[Iterator[list[tuple]]]:
+    """The votes query's rows, `fetch_rows` at a time, memory flat however many.
+
+    On PostgreSQL outside a transaction (an export job, export_snapshot) they come from COPY ... TO STDOUT on a
+    connection of its own: a cursor (DECLARE) never gets a parallel plan, and the votes query ran about 1.6x as
+    long through one as through COPY at a million judgments. The Django connection stays free for the export's
+    progress, and sees the same committed rows. Inside a transaction (a caller's atomic block, whose own
+    writes another connection cannot see) and on SQLite, a server-side cursor reads them, as before.
+    """
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        with connection.chunked_cursor() as cursor:
+            cursor.execute(sql, params)
+            yield iter(lambda: cursor.fetchmany(fetch_rows), [])
+        return
+    copying = connection.get_new_connection(connection.get_connection_params())
+    try:
+        with copying.cursor() as cursor, cursor.copy(f"COPY ({sql}) TO STDOUT", params) as copy:
+            copy.set_types(list(VOTES_COLUMN_TYPES))
+            rows = copy.rows()
+            yield iter(lambda: list(islice(rows, fetch_rows)), [])
+    finally:
+        copying.close()
 
 
 def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_reviewers: frozenset[int] = frozenset(),
@@ -140,10 +181,9 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
                              project=project)
     tags_of: dict = {}
-    with connection.chunked_cursor() as cursor:
-        cursor.execute(sql, params)
+    with _votes_batches(sql, params, fetch_rows) as batches:
         total_told = on_total is None
-        while rows := cursor.fetchmany(fetch_rows):
+        for rows in batches:
             if not total_told:
                 on_total(int(rows[0][-1]))
                 total_told = True

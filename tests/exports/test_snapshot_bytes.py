@@ -15,10 +15,16 @@ import random
 import numpy as np
 import orjson
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from annotate.exports.filters import filters_parse
-from annotate.exports.pipeline import VOTE_EXCLUSIONS, pair_exclusion, snapshot_write, vote_exclusions
+from annotate.exports.pipeline import (
+    VOTE_EXCLUSIONS,
+    export_preview,
+    pair_exclusion,
+    snapshot_write,
+    vote_exclusions,
+)
 from annotate.exports.selectors import PairVotes
 from annotate.review.choices import WINNERS
 from annotate.review.consensus import strict_majority
@@ -135,6 +141,24 @@ def test_a_fixed_dataset_gives_the_committed_bytes_in_any_stored_order(make_proj
     got = {"default": written(project, tmp_path, "default", {}),
            "filtered": written(project, tmp_path, "filtered", FILTERED)}
     assert got == EXPECTED
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the COPY read is PostgreSQL's")
+def test_outside_a_transaction_the_rows_read_by_copy_give_the_same_bytes_and_counts(make_project, tmp_path):
+    """An export job runs outside any transaction: its votes come through COPY on a connection of its own
+    (annotate/exports/selectors.py), not the cursor the test above reads inside its transaction."""
+    project = make_project(slug="bytes", overlap=REVIEWERS, retest_rate=0)
+    with transaction.atomic():  # its rows point at each other before all are in
+        fill(project, shuffle=True)
+    assert not connection.in_atomic_block
+    got = {"default": written(project, tmp_path, "default", {}),
+           "filtered": written(project, tmp_path, "filtered", FILTERED)}
+    assert got == EXPECTED
+    outside = export_preview(project=project, filters=filters_parse(FILTERED))  # no texts: NULL columns
+    with transaction.atomic():
+        inside = export_preview(project=project, filters=filters_parse(FILTERED))
+    assert outside == inside and outside["train"] + outside["test"] > 0
 
 
 def test_batched_vote_checks_decide_every_pair_as_the_one_pair_rule():
