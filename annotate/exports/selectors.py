@@ -1,8 +1,8 @@
 """Reads of the export pipeline: votes per pair straight from SQL, and the export records.
 
 `pair_votes_stream` is the hot path. The database does the counting (GROUP BY pair over current,
-original, live judgments: answers of the qualification round are never votes) and hands back one row per pair through a server-side cursor, so memory stays
-flat however many judgments there are; Python only sees pairs, never judgments. Each row also carries how many
+original, live judgments: answers of the qualification round are never votes) and hands back one row per pair, streamed (COPY, or a server-side cursor inside a transaction), so memory
+stays flat however many judgments there are; Python only sees pairs, never judgments. Each row also carries how many
 pairs the query returns in all (a window count over the grouped votes), so the progress bar's total costs no
 second pass over the judgments.
 """
@@ -175,8 +175,8 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     `criteria_version` is the newest version among the pair's counted votes; `strength_a` (`strength_b`) the mean
     strength of those of its counted votes for a (for b) that gave one, None when none did.
     `on_total` is called once, before the first pair, with how many pairs the stream holds (0 when none).
-    On PostgreSQL the rows come through a server-side cursor (outside a transaction it is WITH HOLD,
-    so the export can commit its progress while it reads).
+    On PostgreSQL the rows come through COPY on a connection of their own, or inside a transaction through a
+    server-side cursor (_votes_batches).
     """
     sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
                              project=project)
