@@ -37,7 +37,7 @@ export DB_CONN_MAX_AGE=0
 .venv/bin/ruff check .
 # Two pytest-xdist workers by default (one file stays on one worker, so module fixtures are built once);
 # PAIRWISE_TEST_WORKERS=1 runs the suite in one process. `scripts/test.sh --quick` leaves out the slow and
-# browser tests (tests/conftest.py) for a run under three minutes while developing.
+# browser tests (tests/conftest.py) for a run of a few minutes while developing.
 workers=${PAIRWISE_TEST_WORKERS:-2}
 parallel=()
 [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
