@@ -232,9 +232,7 @@ def main() -> int:
               f"{row['parent']['success_rate']:>8.3f}{row['child']['success_rate']:>8.3f}{row['gain_points']:>+8.1f}"
               f"{'-' if verifier_child is None else f'{verifier_child:.3f}':>16}{behind:>11}"
               f"{row['grpo_cpu_minutes']:>14.1f}")
-    reward_met = all(r["reward_model"]["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
-                     and r["reward_model"]["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for r in rows)
-    gain_met = all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+    reward_met, gain_met = targets_met(rows)
     print(f"target: reward model accuracy >= {TARGET_REWARD_ACCURACY:.2f} within {REWARD_CPU_MINUTES_LIMIT:.0f} "
           f"CPU-minutes: {'met' if reward_met else 'NOT met'}; child >= parent + {TARGET_GAIN_POINTS:.0f} points in "
           f"every seed: {'met' if gain_met else 'NOT met'} (min {min(r['gain_points'] for r in rows):+.1f}, median "
@@ -250,13 +248,18 @@ def main() -> int:
     return 0
 
 
+def targets_met(rows: list[dict]) -> tuple[bool, bool]:
+    """(every reward model at the target accuracy within the CPU limit, every child at the target gain)."""
+    reward_met = all(r["reward_model"]["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
+                     and r["reward_model"]["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for r in rows)
+    return reward_met, all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+
+
 def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | None = None) -> str:
     """bench/results/reward_learning.json with the seeds finished so far ("complete" once every seed is in)."""
     if verifier_children is None:
         verifier_children = verifier_trained_children(args)
-    reward_met = all(r["reward_model"]["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
-                     and r["reward_model"]["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for r in rows)
-    gain_met = all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+    reward_met, gain_met = targets_met(rows)
     return write_results(RESULTS, {
         "benchmark": "reward_learning",
         "complete": len(rows) == len(args.seeds),

@@ -34,8 +34,9 @@ def schema_state() -> dict[str, str]:
     return newest
 
 
-def _user_fields(model) -> list[str]:
-    return [field.attname for field in model._meta.concrete_fields
+def _user_fields(model) -> list:
+    """The model's foreign keys to the user: a backup writes each as the user's username."""
+    return [field for field in model._meta.concrete_fields
             if field.is_relation and field.related_model is get_user_model()]
 
 
@@ -47,7 +48,7 @@ def _users(project: Project) -> list[dict]:
     """Every user any kept row points at, by username, with their roles, in the order of their ids."""
     user_ids: set[int] = set()
     for model, lookup in project_models():
-        for attname in _user_fields(model):
+        for attname in (field.attname for field in _user_fields(model)):
             user_ids.update(_project_rows(model, lookup, project).exclude(**{f"{attname}__isnull": True})
                             .order_by().values_list(attname, flat=True).distinct())
     users = []
@@ -65,8 +66,7 @@ def _records(project: Project):
     and would otherwise fetch that user once per row.
     """
     for model, lookup in project_models():
-        users = [field.name for field in model._meta.concrete_fields
-                 if field.is_relation and field.related_model is get_user_model()]
+        users = [field.name for field in _user_fields(model)]
         rows = _project_rows(model, lookup, project).select_related(*users).iterator(chunk_size=CHUNK)
         while chunk := [row for _, row in zip(range(CHUNK), rows, strict=False)]:
             yield from serializers.serialize("python", chunk, use_natural_foreign_keys=True)

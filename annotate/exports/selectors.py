@@ -95,6 +95,7 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
     texts = ("pr.messages, ra.text, rb.text" if with_texts else "NULL, NULL, NULL")
     joins = (f"JOIN {response} ra ON ra.id = p.response_a_id JOIN {response} rb ON rb.id = p.response_b_id"
              if with_texts else "")
+    # The columns, in the order and of the types VOTES_COLUMN_TYPES gives (the COPY read declares them).
     sql = f"""
         SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
                v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version,

@@ -300,7 +300,7 @@ def test_a_backup_reads_the_same_number_of_queries_however_many_rows(make_projec
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    def queries_for_backup(slug: str, prompts: int) -> int:
+    def queries_for_backup(slug: str, prompts: int) -> tuple[int, int]:
         project = make_project(slug=slug, overlap=2, retest_rate=0)
         import_rows(project, items(prompts))
         for name in REVIEWERS[:2]:
