@@ -21,6 +21,7 @@ Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the chi
 in every seed.
 
     python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
+                                    [--add-to-results]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
 """
@@ -36,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench and training
 
-from bench.common import machine, results_path, write_results
+from bench.common import machine, results_path, shown_path, write_results
 from bench.grpo_learning import (
     PARENT_RECIPE,
     RECIPE,
@@ -116,6 +117,56 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> 
             "train": len(pairs) - test, "test": test, "prompts_without_both": len(seen_prompts) - len(pairs)}
 
 
+def verified_afterwards(run: Path, tasks: list[dict], *, windows: int = 10) -> dict:
+    """The GRPO run's recorded answers scored by the verifier after the run (training never saw it): the correct
+    share by step window, and how well the reward model's score ranked them where it was used. Within a prompt's
+    group, every (correct, wrong) pair counts once (a tie half); pairs of equal token length are the length-matched
+    test, where "shorter wins" cannot explain a right ranking. AUROC is over all answers, prompts mixed."""
+    from scipy.stats import mannwhitneyu
+
+    from training.grpo.rollouts import read_rollouts
+    from training.verifiers.task_verifier import TaskVerifier
+
+    rows = read_rollouts(run).select(["group_id", "task_id", "completion", "length", "reward_model_score",
+                                      "policy_step"]).to_pylist()
+    by_id = {task["task_id"]: task for task in tasks}
+    with TaskVerifier(workers=1) as verifier:
+        verdicts = verifier.verify_many([(by_id[row["task_id"]], row["completion"]) for row in rows])
+    for row, verdict in zip(rows, verdicts, strict=True):
+        row["correct"] = verdict.status == "correct"
+    last_step = max(row["policy_step"] for row in rows)
+    width = last_step // windows + 1
+    by_window = []
+    for first in range(0, last_step + 1, width):
+        inside = [row["correct"] for row in rows if first <= row["policy_step"] < first + width]
+        by_window.append({"steps": [first, min(first + width, last_step + 1) - 1], "answers": len(inside),
+                          "correct_share": round(sum(inside) / len(inside), 4) if inside else None})
+
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["group_id"], []).append(row)
+    ranked = {"all": [0.0, 0], "equal_length": [0.0, 0]}
+    for members in groups.values():
+        for right in (m for m in members if m["correct"]):
+            for wrong in (m for m in members if not m["correct"]):
+                won = 1.0 if right["reward_model_score"] > wrong["reward_model_score"] else (
+                    0.5 if right["reward_model_score"] == wrong["reward_model_score"] else 0.0)
+                for key in ("all", "equal_length") if right["length"] == wrong["length"] else ("all",):
+                    ranked[key][0] += won
+                    ranked[key][1] += 1
+    right_scores = [row["reward_model_score"] for row in rows if row["correct"]]
+    wrong_scores = [row["reward_model_score"] for row in rows if not row["correct"]]
+    auroc = (mannwhitneyu(right_scores, wrong_scores).statistic / (len(right_scores) * len(wrong_scores))
+             if right_scores and wrong_scores else None)
+    return {
+        "answers": len(rows),
+        "correct_share_by_steps": by_window,
+        "reward_model_auroc": None if auroc is None else round(float(auroc), 4),
+        "within_prompt": {key: {"pairs": count, "accuracy": round(won / count, 4) if count else None}
+                          for key, (won, count) in ranked.items()},
+    }
+
+
 def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
     import yaml
 
@@ -136,7 +187,8 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
 
     # The same training problems bench/grpo_learning.py trains on, as open tasks: no verifier during training.
     tasks = workdir / f"train-open-{seed}.jsonl"
-    write_task_file(tasks, open_tasks(make_tasks("speed", n=TRAIN_TASKS, seed=seed, variant="train")))
+    verifiable = make_tasks("speed", n=TRAIN_TASKS, seed=seed, variant="train")
+    write_task_file(tasks, open_tasks(verifiable))
     run = workdir / f"grpo-rm-{seed}"
     config = workdir / f"grpo-rm-{seed}.yaml"
     config.write_text(yaml.safe_dump({**RECIPE, "max_steps": args.steps, "base_checkpoint": str(sft),
@@ -152,6 +204,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
         return sampled["checkpoints"][index]["all"]
 
     ledger = json.loads((run / "ledger.json").read_text())
+    afterwards = verified_afterwards(run, verifiable)
     return {
         "seed": seed,
         "preferences": counts,
@@ -163,6 +216,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
         "grpo_cpu_minutes": round(grpo_cpu / 60, 2),
         "grpo_wall_s": round(grpo_wall, 1),
         "by_step": ledger["by_step"],
+        "verified_afterwards": afterwards,
         "completion_length": ledger["completion_length"],
         "parent_recipe": json.loads((sft / "tiny_sft.json").read_text())["config"],
         "scorers": sampled["checkpoints"][1]["all"]["scorers"],
@@ -196,19 +250,25 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the snapshots, reward models and GRPO runs in this folder (default: a temporary "
                              "one, removed at the end)")
+    parser.add_argument("--add-to-results", action="store_true",
+                        help="keep the other seeds of bench/results/reward_learning.json (run with the same settings) "
+                             "and add these, so that seeds run at different times make one table")
     add_parent_options(parser)
     args = parser.parse_args()
+    kept = finished_seeds(args) if args.add_to_results else []
+    args.seeds = sorted({*args.seeds, *(row["seed"] for row in kept)}) if kept else args.seeds
 
     from training.grpo.ledger import format_steps
 
-    rows = []
+    rows = list(kept)
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pairwise-reward-learning-") as tmp:
         workdir = args.workdir or Path(tmp)
         heldout = write_tasks(workdir / "heldout.jsonl", "speed", args.heldout, 1000, "heldout")
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            for future in [pool.submit(one_seed, workdir, seed, args, heldout) for seed in args.seeds]:
+            to_run = [seed for seed in args.seeds if seed not in {row["seed"] for row in kept}]
+            for future in [pool.submit(one_seed, workdir, seed, args, heldout) for seed in to_run]:
                 row = future.result()
                 rows.append(row)
                 print(f"seed {row['seed']}: reward model accuracy {row['reward_model']['test']['accuracy']:.3f}; "
@@ -217,6 +277,7 @@ def main() -> int:
                 if len(rows) < len(args.seeds):  # a long run cut short keeps the seeds it finished
                     write_seeds(args, rows)
 
+    rows.sort(key=lambda row: row["seed"])
     verifier_children = verifier_trained_children(args)
     print()
     print(f"held-out speed: {args.heldout} problems, {args.samples} answers each at temperature "
@@ -243,9 +304,28 @@ def main() -> int:
         print(f"\nseed {row['seed']}: reward, reward-model score, correct share (none: no verifier ran) and length by "
               "step")
         print("\n".join(format_steps(row["by_step"])[1:]))
+        print(format_verified_afterwards(row["verified_afterwards"]))
 
     print(f"wrote {write_seeds(args, rows, verifier_children)}")
     return 0
+
+
+def format_verified_afterwards(afterwards: dict) -> str:
+    """The recorded training answers, verified after the run: correct share by steps and the reward model's ranking."""
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    within = afterwards["within_prompt"]
+    windows = ", ".join(f"{w['steps'][0]}-{w['steps'][1]} {share(w['correct_share'])}"
+                        for w in afterwards["correct_share_by_steps"])
+    return "\n".join([
+        f"verified after the run ({afterwards['answers']} training answers; GRPO never saw the verifier):",
+        f"  correct share by steps: {windows}",
+        f"  reward model ranks a correct answer above a wrong one to the same prompt: "
+        f"{share(within['all']['accuracy'])} over {within['all']['pairs']} pairs; of equal length: "
+        f"{share(within['equal_length']['accuracy'])} over {within['equal_length']['pairs']} pairs; "
+        f"AUROC over all answers {share(afterwards['reward_model_auroc'])}",
+    ])
 
 
 def targets_met(rows: list[dict]) -> tuple[bool, bool]:
@@ -253,6 +333,31 @@ def targets_met(rows: list[dict]) -> tuple[bool, bool]:
     reward_met = all(r["reward_model"]["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
                      and r["reward_model"]["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for r in rows)
     return reward_met, all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+
+
+def results_settings(args) -> dict:
+    """What a run's figures depend on besides its seeds (the results file's settings, less "seeds")."""
+    return {"parents": "taken from --parents (built by tiny-sft)" if args.parents else "built here",
+            "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
+            "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
+            "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps},
+            "train_tasks": TRAIN_TASKS}
+
+
+def finished_seeds(args) -> list[dict]:
+    """--add-to-results: the rows of the results file for seeds not asked for again, or SystemExit in one line when
+    the file was written with other settings (its figures would not be comparable)."""
+    if not RESULTS.is_file():
+        return []
+    results = json.loads(RESULTS.read_text())
+    settings = {key: value for key, value in results.get("settings", {}).items() if key != "seeds"}
+    if settings != json.loads(json.dumps(results_settings(args))):
+        differs = sorted(key for key in {*settings, *results_settings(args)}
+                         if json.dumps(settings.get(key), sort_keys=True)
+                         != json.dumps(results_settings(args).get(key), sort_keys=True))
+        raise SystemExit(f"--add-to-results: {shown_path(RESULTS)} was run with other settings ({', '.join(differs)}); "
+                         "run those seeds again with these settings, or leave out --add-to-results")
+    return [row for row in results.get("runs", []) if row["seed"] not in args.seeds]
 
 
 def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | None = None) -> str:
@@ -264,11 +369,7 @@ def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | No
         "benchmark": "reward_learning",
         "complete": len(rows) == len(args.seeds),
         "machine": machine(),
-        "settings": {"seeds": args.seeds, "parents": "taken from --parents (built by tiny-sft)" if args.parents
-                     else "built here", "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
-                     "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
-                     "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps},
-                     "train_tasks": TRAIN_TASKS},
+        "settings": {"seeds": args.seeds, **results_settings(args)},
         "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
                    "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met},
         "verifier_trained_children": verifier_children,

@@ -112,8 +112,9 @@ def grpo_checkpoint(tmp_path_factory) -> Path:
 def pytest_addoption(parser):
     parser.addoption(
         "--quick", action="store_true",
-        help="the quick run for development: every test but those marked slow (they train a model or run "
-             "many subprocesses) or e2e (they drive Chromium); CI runs the whole suite",
+        help="the quick run for development: every test but those marked slow (they train a model, run many "
+             "subprocesses, or repeat a start of the training stack that a quick test already makes) or e2e (they "
+             "drive Chromium); CI runs the whole suite",
     )
 
 

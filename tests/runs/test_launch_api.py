@@ -96,6 +96,7 @@ def test_a_valid_launch_is_queued_with_its_resolved_config_and_lineage(engineer_
     assert "Not enough data" in detail["charts"]["loss"]
 
 
+@pytest.mark.slow
 def test_the_page_form_shows_the_same_one_line_error(make_user, make_project, client, base_checkpoint, tiny_snapshot):
     client.force_login(make_user("eve", "engineer"))
     export = Export.objects.create(project=make_project("speed"), filters={}, status=Export.Status.DONE,

@@ -32,6 +32,7 @@ def test_the_rendered_job_is_valid_bash_for_this_run_and_the_job_id_is_kept(base
     assert yaml.safe_load(Path(run.folder + ".yaml").read_text()) == run.config
 
 
+@pytest.mark.slow
 def test_a_reward_launch_on_slurm_is_queued_then_submitted_as_the_reward_template(engineer_api, base_checkpoint,
                                                                                  tiny_snapshot, run_root, slurm,
                                                                                  tmp_path):

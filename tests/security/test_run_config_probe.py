@@ -76,6 +76,7 @@ def launch_grpo(api, tasks, config):
 # --- High: a list value became extra arguments ------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_list_item_cannot_move_a_grpo_runs_output_out_of_the_run_root(engineer_api, base_checkpoint, tasks_file,
                                                                         outside, run_root):
     elsewhere = outside / "x"
@@ -87,6 +88,7 @@ def test_a_list_item_cannot_move_a_grpo_runs_output_out_of_the_run_root(engineer
     assert_run_root_empty(run_root)
 
 
+@pytest.mark.slow
 def test_a_list_item_cannot_swap_a_dpo_runs_base_checkpoint(engineer_api, base_checkpoint, tiny_snapshot,
                                                             tiny_checkpoint, tmp_path, run_root):
     unregistered = tmp_path / "unregistered"

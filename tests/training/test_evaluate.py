@@ -131,6 +131,7 @@ def test_wilson_interval_matches_the_textbook_values():
     assert wilson_interval(5, 10) == (pytest.approx(0.2366, abs=1e-4), pytest.approx(0.7634, abs=1e-4))
 
 
+@pytest.mark.slow
 def test_eval_command_prints_the_table_and_writes_json(tiny_checkpoint, tmp_path):
     tasks, out = tmp_path / "tasks.jsonl", tmp_path / "results.json"
     assert main(["tasks", "make", "--family", "simple,missing", "--n", "4", "--seed", "1", "--variant", "heldout",

@@ -52,6 +52,7 @@ def test_final_answer_extraction(completion, number):
     assert extract_final_number(completion) == number
 
 
+@pytest.mark.slow
 def test_tiny_sft_command_prints_accuracy_and_pass_at_k(tmp_path):
     from .conftest import run_training_cli
 

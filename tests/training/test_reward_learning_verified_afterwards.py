@@ -1,0 +1,60 @@
+"""bench/reward_learning.py checks a reward-model-trained GRPO run's recorded answers with the verifier afterwards:
+the correct share by steps, and whether the reward model ranked correct answers above wrong ones to the same prompt,
+overall and between answers of equal length (where "shorter wins" cannot explain a right ranking)."""
+
+from bench.reward_learning import format_verified_afterwards, verified_afterwards
+from tests.runs.helpers import rollout
+from training.grpo.rollouts import write_batch
+from training.task_families import make_tasks
+
+
+def answer_row(task: dict, group: int, member: int, *, completion: str, length: int, score: float, step: int) -> dict:
+    row = rollout(group, status="wrong", reward=0.0)  # status and reward as the open task recorded them: unscored
+    return {**row, "rollout_id": f"0-{group}-{member}", "group_id": f"0-{group}", "member": member,
+            "task_id": task["task_id"], "completion": completion, "length": length, "reward_model_score": score,
+            "policy_step": step, "scorer": "none"}
+
+
+def test_the_recorded_answers_are_verified_and_the_reward_models_ranking_is_counted_by_hand(tmp_path):
+    first, second = make_tasks("speed", n=2, seed=0, variant="train")
+    right_1, right_2 = first["solution"], second["solution"]
+    wrong = "1 * 1 = 1\nAnswer: 1"
+    rows = [
+        # prompt 1, step 0: a correct answer scored above one wrong answer of equal length and below a longer one
+        answer_row(first, 0, 0, completion=right_1, length=20, score=0.5, step=0),
+        answer_row(first, 0, 1, completion=wrong, length=20, score=0.1, step=0),
+        answer_row(first, 0, 2, completion=wrong, length=30, score=0.9, step=0),
+        # prompt 2, step 9: two correct answers, one wrong one scored level with one of them
+        answer_row(second, 1, 0, completion=right_2, length=12, score=0.7, step=9),
+        answer_row(second, 1, 1, completion=right_2, length=12, score=0.2, step=9),
+        answer_row(second, 1, 2, completion=wrong, length=15, score=0.2, step=9),
+    ]
+    write_batch(tmp_path / "rollouts", 0, 0, rows)
+
+    afterwards = verified_afterwards(tmp_path, [first, second], windows=2)
+
+    assert afterwards["answers"] == 6
+    assert afterwards["correct_share_by_steps"] == [
+        {"steps": [0, 4], "answers": 3, "correct_share": round(1 / 3, 4)},
+        {"steps": [5, 9], "answers": 3, "correct_share": round(2 / 3, 4)},
+    ]
+    # correct-vs-wrong pairs within a prompt: (0.5 > 0.1) won, (0.5 < 0.9) lost, (0.7 > 0.2) won, (0.2 = 0.2) half
+    assert afterwards["within_prompt"]["all"] == {"pairs": 4, "accuracy": round(2.5 / 4, 4)}
+    assert afterwards["within_prompt"]["equal_length"] == {"pairs": 1, "accuracy": 1.0}
+    # AUROC over all six answers: correct {0.5, 0.7, 0.2} against wrong {0.1, 0.9, 0.2}: 0.5 and 0.7 each beat
+    # 0.1 and 0.2; 0.2 beats 0.1 and ties 0.2; that is 5.5 of 9
+    assert afterwards["reward_model_auroc"] == round(5.5 / 9, 4)
+    printed = format_verified_afterwards(afterwards)
+    assert "0-4 0.333, 5-9 0.667" in printed
+    assert "0.625 over 4 pairs; of equal length: 1.000 over 1 pairs; AUROC over all answers 0.611" in printed
+
+
+def test_reordering_the_recorded_rows_leaves_every_figure_as_it_was(tmp_path):
+    tasks = make_tasks("speed", n=3, seed=1, variant="train")
+    rows = [answer_row(task, group, member, completion=task["solution"] if member % 2 else "2 * 2 = 4\nAnswer: 4",
+                       length=10 + member, score=0.1 * ((group * 7 + member * 3) % 5), step=group * 4 + member)
+            for group, task in enumerate(tasks) for member in range(4)]
+    write_batch(tmp_path / "forward" / "rollouts", 0, 0, rows)
+    write_batch(tmp_path / "backward" / "rollouts", 0, 0, rows[::-1])
+
+    assert verified_afterwards(tmp_path / "forward", tasks) == verified_afterwards(tmp_path / "backward", tasks[::-1])
