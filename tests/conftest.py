@@ -85,11 +85,12 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
-    """The tiny SFT checkpoint of tests that need a loadable model (20 steps): never written to by a test."""
+    """The tiny SFT checkpoint of tests that need a loadable model (20 steps of 8 problems): never written to by a
+    test. Both test workers wait for it at the start of a run, so it is kept small."""
     from training.tiny import TinySFTConfig, build_tiny_sft
 
     return built_once(tmp_path_factory, "tiny/sft", lambda out: build_tiny_sft(
-        out, TinySFTConfig(steps=TEST_SFT_STEPS, warmup_steps=4, eval_tasks=3), log=lambda line: None))
+        out, TinySFTConfig(steps=TEST_SFT_STEPS, batch_size=8, warmup_steps=4, eval_tasks=3), log=lambda line: None))
 
 
 @pytest.fixture(scope="session")

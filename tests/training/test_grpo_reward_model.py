@@ -85,6 +85,32 @@ def test_open_tasks_are_scored_by_the_reward_model_alone_and_it_is_named_everywh
     assert "reward model  correct  mean length" in result.stdout
 
 
+def test_the_benchmark_verifies_a_reward_model_runs_answers_afterwards_from_its_recorded_rows(open_run):
+    """bench/reward_learning.py reads a real run's rollouts and scores each recorded answer against its task."""
+    from bench.reward_learning import verified_afterwards
+    from training.task_families import make_tasks
+    from training.verifiers.task_verifier import TaskVerifier
+
+    run, _ = open_run
+    tasks = make_tasks("speed", n=8, seed=5)  # the verifiable tasks behind the open ones the run trained on
+    afterwards = verified_afterwards(run, tasks, windows=2)
+    rows = read_rollouts(run).to_pylist()
+    by_id = {task["task_id"]: task for task in tasks}
+    with TaskVerifier(workers=1) as verifier:
+        correct = [v.status == "correct" for v in verifier.verify_many([(by_id[r["task_id"]], r["completion"])
+                                                                        for r in rows])]
+    assert afterwards["answers"] == len(rows) == 16
+    assert [w["steps"] for w in afterwards["correct_share_by_steps"]] == [[0, 0], [1, 1]]
+    for window in afterwards["correct_share_by_steps"]:
+        inside = [c for c, r in zip(correct, rows, strict=True) if r["policy_step"] == window["steps"][0]]
+        assert window["answers"] == len(inside) == 8
+        assert window["correct_share"] == round(sum(inside) / len(inside), 4)
+    groups = {}
+    for is_correct, row in zip(correct, rows, strict=True):
+        groups.setdefault(row["group_id"], []).append(is_correct)
+    assert afterwards["within_prompt"]["all"]["pairs"] == sum(g.count(True) * g.count(False) for g in groups.values())
+
+
 def test_a_reward_model_beside_the_verifier_is_weighted_by_trl(tmp_path, tiny_checkpoint, tiny_reward_model):
     """Verifiable tasks, reward model only ([0, 1]): the verifier still checks every answer for the record, but the
     advantages come from the reward model's scores."""
