@@ -255,20 +255,19 @@ def main() -> int:
                              "and add these, so that seeds run at different times make one table")
     add_parent_options(parser)
     args = parser.parse_args()
-    kept = finished_seeds(args) if args.add_to_results else []
-    args.seeds = sorted({*args.seeds, *(row["seed"] for row in kept)}) if kept else args.seeds
+    if args.add_to_results:
+        finished_seeds(args)  # settings that differ from the file's are refused now, not after hours of work
 
     from training.grpo.ledger import format_steps
 
-    rows = list(kept)
+    rows = []
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="pairwise-reward-learning-") as tmp:
         workdir = args.workdir or Path(tmp)
         heldout = write_tasks(workdir / "heldout.jsonl", "speed", args.heldout, 1000, "heldout")
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            to_run = [seed for seed in args.seeds if seed not in {row["seed"] for row in kept}]
-            for future in [pool.submit(one_seed, workdir, seed, args, heldout) for seed in to_run]:
+            for future in [pool.submit(one_seed, workdir, seed, args, heldout) for seed in args.seeds]:
                 row = future.result()
                 rows.append(row)
                 print(f"seed {row['seed']}: reward model accuracy {row['reward_model']['test']['accuracy']:.3f}; "
@@ -277,8 +276,8 @@ def main() -> int:
                 if len(rows) < len(args.seeds):  # a long run cut short keeps the seeds it finished
                     write_seeds(args, rows)
 
-    rows.sort(key=lambda row: row["seed"])
     verifier_children = verifier_trained_children(args)
+    written, rows = write_seeds(args, rows, verifier_children)  # with --add-to-results, the file's other seeds too
     print()
     print(f"held-out speed: {args.heldout} problems, {args.samples} answers each at temperature "
           f"{RECIPE['temperature']}, scored by {', '.join(rows[0]['scorers'])}; GRPO saw only the reward model")
@@ -306,7 +305,7 @@ def main() -> int:
         print("\n".join(format_steps(row["by_step"])[1:]))
         print(format_verified_afterwards(row["verified_afterwards"]))
 
-    print(f"wrote {write_seeds(args, rows, verifier_children)}")
+    print(f"wrote {written}")
     return 0
 
 
@@ -345,37 +344,45 @@ def results_settings(args) -> dict:
 
 
 def finished_seeds(args) -> list[dict]:
-    """--add-to-results: the rows of the results file for seeds not asked for again, or SystemExit in one line when
-    the file was written with other settings (its figures would not be comparable)."""
+    """--add-to-results: the rows of the results file for seeds this run does not make, or SystemExit in one line
+    when the file was written with other settings (its figures would not be comparable)."""
     if not RESULTS.is_file():
         return []
     results = json.loads(RESULTS.read_text())
     settings = {key: value for key, value in results.get("settings", {}).items() if key != "seeds"}
-    if settings != json.loads(json.dumps(results_settings(args))):
-        differs = sorted(key for key in {*settings, *results_settings(args)}
-                         if json.dumps(settings.get(key), sort_keys=True)
-                         != json.dumps(results_settings(args).get(key), sort_keys=True))
+    ours = json.loads(json.dumps(results_settings(args)))
+    if settings != ours:
+        differs = sorted(key for key in {*settings, *ours} if settings.get(key) != ours.get(key))
         raise SystemExit(f"--add-to-results: {shown_path(RESULTS)} was run with other settings ({', '.join(differs)}); "
                          "run those seeds again with these settings, or leave out --add-to-results")
     return [row for row in results.get("runs", []) if row["seed"] not in args.seeds]
 
 
-def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | None = None) -> str:
-    """bench/results/reward_learning.json with the seeds finished so far ("complete" once every seed is in)."""
+def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | None = None) -> tuple[str, list[dict]]:
+    """bench/results/reward_learning.json with the seeds finished so far ("complete" once every seed of this run is
+    in); with --add-to-results, beside the other seeds the file holds when it is written (read under a lock, so runs
+    of different seeds side by side keep each other's). Returns the path shown and every row written."""
+    import fcntl
+
     if verifier_children is None:
         verifier_children = verifier_trained_children(args)
-    reward_met, gain_met = targets_met(rows)
-    return write_results(RESULTS, {
-        "benchmark": "reward_learning",
-        "complete": len(rows) == len(args.seeds),
-        "machine": machine(),
-        "settings": {"seeds": args.seeds, **results_settings(args)},
-        "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
-                   "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met},
-        "verifier_trained_children": verifier_children,
-        "runs": rows,
-    })
-
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        others = finished_seeds(args) if args.add_to_results else []
+        every = sorted([*others, *rows], key=lambda row: row["seed"])
+        reward_met, gain_met = targets_met(every)
+        written = write_results(RESULTS, {
+            "benchmark": "reward_learning",
+            "complete": len(rows) == len(args.seeds),
+            "machine": machine(),
+            "settings": {"seeds": sorted({*args.seeds, *(row["seed"] for row in others)}), **results_settings(args)},
+            "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
+                       "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met},
+            "verifier_trained_children": verifier_children,
+            "runs": every,
+        })
+    return written, every
 
 if __name__ == "__main__":
     sys.exit(main())

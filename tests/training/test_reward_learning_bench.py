@@ -1,7 +1,14 @@
-"""bench/reward_learning.py checks a reward-model-trained GRPO run's recorded answers with the verifier afterwards:
-the correct share by steps, and whether the reward model ranked correct answers above wrong ones to the same prompt,
-overall and between answers of equal length (where "shorter wins" cannot explain a right ranking)."""
+"""bench/reward_learning.py: a reward-model-trained GRPO run's recorded answers checked by the verifier afterwards
+(the correct share by steps; whether the reward model ranked correct answers above wrong ones to the same prompt,
+overall and between answers of equal length, where "shorter wins" cannot explain a right ranking), and seeds run at
+different times joined in one results file."""
 
+import argparse
+import json
+
+import pytest
+
+import bench.reward_learning as bench
 from bench.reward_learning import format_verified_afterwards, verified_afterwards
 from tests.runs.helpers import rollout
 from training.grpo.rollouts import write_batch
@@ -58,3 +65,30 @@ def test_reordering_the_recorded_rows_leaves_every_figure_as_it_was(tmp_path):
     write_batch(tmp_path / "backward" / "rollouts", 0, 0, rows[::-1])
 
     assert verified_afterwards(tmp_path / "forward", tasks) == verified_afterwards(tmp_path / "backward", tasks[::-1])
+
+
+def test_seeds_run_at_different_times_land_in_one_results_file_and_other_settings_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "RESULTS", tmp_path / "reward_learning.json")
+    monkeypatch.setattr(bench, "verifier_trained_children", lambda args: {})
+
+    def settings(seeds, **changes):
+        return argparse.Namespace(**{"seeds": seeds, "parents": None, "heldout": 100, "samples": 4, "threads": 1,
+                                     "steps": 400, "add_to_results": True, **changes})
+
+    def row(seed, gain):
+        return {"seed": seed, "gain_points": gain, "reward_model": {"test": {"accuracy": 0.9}, "cpu_minutes": 2.0}}
+
+    bench.write_seeds(settings([0], add_to_results=False), [row(0, 3.0)])
+    # Seeds 1 and 2 run side by side; each writes beside what the file holds when it writes.
+    bench.write_seeds(settings([2]), [row(2, 12.0)])
+    _, every = bench.write_seeds(settings([1]), [row(1, 11.0)])
+    written = json.loads(bench.RESULTS.read_text())
+    assert [r["seed"] for r in every] == [r["seed"] for r in written["runs"]] == [0, 1, 2]
+    assert written["settings"]["seeds"] == [0, 1, 2] and written["target"]["gain_met"] is False  # seed 0: +3
+    # Rerunning a seed replaces its row rather than adding a second one.
+    bench.write_seeds(settings([0]), [row(0, 10.5)])
+    written = json.loads(bench.RESULTS.read_text())
+    assert [r["gain_points"] for r in written["runs"]] == [10.5, 11.0, 12.0] and written["target"]["gain_met"]
+
+    with pytest.raises(SystemExit, match=r"was run with other settings \(heldout\)"):
+        bench.finished_seeds(settings([1], heldout=50))
