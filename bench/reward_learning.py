@@ -21,12 +21,13 @@ Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the chi
 in every seed.
 
     python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
-                                    [--add-to-results]
+                                    [--add-to-results] [--verify-again]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
 """
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -117,11 +118,18 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> 
             "train": len(pairs) - test, "test": test, "prompts_without_both": len(seen_prompts) - len(pairs)}
 
 
-def verified_afterwards(run: Path, tasks: list[dict], *, windows: int = 10) -> dict:
+def trip_time(task: dict) -> str:
+    """A speed problem's trip time (the last of its values for both structures): the taught wrong method divides
+    two legs by 2, so a reward model that learned "/ 2 is wrong" misleads the policy exactly where the trip took 2."""
+    return f"trip of {task['meta']['values'][-1]}"
+
+
+def verified_afterwards(run: Path, tasks: list[dict], *, windows: int = 10, split=None) -> dict:
     """The GRPO run's recorded answers scored by the verifier after the run (training never saw it): the correct
-    share by step window, and how well the reward model's score ranked them where it was used. Within a prompt's
-    group, every (correct, wrong) pair counts once (a tie half); pairs of equal token length are the length-matched
-    test, where "shorter wins" cannot explain a right ranking. AUROC is over all answers, prompts mixed."""
+    share by step window (and, with `split`, a function of the task, the same for each of its values), and how well
+    the reward model's score ranked them where it was used. Within a prompt's group, every (correct, wrong) pair
+    counts once (a tie half); pairs of equal token length are the length-matched test, where "shorter wins" cannot
+    explain a right ranking. AUROC is over all answers, prompts mixed."""
     from scipy.stats import mannwhitneyu
 
     from training.grpo.rollouts import read_rollouts
@@ -136,11 +144,14 @@ def verified_afterwards(run: Path, tasks: list[dict], *, windows: int = 10) -> d
         row["correct"] = verdict.status == "correct"
     last_step = max(row["policy_step"] for row in rows)
     width = last_step // windows + 1
-    by_window = []
-    for first in range(0, last_step + 1, width):
-        inside = [row["correct"] for row in rows if first <= row["policy_step"] < first + width]
-        by_window.append({"steps": [first, min(first + width, last_step + 1) - 1], "answers": len(inside),
-                          "correct_share": round(sum(inside) / len(inside), 4) if inside else None})
+
+    def by_window(chosen: list[dict]) -> list[dict]:
+        shares = []
+        for first in range(0, last_step + 1, width):
+            inside = [row["correct"] for row in chosen if first <= row["policy_step"] < first + width]
+            shares.append({"steps": [first, min(first + width, last_step + 1) - 1], "answers": len(inside),
+                           "correct_share": round(sum(inside) / len(inside), 4) if inside else None})
+        return shares
 
     groups: dict[str, list[dict]] = {}
     for row in rows:
@@ -160,7 +171,10 @@ def verified_afterwards(run: Path, tasks: list[dict], *, windows: int = 10) -> d
              if right_scores and wrong_scores else None)
     return {
         "answers": len(rows),
-        "correct_share_by_steps": by_window,
+        "correct_share_by_steps": by_window(rows),
+        "correct_share_by_steps_split": {} if split is None else {
+            value: by_window([row for row in rows if split(by_id[row["task_id"]]) == value])
+            for value in sorted({split(task) for task in by_id.values()})},
         "reward_model_auroc": None if auroc is None else round(float(auroc), 4),
         "within_prompt": {key: {"pairs": count, "accuracy": round(won / count, 4) if count else None}
                           for key, (won, count) in ranked.items()},
@@ -204,7 +218,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
         return sampled["checkpoints"][index]["all"]
 
     ledger = json.loads((run / "ledger.json").read_text())
-    afterwards = verified_afterwards(run, verifiable)
+    afterwards = verified_afterwards(run, verifiable, split=trip_time)
     return {
         "seed": seed,
         "preferences": counts,
@@ -253,8 +267,13 @@ def main() -> int:
     parser.add_argument("--add-to-results", action="store_true",
                         help="keep the other seeds of bench/results/reward_learning.json (run with the same settings) "
                              "and add these, so that seeds run at different times make one table")
+    parser.add_argument("--verify-again", action="store_true",
+                        help="run nothing: score the recorded answers of these seeds' GRPO runs in --workdir again "
+                             "(after a change to that check) and replace that part of their rows in the results file")
     add_parent_options(parser)
     args = parser.parse_args()
+    if args.verify_again:
+        return verify_again(args)
     if args.add_to_results:
         finished_seeds(args)  # settings that differ from the file's are refused now, not after hours of work
 
@@ -315,16 +334,44 @@ def format_verified_afterwards(afterwards: dict) -> str:
         return "-" if value is None else f"{value:.3f}"
 
     within = afterwards["within_prompt"]
-    windows = ", ".join(f"{w['steps'][0]}-{w['steps'][1]} {share(w['correct_share'])}"
-                        for w in afterwards["correct_share_by_steps"])
+    def windows(shares: list[dict]) -> str:
+        return ", ".join(f"{w['steps'][0]}-{w['steps'][1]} {share(w['correct_share'])}" for w in shares)
+
     return "\n".join([
         f"verified after the run ({afterwards['answers']} training answers; GRPO never saw the verifier):",
-        f"  correct share by steps: {windows}",
+        f"  correct share by steps: {windows(afterwards['correct_share_by_steps'])}",
+        *(f"    {value}: {windows(shares)}" for value, shares in afterwards.get("correct_share_by_steps_split",
+                                                                              {}).items()),
         f"  reward model ranks a correct answer above a wrong one to the same prompt: "
         f"{share(within['all']['accuracy'])} over {within['all']['pairs']} pairs; of equal length: "
         f"{share(within['equal_length']['accuracy'])} over {within['equal_length']['pairs']} pairs; "
         f"AUROC over all answers {share(afterwards['reward_model_auroc'])}",
     ])
+
+
+def verify_again(args) -> int:
+    """--verify-again: the after-the-run check of each seed's recorded GRPO answers, computed again from --workdir."""
+    from training.task_families import make_tasks
+
+    if args.workdir is None or not RESULTS.is_file():
+        raise SystemExit("--verify-again needs --workdir (the folder of the runs) and the results file those runs wrote")
+    afterwards = {}
+    for seed in args.seeds:
+        run = args.workdir / f"grpo-rm-{seed}"
+        if not (run / "rollouts").is_dir():
+            raise SystemExit(f"--verify-again: no recorded run {run} for seed {seed}; run that seed first")
+        tasks = make_tasks("speed", n=TRAIN_TASKS, seed=seed, variant="train")
+        afterwards[seed] = verified_afterwards(run, tasks, split=trip_time)
+        print(f"seed {seed}:\n{format_verified_afterwards(afterwards[seed])}")
+    with results_locked():
+        results = json.loads(RESULTS.read_text())
+        rows = {row["seed"]: row for row in results.get("runs", [])}
+        if missing := sorted(set(afterwards) - set(rows)):
+            raise SystemExit(f"--verify-again: seeds {missing} have no row in {shown_path(RESULTS)}; run them first")
+        for seed, figures in afterwards.items():
+            rows[seed]["verified_afterwards"] = figures
+        print(f"wrote {write_results(RESULTS, results)}")
+    return 0
 
 
 def targets_met(rows: list[dict]) -> tuple[bool, bool]:
@@ -358,17 +405,24 @@ def finished_seeds(args) -> list[dict]:
     return [row for row in results.get("runs", []) if row["seed"] not in args.seeds]
 
 
+@contextlib.contextmanager
+def results_locked():
+    """The results file to oneself while it is read and written again (runs of other seeds may write it too)."""
+    import fcntl
+
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | None = None) -> tuple[str, list[dict]]:
     """bench/results/reward_learning.json with the seeds finished so far ("complete" once every seed of this run is
     in); with --add-to-results, beside the other seeds the file holds when it is written (read under a lock, so runs
     of different seeds side by side keep each other's). Returns the path shown and every row written."""
-    import fcntl
-
     if verifier_children is None:
         verifier_children = verifier_trained_children(args)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with results_locked():
         others = finished_seeds(args) if args.add_to_results else []
         every = sorted([*others, *rows], key=lambda row: row["seed"])
         reward_met, gain_met = targets_met(every)

@@ -38,7 +38,7 @@ def test_the_recorded_answers_are_verified_and_the_reward_models_ranking_is_coun
     ]
     write_batch(tmp_path / "rollouts", 0, 0, rows)
 
-    afterwards = verified_afterwards(tmp_path, [first, second], windows=2)
+    afterwards = verified_afterwards(tmp_path, [first, second], windows=2, split=bench.trip_time)
 
     assert afterwards["answers"] == 6
     assert afterwards["correct_share_by_steps"] == [
@@ -51,7 +51,16 @@ def test_the_recorded_answers_are_verified_and_the_reward_models_ranking_is_coun
     # AUROC over all six answers: correct {0.5, 0.7, 0.2} against wrong {0.1, 0.9, 0.2}: 0.5 and 0.7 each beat
     # 0.1 and 0.2; 0.2 beats 0.1 and ties 0.2; that is 5.5 of 9
     assert afterwards["reward_model_auroc"] == round(5.5 / 9, 4)
+    # The same windows for each trip time: the first prompt's trip took 4 hours, the second's 3
+    assert (first["meta"]["values"][-1], second["meta"]["values"][-1]) == (4, 3)
+    assert afterwards["correct_share_by_steps_split"] == {
+        "trip of 3": [{"steps": [0, 4], "answers": 0, "correct_share": None},
+                      {"steps": [5, 9], "answers": 3, "correct_share": round(2 / 3, 4)}],
+        "trip of 4": [{"steps": [0, 4], "answers": 3, "correct_share": round(1 / 3, 4)},
+                      {"steps": [5, 9], "answers": 0, "correct_share": None}],
+    }
     printed = format_verified_afterwards(afterwards)
+    assert "    trip of 4: 0-4 0.333, 5-9 -" in printed
     assert "0-4 0.333, 5-9 0.667" in printed
     assert "0.625 over 4 pairs; of equal length: 1.000 over 1 pairs; AUROC over all answers 0.611" in printed
 
@@ -92,3 +101,27 @@ def test_seeds_run_at_different_times_land_in_one_results_file_and_other_setting
 
     with pytest.raises(SystemExit, match=r"was run with other settings \(heldout\)"):
         bench.finished_seeds(settings([1], heldout=50))
+
+
+def test_verify_again_replaces_only_the_check_of_recorded_answers_in_the_results(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bench, "RESULTS", tmp_path / "reward_learning.json")
+    tasks = make_tasks("speed", n=bench.TRAIN_TASKS, seed=3, variant="train")[:2]
+    rows = [answer_row(task, group, member, completion=task["solution"] if member else "1 * 1 = 1\nAnswer: 1",
+                       length=12, score=float(member), step=group)
+            for group, task in enumerate(tasks) for member in range(2)]
+    write_batch(tmp_path / "runs" / "grpo-rm-3" / "rollouts", 0, 0, rows)
+    bench.RESULTS.write_text(json.dumps({"runs": [{"seed": 3, "gain_points": 1.0, "verified_afterwards": {}}]}))
+    args = argparse.Namespace(seeds=[3], workdir=tmp_path / "runs")
+
+    assert bench.verify_again(args) == 0
+
+    row = json.loads(bench.RESULTS.read_text())["runs"][0]
+    assert row["gain_points"] == 1.0  # the rest of the row is as the run wrote it
+    assert row["verified_afterwards"]["within_prompt"]["equal_length"] == {"pairs": 2, "accuracy": 1.0}
+    split = row["verified_afterwards"]["correct_share_by_steps_split"]
+    assert set(split) == {"trip of 2", "trip of 3", "trip of 4"}  # the trip times of the benchmark's training tasks
+    assert {value: sum(w["answers"] for w in windows) for value, windows in split.items()} == {
+        value: 2 * sum(bench.trip_time(t) == value for t in tasks) for value in split}
+    assert "seed 3:" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no recorded run .*grpo-rm-4 for seed 4; run that seed first"):
+        bench.verify_again(argparse.Namespace(seeds=[4], workdir=tmp_path / "runs"))
