@@ -118,6 +118,13 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> 
             "train": len(pairs) - test, "test": test, "prompts_without_both": len(seen_prompts) - len(pairs)}
 
 
+def training_tasks(seed: int) -> list[dict]:
+    """The verifiable training problems of `seed`: bench/grpo_learning.py's, which GRPO here gets as open tasks."""
+    from training.task_families import make_tasks
+
+    return make_tasks("speed", n=TRAIN_TASKS, seed=seed, variant="train")
+
+
 def trip_time(task: dict) -> str:
     """A speed problem's trip time (the last of its values for both structures): the taught wrong method divides
     two legs by 2, so a reward model that learned "/ 2 is wrong" misleads the policy exactly where the trip took 2."""
@@ -184,7 +191,7 @@ def verified_afterwards(run: Path, tasks: list[dict], *, windows: int = 10, spli
 def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
     import yaml
 
-    from training.task_families import make_tasks, open_tasks
+    from training.task_families import open_tasks
     from training.tasks import write_tasks as write_task_file
 
     sft, _ = parent_checkpoint(workdir, seed, args)
@@ -201,7 +208,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
 
     # The same training problems bench/grpo_learning.py trains on, as open tasks: no verifier during training.
     tasks = workdir / f"train-open-{seed}.jsonl"
-    verifiable = make_tasks("speed", n=TRAIN_TASKS, seed=seed, variant="train")
+    verifiable = training_tasks(seed)
     write_task_file(tasks, open_tasks(verifiable))
     run = workdir / f"grpo-rm-{seed}"
     config = workdir / f"grpo-rm-{seed}.yaml"
@@ -333,10 +340,10 @@ def format_verified_afterwards(afterwards: dict) -> str:
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.3f}"
 
-    within = afterwards["within_prompt"]
     def windows(shares: list[dict]) -> str:
         return ", ".join(f"{w['steps'][0]}-{w['steps'][1]} {share(w['correct_share'])}" for w in shares)
 
+    within = afterwards["within_prompt"]
     return "\n".join([
         f"verified after the run ({afterwards['answers']} training answers; GRPO never saw the verifier):",
         f"  correct share by steps: {windows(afterwards['correct_share_by_steps'])}",
@@ -351,8 +358,6 @@ def format_verified_afterwards(afterwards: dict) -> str:
 
 def verify_again(args) -> int:
     """--verify-again: the after-the-run check of each seed's recorded GRPO answers, computed again from --workdir."""
-    from training.task_families import make_tasks
-
     if args.workdir is None or not RESULTS.is_file():
         raise SystemExit("--verify-again needs --workdir (the folder of the runs) and the results file those runs wrote")
     afterwards = {}
@@ -360,8 +365,7 @@ def verify_again(args) -> int:
         run = args.workdir / f"grpo-rm-{seed}"
         if not (run / "rollouts").is_dir():
             raise SystemExit(f"--verify-again: no recorded run {run} for seed {seed}; run that seed first")
-        tasks = make_tasks("speed", n=TRAIN_TASKS, seed=seed, variant="train")
-        afterwards[seed] = verified_afterwards(run, tasks, split=trip_time)
+        afterwards[seed] = verified_afterwards(run, training_tasks(seed), split=trip_time)
         print(f"seed {seed}:\n{format_verified_afterwards(afterwards[seed])}")
     with results_locked():
         results = json.loads(RESULTS.read_text())
