@@ -35,10 +35,11 @@ export PAIRWISE_DATA_DIR=$data_dir
 export DB_CONN_MAX_AGE=0
 
 .venv/bin/ruff check .
-# Two pytest-xdist workers by default (one file stays on one worker, so module fixtures are built once);
+# Two pytest-xdist workers by default (one file stays on one worker, so module fixtures are built once), given
+# the files slowest first (tests/conftest.py, from tests/file_durations.json);
 # PAIRWISE_TEST_WORKERS=1 runs the suite in one process. `scripts/test.sh --quick` leaves out the slow and
 # browser tests (tests/conftest.py) for a run of a few minutes while developing.
 workers=${PAIRWISE_TEST_WORKERS:-2}
 parallel=()
-[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
+[ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 .venv/bin/python -m pytest "${parallel[@]}" "$@"

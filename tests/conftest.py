@@ -119,8 +119,33 @@ def pytest_addoption(parser):
     )
 
 
+FILE_DURATIONS = Path(__file__).with_name("file_durations.json")
+
+
+def slowest_files_first(items: list, root: Path) -> list:
+    """The items file by file, the files in descending order of their recorded seconds (tests/file_durations.json,
+    scripts/record_test_durations.py), each file's tests in their own order.
+
+    scripts/test.sh gives the two workers whole files (--dist loadfile) in this order (--no-loadscope-reorder):
+    longest first, so the last files to start are short ones and both workers finish near the same time, where
+    xdist's own order (most tests first) started the longest file, a single test, last. A file with no record
+    counts as a file of median length."""
+    recorded = json.loads(FILE_DURATIONS.read_text(encoding="utf-8")) if FILE_DURATIONS.is_file() else {}
+    typical = sorted(recorded.values())[len(recorded) // 2] if recorded else 0.0
+    first_seen: dict[str, int] = {}
+    for item in items:
+        first_seen.setdefault(item.path.relative_to(root).as_posix(), len(first_seen))
+
+    def order(item) -> tuple[float, int]:
+        name = item.path.relative_to(root).as_posix()
+        return -recorded.get(name, typical), first_seen[name]
+
+    return sorted(items, key=order)
+
+
 def pytest_collection_modifyitems(config, items):
-    """--quick leaves out the slow and browser tests; row-locking tests are skipped, saying so, on SQLite."""
+    """--quick leaves out the slow and browser tests; the test files go slowest first; row-locking tests are
+    skipped, saying so, on SQLite."""
     from django.conf import settings
 
     if config.getoption("quick"):
@@ -129,6 +154,7 @@ def pytest_collection_modifyitems(config, items):
             kept = set(map(id, quick))
             config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
             items[:] = quick
+    items[:] = slowest_files_first(items, config.rootpath)
     if settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
         return
     skip = pytest.mark.skip(reason="needs PostgreSQL row locks; set DATABASE_URL=postgres://... to run it")

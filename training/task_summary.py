@@ -36,9 +36,10 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def summarise_tasks(path: str | Path) -> dict:
-    """Every row checked (schema and reference solutions, as a GRPO run loads them), then the summary."""
-    tasks = load_tasks(path)  # a TaskFileError is the CLI's one line
+def summarise_tasks(path: str | Path, *, verifier=None) -> dict:
+    """Every row checked (schema and reference solutions, as a GRPO run loads them), then the summary. `verifier`
+    (a TaskVerifier) is the one to check with; without it one is started and stopped for this file."""
+    tasks = load_tasks(path, verifier=verifier)  # a TaskFileError is the CLI's one line
     families = Counter(((task.get("meta") or {}).get("family") or task["kind"]) for task in tasks)
     variants = {(task.get("meta") or {}).get("variant") for task in tasks}
     scorers = scorer_of_kind()
@@ -49,10 +50,15 @@ def summarise_tasks(path: str | Path) -> dict:
 
 
 def tasks_describe_main(args) -> int:
-    """One JSON line per --tasks file, in order; the first bad file stops it with its one line."""
-    for name in args.tasks:
-        path = Path(name)
+    """One JSON line per --tasks file, in order; the first bad file stops it with its one line. One verifier
+    checks every file: its worker processes start once, not once per file (the demo checks sixteen files)."""
+    from training.verifiers.task_verifier import TaskVerifier
+
+    paths = [Path(name) for name in args.tasks]
+    for path in paths:
         if not path.is_file():
             raise PairwiseInputError(f"--tasks {path}: no such file; give a task file (JSONL)")
-        print(json.dumps(summarise_tasks(path), sort_keys=True), flush=True)
+    with TaskVerifier() as verifier:
+        for path in paths:
+            print(json.dumps(summarise_tasks(path, verifier=verifier), sort_keys=True), flush=True)
     return 0

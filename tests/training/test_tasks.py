@@ -141,3 +141,23 @@ def test_open_tasks_have_no_verifier_and_keep_their_worked_solution(tmp_path):
     with pytest.raises(TaskFileError) as refused:
         load_tasks(bad)
     assert refused.value.errors == ["line 1: unknown keys for a open task: answer"]
+
+
+def test_describe_checks_several_files_with_one_verifier_and_names_the_bad_file(tmp_path):
+    """`tasks describe` (what the app runs to keep task sets) checks every file with the same verifier workers;
+    each file's summary is its own, and a failing reference solution in the second file is reported with its file
+    and line."""
+    from tests.training.conftest import run_training_cli
+
+    good = write_lines(tmp_path / "good.jsonl", [MATH, CODE])
+    other = write_lines(tmp_path / "other.jsonl", [{**MATH, "task_id": "m2"}])
+    described = run_training_cli("tasks", "describe", "--tasks", str(good), "--tasks", str(other))
+    assert described.returncode == 0, described.stderr
+    first, second = map(json.loads, described.stdout.splitlines())
+    assert (first["count"], first["kinds"], second["count"], second["kinds"]) == (2, ["code", "math"], 1, ["math"])
+    assert first["sha256"] != second["sha256"]
+
+    broken = write_lines(tmp_path / "broken.jsonl", [MATH, {**MATH, "task_id": "m1", "solution": "Answer: 41 km/h"}])
+    refused = run_training_cli("tasks", "describe", "--tasks", str(good), "--tasks", str(broken))
+    assert refused.returncode == 2
+    assert str(broken) in refused.stderr and "line 2: the solution fails its own task" in refused.stderr
