@@ -124,7 +124,10 @@ def test_the_mode_key_chooses_in_process_staged_or_overlapped(tmp_path):
     ("mode: staged\nmax_steps: 3\ndynamic_sampling: true\n", "dynamic_sampling is True, but mode staged runs one "
                                                              "generation batch per optimizer step"),
     ("mode: overlapped\nmax_staleness: 1\nmax_steps: 3\nnum_iterations: 2\n", "num_iterations is 2, but mode overlapped"),
-    ("mode: staged\nmax_steps: 3\nstage_launcher: docker\n", "stage_launcher must be forkserver or python"),
+    ("mode: staged\nmax_steps: 3\nstage_launcher: docker\n",
+     "stage_launcher must be one of forkserver, python, lanes, got 'docker'"),
+    ("mode: staged\nmax_steps: 3\nstage_launcher: lanes\n", "stage_launcher is lanes, which keeps a model per lane "
+                                                           "between versions; mode staged starts each stage afresh"),
 ])
 def test_a_mode_the_cycle_cannot_run_is_one_line(tmp_path, text, message):
     with pytest.raises(ConfigError) as refused:

@@ -74,7 +74,10 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
     stage_launcher: str = field(default="forkserver", metadata={
         "help": "How python -m training cycle starts each stage process on this machine: forkserver (forked from a "
                 "process that imported torch and TRL once) or python (a fresh interpreter per stage, what a Slurm job "
-                "pays). Either way each stage loads its version, writes its outputs and exits."})
+                "pays); either way each stage loads its version, writes its outputs and exits. lanes (mode overlapped "
+                "only): one long-lived process per lane, the generation lane keeping its model and loading each new "
+                "version's weights into it, the update lane keeping its trainer, optimizer and all, from version to "
+                "version; each version is still written whole, so a killed lane restarts from the last one."})
 
     @classmethod
     def check_values(cls, values: dict, source: str) -> None:
@@ -118,6 +121,7 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
 
 
 MODES = ("in_process", "staged", "overlapped")
+STAGE_LAUNCHERS = ("forkserver", "python", "lanes")
 
 
 def _check_cycle_values(values: dict, source: str) -> None:
@@ -126,8 +130,12 @@ def _check_cycle_values(values: dict, source: str) -> None:
     mode = values["mode"]
     if mode not in MODES:
         raise key_error(source, "mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
-    if values["stage_launcher"] not in ("forkserver", "python"):
-        raise key_error(source, "stage_launcher", f"must be forkserver or python, got {values['stage_launcher']!r}")
+    if values["stage_launcher"] not in STAGE_LAUNCHERS:
+        raise key_error(source, "stage_launcher", f"must be one of {', '.join(STAGE_LAUNCHERS)}, got "
+                                                  f"{values['stage_launcher']!r}")
+    if values["stage_launcher"] == "lanes" and mode != "overlapped":
+        raise key_error(source, "stage_launcher", f"is lanes, which keeps a model per lane between versions; mode {mode} "
+                                                  "starts each stage afresh: use forkserver or python, or mode: overlapped")
     if values["max_staleness"] < 0:
         raise key_error(source, "max_staleness", f"must be 0 or more, got {values['max_staleness']}")
     if mode == "in_process":

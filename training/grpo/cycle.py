@@ -9,6 +9,7 @@ ledger.json, checkpoint/) plus config.yaml, versions/ and batches/, and the ledg
 generation, verification, switching (process start, loading, saving) and update, with each lane's idle time.
 """
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -28,7 +29,13 @@ from training.grpo.stages import (
     run_config_path,
     score_stage,
 )
-from training.grpo.versions import export_base_version, latest_version, version_name, version_number
+from training.grpo.versions import (
+    export_base_version,
+    latest_version,
+    version_name,
+    version_number,
+    version_path,
+)
 
 # How often a lane looks for the other lane's output.
 POLL_S = 0.05
@@ -48,32 +55,60 @@ class StageLauncher:
     exits, but it is forked from a server that imported torch, transformers and TRL once, so the interpreter start
     and imports (seconds on a small model) are not paid again in every cycle; loading and saving still are."""
 
-    def __init__(self, run: Path, *, threads: int | None, launcher: str):
+    def __init__(self, run: Path, *, threads: int | None, launcher: str, on_lane_start=None):
         self.run = run
         self.threads = threads
         self.launcher = launcher
         self.restarts = 0
         self.lock = threading.Lock()
         self._context = None
-        if launcher == "forkserver":
+        self._lanes: dict[str, Lane] = {}
+        self._on_lane_start = on_lane_start
+        if launcher in ("forkserver", "lanes"):
             import multiprocessing
 
             self._context = multiprocessing.get_context("forkserver")
             self._context.set_forkserver_preload(["training.grpo.stage_imports"])
 
-    def __call__(self, stage: str, *args: str) -> float:
+    def __call__(self, stage: str, *args: str, done=None) -> float:
+        """Run the stage; a stage killed by a signal is run again, unless `done()` says its output was written whole
+        before it died (an update that wrote its version and was killed before it could say so)."""
         for attempt in range(STAGE_RETRIES + 1):
             began = time.perf_counter()
-            code, message = (self._forked if self._context is not None else self._fresh)(stage, args)
+            if self.launcher == "lanes" and stage in ("generate", "update"):
+                code, message = self._lane(stage, args)
+            else:
+                code, message = (self._forked if self._context is not None else self._fresh)(stage, args)
             wall = time.perf_counter() - began
             if code == 0:
                 return wall
             if code < 0 and attempt < STAGE_RETRIES:  # killed by a signal: its inputs are intact, so run it again
                 with self.lock:
                     self.restarts += 1
+                if done is not None and done():
+                    return wall
                 continue
             raise StageFailed(f"stage {stage} {' '.join(args)} failed (exit {code}): {message}")
         raise AssertionError("unreachable")
+
+    def _lane(self, stage: str, args: tuple) -> tuple[int, str]:
+        """The stage as a request to its lane process, started (again) when it is not running."""
+        with self.lock:
+            lane = self._lanes.get(stage)
+            if lane is None or not lane.alive():
+                if lane is not None:  # it died between requests: a restart as much as one killed at work
+                    lane.close()
+                    self.restarts += 1
+                lane = self._lanes[stage] = Lane(self._context, stage, self.run, self._environment())
+                if self._on_lane_start is not None:
+                    self._on_lane_start(stage, lane.pid)
+        request = {key.removeprefix("--"): int(value) for key, value in zip(args[::2], args[1::2], strict=True)}
+        return lane.request(request)
+
+    def close(self) -> None:
+        for lane in self._lanes.values():
+            lane.close()
+        self._lanes.clear()
 
     def _environment(self) -> dict:
         env = {SPAWNED_AT_ENV: repr(time.time())}
@@ -100,6 +135,41 @@ class StageLauncher:
             message = "no output"
         receive.close()
         return process.exitcode, message
+
+
+class Lane:
+    """A long-lived lane process (training/grpo/lanes.py) and the cycle's end of its pipe."""
+
+    def __init__(self, context, stage: str, run: Path, env: dict):
+        from training.grpo.lanes import lane_main
+
+        self.connection, theirs = context.Pipe(duplex=True)
+        self.process = context.Process(target=lane_main, args=(stage, str(run), env, theirs), name=f"lane-{stage}")
+        self.process.start()
+        theirs.close()
+        self.pid = self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def request(self, request: dict) -> tuple[int, str]:
+        """(0, "") when the lane did the stage; (its exit code, why) when it died (negative: killed) or refused."""
+        try:
+            self.connection.send(request)
+            status, message = self.connection.recv()
+        except (EOFError, OSError):  # it died with the request: the caller starts a new lane and asks again
+            self.process.join()
+            return self.process.exitcode if self.process.exitcode is not None else -1, "the lane process died"
+        return (0, "") if status == "ok" else (1, message)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.send(None)
+        self.process.join(timeout=60)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.connection.close()
 
 
 def _stage_child(stage: str, run: str, args: tuple, env: dict, report) -> None:
@@ -143,24 +213,32 @@ class Cycle:
         self.config = config
         self.steps = config.max_steps
         self.k = config.max_staleness
-        self.launch = StageLauncher(self.path, threads=config.torch_threads, launcher=config.stage_launcher)
+        self.launch = StageLauncher(self.path, threads=config.torch_threads, launcher=config.stage_launcher,
+                                    on_lane_start=self._lane_started)
         self.stale_dropped = 0
         self.idle = {"generation": 0.0, "update": 0.0}
         self.launch_wall = {"generate": 0.0, "score": 0.0, "update": 0.0}
         self.failure: BaseException | None = None
         # With the forkserver launcher the cycle scores in its own process, keeping the verifiers' worker processes
         # (and the reward model) between batches, as in-process GRPO does; with "python" every stage is a process.
-        self.scorers = Scorers(self.path) if config.stage_launcher == "forkserver" else None
+        self.scorers = Scorers(self.path) if config.stage_launcher in ("forkserver", "lanes") else None
 
     def close(self) -> None:
+        self.launch.close()
         if self.scorers is not None:
             self.scorers.close()
+
+    def _lane_started(self, stage: str, pid: int) -> None:
+        """The run page and an operator see which process each lane is (to follow it, or stop it)."""
+        lanes = dict(self.run.record.get("cycle", {}).get("lanes", {}))
+        lanes[stage] = pid
+        self._show(lanes=lanes)
 
     def _show(self, **cycle) -> None:
         self.run.update(cycle={**self.run.record.get("cycle", {}), **cycle})
 
-    def _timed(self, stage: str, *args: str) -> None:
-        wall = self.launch(stage, *args)
+    def _timed(self, stage: str, *args: str, done=None) -> None:
+        wall = self.launch(stage, *args, done=done)
         with self.launch.lock:
             self.launch_wall[stage] += wall
 
@@ -191,7 +269,8 @@ class Cycle:
 
     def _update(self, version: int) -> None:
         self._show(update={"version": version_name(version), "state": "updating"})
-        self._timed("update", "--version", str(version))
+        written = version_path(self.path, version + 1) / "version.json"
+        self._timed("update", "--version", str(version), done=written.is_file)
         self._show(update={"version": version_name(version + 1), "state": "written"})
 
     def run_staged(self, start: int) -> None:
@@ -379,7 +458,7 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
 def _finish(run, cycle, config, *, started, base_path, base_hash, scorer) -> dict:
     """checkpoint/ (the last version's inference weights), its parent.json, the ledger and the completed record."""
     from training.grpo.run import parent_reward_model, scorers_seen
-    from training.grpo.versions import copy_inference_weights, version_path
+    from training.grpo.versions import copy_inference_weights
     from training.run_folder import RecordStatus, utc_now, weights_outcome
     from training.trl_setup import record_lineage
 

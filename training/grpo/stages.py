@@ -250,21 +250,39 @@ def batch_inputs(trainer, batch: int) -> list[dict]:
 
 def generate_stage(run: Path, batch: int, version: int | None = None) -> dict:
     """Write batches/<batch>/generated.parquet with version `version`'s answers (default: version `batch`)."""
-    import torch
-
-    from training.grpo.rollouts import prompt_text
-    from training.grpo.trainer import generation_seed
-
     clock = StageClock()
     run = Path(run)
     version = batch if version is None else version
     config = load_run_config(run)
     meta = read_version(run, version)
-    if config.torch_threads is not None:
-        torch.set_num_threads(config.torch_threads)
-    trainer = _stage_trainer(config, run, version, step=batch, reward_funcs=[_not_scored_here],
-                             args_changes={"beta": 0.0})  # no reference model: generation does not need one
+    set_torch_threads(config)
+    trainer = generation_trainer(config, run, version, batch=batch)
     clock.lap("loading")
+    return generate_batch(trainer, run, config, batch=batch, version=version, meta=meta, clock=clock)
+
+
+def set_torch_threads(config) -> None:
+    if config.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
+
+
+def generation_trainer(config, run: Path, version: int, *, batch: int):
+    """The trainer a generation samples with: version `version`'s weights, no reference model (generation needs
+    none), no reward function (the score stage scores)."""
+    return _stage_trainer(config, run, version, step=batch, reward_funcs=[_not_scored_here],
+                          args_changes={"beta": 0.0})
+
+
+def generate_batch(trainer, run: Path, config, *, batch: int, version: int, meta: dict, clock: StageClock) -> dict:
+    """Sample batch `batch`'s answers with `trainer`'s model, which holds version `version`'s weights (`meta`: its
+    version.json), and write them with the stage's record. The prompts and the sampling seed are batch `batch`'s, so
+    a trainer built for another batch, or kept from one, writes the same records as a fresh one."""
+    from training.grpo.rollouts import prompt_text
+    from training.grpo.trainer import generation_seed
+
+    trainer.target_step = batch  # the sampler's epoch: the one of this batch, not of the batch the trainer was built for
     rows = batch_inputs(trainer, batch)
     trainer._next_batch = batch
     trainer.model.eval()
@@ -452,35 +470,92 @@ def check_records_version(records: list[dict], *, trainer_version: int, max_stal
     return worst
 
 
+def scored_records_for_update(run: Path, version: int, config) -> tuple[list[dict], int, Path]:
+    """Batch `version`'s scored records, the largest lag of the versions that wrote them, and their file; refused in
+    one line if version `version` + 1 exists already (an update runs once), if the batch has no scored records, or if
+    they are of another version (staged) or too old (overlapped)."""
+    read_version(run, version)
+    if version_path(run, version + 1).exists():
+        raise PairwiseInputError(f"{run}: the update of {version_name(version)} already ran ({version_name(version + 1)} "
+                                 "exists); an update runs once per version")
+    source = batch_folder(run, version) / SCORED
+    if not source.is_file():
+        raise PairwiseInputError(f"{run}: batch {version} has no scored answers ({source}); run the score stage first")
+    records = read_records(source)
+    stale = check_records_version(records, trainer_version=version, max_staleness=config.max_staleness,
+                                  where=str(source))
+    return records, stale, source
+
+
+def recorded_rollouts(records: list[dict], prompts: list, *, source: Path, batch: int) -> dict:
+    """The records as TRL's rollout_func returns answers: token ids, the generating policy's log-probabilities, and
+    each answer's record index for the reward functions. Refused if they answer other prompts than the step draws."""
+    from training.grpo.rollouts import prompt_text
+
+    if [prompt_text(p) for p in prompts] != [r["prompt"] for r in records]:
+        raise PairwiseInputError(f"{source}: the records answer other prompts than step {batch} draws (in another "
+                                 "order or of another task file); generate the batch again")
+    return {"prompt_ids": [r["prompt_token_ids"] for r in records],
+            "completion_ids": [r["completion_token_ids"] for r in records],
+            "logprobs": [r["logprobs"] for r in records],
+            "pairwise_record": list(range(len(records)))}
+
+
+def write_next_version(run: Path, version: int, saved: Path, tokenizer, *, source: Path, stale: int) -> dict:
+    """Version `version` + 1 from the trainer's checkpoint folder `saved` (its files are moved), with the tokenizer."""
+    from training.snapshot import file_sha256
+
+    if not saved.is_dir():
+        raise RuntimeError(f"the trainer saved no checkpoint for step {version + 1} in {saved.parent}")
+
+    def fill(folder: Path) -> None:
+        for item in saved.iterdir():
+            item.rename(folder / item.name)
+        tokenizer.save_pretrained(folder)
+
+    return write_version(run, version + 1, fill, parent=version,
+                         trained_on={"batch": version, "records": str(source.relative_to(run)),
+                                     "records_sha256": file_sha256(source), "max_lag": stale})
+
+
+def update_record(clock: StageClock, trainer, *, version: int, made: dict, records: list[dict], stale: int,
+                  ledger) -> dict:
+    loss = next((row["loss"] for row in reversed(trainer.state.log_history) if "loss" in row), None)
+    return clock.record(version=version_name(version), made=made["version"], content_hash=made["content_hash"],
+                        stale_records=sum(version_number(r["policy_version"]) < version for r in records),
+                        max_lag=stale, loss=loss, groups=vars(ledger.groups))
+
+
+def update_trainer(config, run: Path, version: int, *, staging: Path, rewards, model_scores, rollout_func,
+                   callbacks: list, ledger):
+    """The trainer of an update from version `version`: it saves a full checkpoint (optimizer and all) after every
+    step into `staging`, and reads its answers from `rollout_func`."""
+    from training.run_folder import RunFolder
+    from training.trl_setup import run_callbacks
+
+    return _stage_trainer(
+        config, run, version, step=version,
+        reward_funcs=[rewards] if model_scores is None else [rewards, model_scores],
+        args_changes={"output_dir": str(staging), "save_strategy": "steps", "save_steps": 1, "save_only_model": False,
+                      "save_total_limit": None},
+        pairwise_reward=rewards, reward_model_reward=model_scores, rollout_func=rollout_func,
+        callbacks=[*run_callbacks(config, RunFolder(run)), *callbacks], ledger=ledger)
+
+
 def update_stage(run: Path, version: int) -> dict:
     """Train version `version` on batch `version`'s scored records into version `version` + 1."""
     import shutil
 
-    import torch
     from transformers import TrainerCallback
 
     from training.grpo.ledger import Ledger
-    from training.grpo.rollouts import prompt_text
-    from training.run_folder import RunFolder
-    from training.snapshot import file_sha256
-    from training.trl_setup import run_callbacks
 
     clock = StageClock()
     run = Path(run)
     batch = version
     config = load_run_config(run)
-    read_version(run, version)
-    if version_path(run, version + 1).exists():
-        raise PairwiseInputError(f"{run}: the update of {version_name(version)} already ran ({version_name(version + 1)} "
-                                 "exists); an update runs once per version")
-    source = batch_folder(run, batch) / SCORED
-    if not source.is_file():
-        raise PairwiseInputError(f"{run}: batch {batch} has no scored answers ({source}); run the score stage first")
-    records = read_records(source)
-    stale = check_records_version(records, trainer_version=version, max_staleness=config.max_staleness,
-                                  where=str(source))
-    if config.torch_threads is not None:
-        torch.set_num_threads(config.torch_threads)
+    records, stale, source = scored_records_for_update(run, version, config)
+    set_torch_threads(config)
 
     class OneStep(TrainerCallback):
         """One optimizer step, then the trainer's checkpoint (timed: writing the next version is switching)."""
@@ -496,30 +571,15 @@ def update_stage(run: Path, version: int) -> dict:
             self.saved = time.perf_counter()
 
     one_step = OneStep()
-
-    keys = [r["prompt"] for r in records]
-
-    def recorded_rollouts(prompts, trainer):
-        if [prompt_text(p) for p in prompts] != keys:
-            raise PairwiseInputError(f"{source}: the records answer other prompts than step {batch} draws (in another "
-                                     "order or of another task file); generate the batch again")
-        return {"prompt_ids": [r["prompt_token_ids"] for r in records],
-                "completion_ids": [r["completion_token_ids"] for r in records],
-                "logprobs": [r["logprobs"] for r in records],
-                "pairwise_record": list(range(len(records)))}
-
     staging = run / "versions" / f".update-{version_name(version)}"
     shutil.rmtree(staging, ignore_errors=True)
     ledger = Ledger()
     rewards = RecordedRewards(records)
     model_scores = RecordedModelScores(records) if config.reward_model else None
-    trainer = _stage_trainer(
-        config, run, version, step=version,
-        reward_funcs=[rewards] if model_scores is None else [rewards, model_scores],
-        args_changes={"output_dir": str(staging), "save_strategy": "steps", "save_steps": 1, "save_only_model": False,
-                      "save_total_limit": None},
-        pairwise_reward=rewards, reward_model_reward=model_scores, rollout_func=recorded_rollouts,
-        callbacks=[*run_callbacks(config, RunFolder(run)), one_step], ledger=ledger)
+    trainer = update_trainer(config, run, version, staging=staging, rewards=rewards, model_scores=model_scores,
+                             rollout_func=lambda prompts, trainer: recorded_rollouts(records, prompts, source=source,
+                                                                                     batch=batch),
+                             callbacks=[one_step], ledger=ledger)
     trainer.recorded_correction = stale > 0  # TRL's truncated importance sampling, for answers of older versions
     trainer.provenance = {r["rollout_id"]: r for r in records}
     clock.lap("loading")
@@ -528,23 +588,10 @@ def update_stage(run: Path, version: int) -> dict:
     trainer.flush_rollouts()
     clock.lap("update")
     clock.move(max(0.0, one_step.saved - one_step.step_ended), "update", "saving")
-    saved = staging / f"checkpoint-{version + 1}"
-    if not saved.is_dir():
-        raise RuntimeError(f"the trainer saved no checkpoint for step {version + 1} in {staging}")
-
-    def fill(folder: Path) -> None:
-        for item in saved.iterdir():
-            item.rename(folder / item.name)
-        trainer.processing_class.save_pretrained(folder)
-
-    made = write_version(run, version + 1, fill, parent=version,
-                         trained_on={"batch": batch, "records": str(source.relative_to(run)),
-                                     "records_sha256": file_sha256(source), "max_lag": stale})
+    made = write_next_version(run, version, staging / f"checkpoint-{version + 1}", trainer.processing_class,
+                              source=source, stale=stale)
     shutil.rmtree(staging, ignore_errors=True)
     clock.lap("saving")
-    loss = next((row["loss"] for row in reversed(trainer.state.log_history) if "loss" in row), None)
-    record = clock.record(version=version_name(version), made=made["version"], content_hash=made["content_hash"],
-                          stale_records=sum(version_number(r["policy_version"]) < version for r in records),
-                          max_lag=stale, loss=loss, groups=vars(ledger.groups))
+    record = update_record(clock, trainer, version=version, made=made, records=records, stale=stale, ledger=ledger)
     _write_stage_record(run, batch, "update", record)
     return record
