@@ -82,11 +82,14 @@ class StageLauncher:
             wall = time.perf_counter() - began
             if code == 0:
                 return wall
-            if code < 0 and attempt < STAGE_RETRIES:  # killed by a signal: its inputs are intact, so run it again
+            killed = code < 0
+            if killed and done is not None and done():  # its output was whole before it died: nothing to redo
                 with self.lock:
                     self.restarts += 1
-                if done is not None and done():
-                    return wall
+                return wall
+            if killed and attempt < STAGE_RETRIES:  # its inputs are intact, so run it again
+                with self.lock:
+                    self.restarts += 1
                 continue
             raise StageFailed(f"stage {stage} {' '.join(args)} failed (exit {code}): {message}")
         raise AssertionError("unreachable")

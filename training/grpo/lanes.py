@@ -116,10 +116,12 @@ class UpdateLane:
     def update(self, *, version: int, cold_start_s: float) -> dict:
         clock = StageClock()
         clock.cold_start_s = cold_start_s
+        # Refused here, in one line, before a trainer is built or the live one waits on records it cannot use.
+        records, stale, source = scored_records_for_update(self.run, version, self.config)
         if self.thread is None or not self.thread.is_alive() or self.next_version != version:
             self._stop_trainer()
             self._start_trainer(version)
-        self.requests.put((version, clock))
+        self.requests.put({"version": version, "clock": clock, "records": records, "stale": stale, "source": source})
         status, value = self._result(version)
         if status != "ok":
             self._stop_trainer()
@@ -146,7 +148,6 @@ class UpdateLane:
 
         from training.grpo.ledger import Ledger
 
-        scored_records_for_update(self.run, version, self.config)  # refused here, before a trainer is built
         set_torch_threads(self.config)
         shutil.rmtree(self.staging, ignore_errors=True)
         self.ledger = Ledger()
@@ -184,25 +185,23 @@ class UpdateLane:
             self.results.put(("error", error))
 
     def _rollouts(self, prompts, trainer) -> dict:
-        item = self.requests.get()
-        if item is None:
+        request = self.requests.get()
+        if request is None:
             raise _StopLane()
-        version, clock = item
+        self.current = request
+        version, records = request["version"], request["records"]
         step = trainer.state.global_step
-        self.current = {"version": version, "clock": clock}
         if version != step:
             raise PairwiseInputError(f"{self.run}: the update lane's trainer is at step {step}, asked to train "
                                      f"{version_name(version)}")
-        records, stale, source = scored_records_for_update(self.run, version, self.config)
         self.rewards.records = records
         if self.model_scores is not None:
             self.model_scores.records = records
             self.model_scores.identity = records[0]["reward_model"] if records else None
-        trainer.recorded_correction = stale > 0  # TRL's truncated importance sampling, for older versions' answers
+        trainer.recorded_correction = request["stale"] > 0  # TRL's truncated importance sampling, for older answers
         trainer.provenance = {r["rollout_id"]: r for r in records}
-        self.current.update(records=records, stale=stale, source=source)
-        clock.lap("loading")
-        return recorded_rollouts(records, prompts, source=source, batch=version)
+        request["clock"].lap("loading")
+        return recorded_rollouts(records, prompts, source=request["source"], batch=version)
 
     def _write_version(self, step_ended: float) -> None:
         current, self.current = self.current, None
