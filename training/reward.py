@@ -28,6 +28,7 @@ from trl import RewardConfig
 
 from training.config import PairwiseConfigMixin, key_error, load_config
 from training.errors import PairwiseInputError
+from training.reward_model_scorer import sequence_ids, sequence_rewards
 from training.trl_setup import (
     is_main_process,
     is_zero3,
@@ -127,43 +128,6 @@ def check_reward_inputs(config: RewardRunConfig) -> tuple[Path, dict]:
 def answer_text(answer: str | list[dict]) -> str:
     """An answer's text: a standard row's string, or the contents of a conversational row's messages."""
     return answer if isinstance(answer, str) else "".join(message["content"] for message in answer)
-
-
-def sequence_ids(tokenizer, row: dict, key: str) -> list[int]:
-    """Token ids of the prompt followed by row[key] ("chosen" or "rejected"), as RewardTrainer builds them:
-    through the chat template for conversational rows, else the text with the end-of-sequence token added."""
-    if isinstance(row["prompt"], list):
-        return list(tokenizer.apply_chat_template(row["prompt"] + row[key], tokenize=True,
-                                                  return_dict=True)["input_ids"])
-    answer = row[key]
-    eos = tokenizer.eos_token or ""
-    if not answer.endswith(eos):
-        answer += eos
-    return list(tokenizer(row["prompt"] + answer)["input_ids"])
-
-
-def sequence_rewards(model, sequences: list[list[int]], *, batch_size: int, pad_id: int) -> list[float]:
-    """The classifier's one output per sequence. Shapes: input (B, T) right-padded, logits (B, 1); the model
-    reads the last token that is not padding, as in training."""
-    import torch
-
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    rewards: list[float] = []
-    with torch.no_grad():
-        for start in range(0, len(sequences), batch_size):
-            chunk = sequences[start : start + batch_size]
-            width = max(len(ids) for ids in chunk)
-            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            attention = torch.zeros_like(input_ids)
-            for row, ids in enumerate(chunk):
-                input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                attention[row, : len(ids)] = 1
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-            rewards.extend(logits[:, 0].float().tolist())
-    model.train(was_training)
-    return rewards
 
 
 @dataclass

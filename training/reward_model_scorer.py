@@ -3,7 +3,7 @@
 Used wherever a reward model's judgment is needed after training: GRPO's `reward_model` reward
 (training.grpo.rewards), `python -m training rescore --reward-model` and the app's model reviewer
 (`python -m training reward-score`). Each answer is scored alone, built into a sequence exactly as
-`python -m training reward` trained on it (training.reward.sequence_ids): a chat prompt through the chat
+`python -m training reward` trained on it (sequence_ids): a chat prompt through the chat
 template with the answer as the assistant's message, a plain prompt followed by the answer and the
 end-of-sequence token.
 
@@ -21,6 +21,44 @@ from training.errors import PairwiseInputError
 
 DEFAULT_MAX_LENGTH = 1024  # RewardConfig's (and DPOConfig's) default, used when the checkpoint's run.json says nothing
 DEFAULT_BATCH_SIZE = 8
+
+
+def sequence_ids(tokenizer, row: dict, key: str) -> list[int]:
+    """Token ids of the prompt followed by row[key] ("chosen" or "rejected"), as RewardTrainer builds them:
+    through the chat template for conversational rows, else the text with the end-of-sequence token added.
+    training.reward trains and evaluates on these; they live here so that scoring never imports TRL."""
+    if isinstance(row["prompt"], list):
+        return list(tokenizer.apply_chat_template(row["prompt"] + row[key], tokenize=True,
+                                                  return_dict=True)["input_ids"])
+    answer = row[key]
+    eos = tokenizer.eos_token or ""
+    if not answer.endswith(eos):
+        answer += eos
+    return list(tokenizer(row["prompt"] + answer)["input_ids"])
+
+
+def sequence_rewards(model, sequences: list[list[int]], *, batch_size: int, pad_id: int) -> list[float]:
+    """The classifier's one output per sequence. Shapes: input (B, T) right-padded, logits (B, 1); the model
+    reads the last token that is not padding, as in training."""
+    import torch
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    rewards: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(sequences), batch_size):
+            chunk = sequences[start : start + batch_size]
+            width = max(len(ids) for ids in chunk)
+            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            attention = torch.zeros_like(input_ids)
+            for row, ids in enumerate(chunk):
+                input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                attention[row, : len(ids)] = 1
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
+            rewards.extend(logits[:, 0].float().tolist())
+    model.train(was_training)
+    return rewards
 
 
 def reward_model_identity(content_hash: str) -> str:
@@ -74,9 +112,7 @@ class RewardModelScorer:
         self.seconds = 0.0
 
     def sequence(self, prompt: str | list[dict], answer: str) -> list[int]:
-        """Token ids of the prompt and the answer as the reward run built them (training.reward.sequence_ids)."""
-        from training.reward import sequence_ids
-
+        """Token ids of the prompt and the answer as the reward run built them (sequence_ids)."""
         if isinstance(prompt, list):
             row = {"prompt": prompt, "answer": [{"role": "assistant", "content": answer}]}
         else:
@@ -98,8 +134,6 @@ class RewardModelScorer:
 
     def score(self, prompts: list[str | list[dict]], answers: list[str]) -> list[float]:
         import time
-
-        from training.reward import sequence_rewards
 
         if len(prompts) != len(answers):
             raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")

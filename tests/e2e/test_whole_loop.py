@@ -5,8 +5,9 @@ the leaderboard ranks the checkpoints; an audit of GRPO's rewarded answers is ju
 shows the broken share. Screenshots go to tests/e2e/artifacts/loop-*.png.
 
 The demo is seeded by the demo's own command (seed_demo) and its SFT checkpoint built as a run with the demo's own
-recipe (a few minutes: it must answer some speed problems right, so that GRPO has answers with full reward to
-audit). Runs launched from the pages execute in threads of the live server, as on the embedded defaults.
+recipe, cut from 320 steps to SFT_STEPS (the full recipe takes three minutes on one core; half of it already answers
+some speed problems right, which GRPO needs for answers with full reward to audit). Runs launched from the pages
+execute in threads of the live server, as on the embedded defaults.
 """
 
 import io
@@ -39,6 +40,7 @@ DPO_CONFIG = "learning_rate: 5.0e-6\nmax_steps: 4\nper_device_train_batch_size: 
 # differ, which the comparison below needs (prompts where every checkpoint answers alike are left out).
 GRPO_CONFIG = ("learning_rate: 5.0e-3\nmax_steps: 6\nnum_generations: 4\nper_device_train_batch_size: 8\n"
                "max_completion_length: 48\nlogging_steps: 1\nseed: 0\n")
+SFT_STEPS = 160
 RATIONALE = "The chosen answer works the total distance over the total time."
 
 
@@ -125,7 +127,7 @@ def test_the_whole_loop_on_a_fresh_demo(live_server, fresh_demo, browser, artifa
                  for name in ("reviewer", "reviewer2", "reviewer3")]
 
     # The demo checkpoint is still being built: the launch button waits for it and says how far it is.
-    build = demo_checkpoint_queue(enqueue=False)
+    build = demo_checkpoint_queue(steps=SFT_STEPS, enqueue=False)
     engineer = log_in(browser, url, "engineer")
     engineer.goto(url + "/runs/")
     expect(engineer.locator("#demo-checkpoint")).to_contain_text("Building the demo checkpoint tiny-sft")
