@@ -98,6 +98,21 @@ def test_malformed_row_is_refused_by_the_writer(tmp_path):
                                  "rejected": [{"role": "assistant", "content": "b"}], "meta": {}})
 
 
+@pytest.mark.parametrize(("pair", "message"), [
+    ({"prompt": [{"role": "robot", "content": "hi"}], "chosen": "a", "rejected": "b"}, "role"),
+    ({"prompt": [{"role": "user", "content": 7}], "chosen": "a", "rejected": "b"}, "content a string"),
+    ({"prompt": [], "chosen": "a", "rejected": "b"}, "non-empty list"),
+    ({"prompt": "q", "chosen": None, "rejected": "b"}, "response texts"),
+    ({"prompt": "q", "chosen": "a", "rejected": ["b"]}, "response texts"),
+])
+def test_a_malformed_pair_is_refused_and_no_snapshot_appears(tmp_path, pair, message):
+    with pytest.raises(ValueError, match=message), SnapshotWriter(
+            tmp_path / "snap", project="p", created_at=CREATED_AT, criteria_version=1, filters={}) as writer:
+        writer.add_pair("train", prompt="fine", chosen="a", rejected="b")
+        writer.add_pair("train", **pair)
+    assert not (tmp_path / "snap").exists()
+
+
 def test_tampered_file_is_rejected_naming_it(tmp_path):
     write_rows(tmp_path / "snap")
     path = tmp_path / "snap" / "train.jsonl"
