@@ -14,7 +14,7 @@ from annotate.limits import whole_number
 from annotate.parsers import JSONParser
 from annotate.permissions import CanAdjudicate, CanReview, IsAdmin, IsAdminOrEngineer
 from annotate.review import adjudication, selectors
-from annotate.review.assignments import assignment_next
+from annotate.review.assignments import assignment_next_in_project
 from annotate.review.errors import ReviewError
 from annotate.review.import_sql import items_import_file
 from annotate.review.importing import ImportRejected
@@ -72,8 +72,10 @@ class AssignmentNextView(APIView):
                    204: OpenApiResponse(description="nothing is left for this reviewer")},
     )
     def get(self, request, slug: str):
-        project = selectors.project_or_404(slug, prepared=True)
-        assignment = assignment_next(project=project, reviewer=request.user)
+        # The project is read with the reviewer's queue lock, in one statement (selectors.project_or_404 otherwise).
+        project, assignment = assignment_next_in_project(slug=slug, reviewer=request.user)
+        if project is None:
+            raise selectors.project_not_found(slug)
         if assignment is None:
             progress = selectors.reviewer_progress(project=project, reviewer=request.user)
             return Response(status=status.HTTP_204_NO_CONTENT, headers={"X-Judged": str(progress["judged"])})

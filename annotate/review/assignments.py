@@ -149,11 +149,34 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
     deadlock on a pair both are changing; PostgreSQL then aborts one, which undid all it did and is
     run again (at most DEADLOCK_RETRIES times).
     """
+    return _assignment_next(project=project, reviewer=reviewer, now=now)[1]
+
+
+def assignment_next_in_project(*, slug: str, reviewer: AbstractBaseUser,
+                               now: datetime | None = None) -> tuple[Project | None, Assignment | None]:
+    """assignment_next in the project with this slug: (the project, the assignment or None), or (None, None)
+    when no project has this slug.
+
+    For the reviewer API: the project is read in the statement that takes the reviewer's queue lock, a round
+    trip fewer than reading it first.
+    """
+    return _assignment_next(slug=slug, reviewer=reviewer, now=now)
+
+
+def _assignment_next(*, reviewer: AbstractBaseUser, now: datetime | None, project: Project | None = None,
+                     slug: str = "") -> tuple[Project | None, Assignment | None]:
+    """assignment_next for the project given, or for the one with this slug (read under the reviewer's lock)."""
     now = now or timezone.now()
     _sweep_now_and_then(now)
     for attempt in range(DEADLOCK_RETRIES + 1):
         try:
             with transaction.atomic():
+                if slug:
+                    project = queue_sql.project_by_slug_locking_reviewer(slug=slug, reviewer_id=reviewer.pk)
+                    if project is None:
+                        return None, None
+                else:
+                    queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
                 taken = _assignment_next_locked(project=project, reviewer=reviewer, now=now)
         except OperationalError as exc:
             if attempt == DEADLOCK_RETRIES or getattr(exc.__cause__, "sqlstate", None) != DEADLOCK_DETECTED:
@@ -161,15 +184,15 @@ def assignment_next(*, project: Project, reviewer: AbstractBaseUser, now: dateti
         else:
             if isinstance(taken, ReviewError):
                 raise taken  # after the commit: what led to the refusal (an attempt scored) is kept
-            return taken
-    return None  # not reached: the last attempt returns or raises
+            return project, taken
+    return project, None  # not reached: the last attempt returns or raises
 
 
 def _assignment_next_locked(*, project: Project, reviewer: AbstractBaseUser,
                             now: datetime) -> Assignment | ReviewError | None:
-    """assignment_next's work, in its transaction; a refusal of the qualification round is returned, not
-    raised, so that the transaction keeps what the round wrote before it (raising would undo it)."""
-    queue_sql.lock_reviewer(reviewer_id=reviewer.pk)
+    """assignment_next's work, in its transaction, under the reviewer's queue lock (queue_sql.lock_reviewer,
+    taken by the caller); a refusal of the qualification round is returned, not raised, so that the
+    transaction keeps what the round wrote before it (raising would undo it)."""
     waiting, judged = queue_sql.reviewer_open_assignments(project_id=project.pk, reviewer_id=reviewer.pk)
     held = [a for a in waiting if a.status == Assignment.Status.ACTIVE and a.expires_at > now]
     if held:

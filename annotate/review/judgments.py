@@ -13,6 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from annotate.errors import UserMistake
 from annotate.limits import MAX_CRITERIA, MAX_RATIONALE_CHARS, text_within
 from annotate.review import queue_sql
 from annotate.review.assignments import assignment_serve
@@ -143,35 +144,58 @@ def _judgment_submit_locked(
             raise ReviewError(f"assignment {assignment_id} is not one of yours", status=404)
         assignment, rules = locked
         client_key_db = _client_key_field.get_db_prep_value(client_key, connection)
-        # Read after the lock, so a submission that waited on it sees what the one before it stored.
-        earlier_id, last_revision = queue_sql.judgment_state(client_key_db=client_key_db, assignment_id=assignment.pk)
-        if earlier_id is not None:
-            earlier = Judgment.objects.get(pk=earlier_id)
-            if earlier.assignment_id != assignment.pk:
-                raise ReviewError("client_key was already used for another judgment; send a new one", status=409)
-            _resend_check(earlier, a_on_left=assignment.a_on_left, choice=choice, strength=strength,
-                          criteria=criteria, rationale=rationale)
-            return earlier, True
-        if assignment.status == Assignment.Status.COMPLETED:
-            raise ReviewError(
-                f"assignment {assignment_id} is already judged; undo your last judgment to change it", status=409
+
+        def checked():
+            return _checked_judgment(
+                criteria_keys=rules["criteria_keys"], min_rationale_chars=rules["min_rationale_chars"], choice=choice,
+                strength=strength, criteria=criteria, rationale=rationale,
             )
-        if assignment.status != Assignment.Status.ACTIVE or assignment.expires_at <= now:
-            raise ReviewError(
-                f"assignment {assignment_id} expired and went back to the pool; ask for the next one", status=410
+
+        def insert(fields, revision: int | None):
+            choice, strength, criteria, rationale = fields
+            return queue_sql.judgment_insert(
+                assignment=assignment, reviewer_id=reviewer.pk, revision=revision,
+                winner=unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
+                criteria={key: unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
+                rationale=rationale,
+                seconds_spent=seconds_between(assignment.served_at, now),
+                client_key_db=client_key_db, now=now,
             )
-        choice, strength, criteria, rationale = _checked_judgment(
-            criteria_keys=rules["criteria_keys"], min_rationale_chars=rules["min_rationale_chars"], choice=choice,
-            strength=strength, criteria=criteria, rationale=rationale,
-        )
-        judgment, tally = queue_sql.judgment_insert(
-            assignment=assignment, reviewer_id=reviewer.pk, revision=last_revision + 1,
-            winner=unswap(choice, a_on_left=assignment.a_on_left), strength=strength,
-            criteria={key: unswap(value, a_on_left=assignment.a_on_left) for key, value in criteria.items()},
-            rationale=rationale,
-            seconds_spent=seconds_between(assignment.served_at, now),
-            client_key_db=client_key_db, now=now,
-        )
+
+        inserted = None
+        if (connection.vendor == "postgresql" and assignment.status == Assignment.Status.ACTIVE
+                and assignment.expires_at > now):
+            # The usual judgment, one statement fewer: the insert itself numbers the revision and checks that
+            # the client key is new (judgment_state's read, also after the lock). Anything else (a key used
+            # before, a judgment to refuse) goes the way below, which answers it as it always has, in its order.
+            try:
+                fields = checked()
+            except UserMistake:
+                fields = None
+            if fields is not None and "\x00" not in fields[3]:  # text with NUL fails at the insert: after the reads
+                inserted = insert(fields, None)
+        if inserted is None:
+            # Read after the lock, so a submission that waited on it sees what the one before it stored.
+            earlier_id, last_revision = queue_sql.judgment_state(client_key_db=client_key_db,
+                                                                 assignment_id=assignment.pk)
+            if earlier_id is not None:
+                earlier = Judgment.objects.get(pk=earlier_id)
+                if earlier.assignment_id != assignment.pk:
+                    raise ReviewError("client_key was already used for another judgment; send a new one", status=409)
+                _resend_check(earlier, a_on_left=assignment.a_on_left, choice=choice, strength=strength,
+                              criteria=criteria, rationale=rationale)
+                return earlier, True
+            if assignment.status == Assignment.Status.COMPLETED:
+                raise ReviewError(
+                    f"assignment {assignment_id} is already judged; undo your last judgment to change it", status=409
+                )
+            if assignment.status != Assignment.Status.ACTIVE or assignment.expires_at <= now:
+                raise ReviewError(
+                    f"assignment {assignment_id} expired and went back to the pool; ask for the next one", status=410
+                )
+            inserted = insert(checked(), last_revision + 1)
+        judgment, tally = inserted
+        last_revision = judgment.revision - 1
         gold_expected, gold_attempt_id = rationale_checked(judgment=judgment, assignment=assignment, typing=typing)
         judgment.feedback = None
         if gold_expected:

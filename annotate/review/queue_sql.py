@@ -33,7 +33,7 @@ from datetime import datetime
 import psycopg
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
 
 from annotate.review.choices import WINNERS
@@ -44,18 +44,29 @@ from annotate.review.overlap import reviewers_needed
 REVIEWER_LOCK_KEY = 0x50574931  # "PWI1"
 
 
-def _prepared() -> bool:
-    return connection.vendor == "postgresql" and settings.PAIRWISE_PREPARED_STATEMENTS
+def _statement_cursor(db) -> psycopg.Cursor:
+    """The psycopg cursor the hot path's statements run on: one per database connection, reused.
+
+    A new cursor copies the connection's adapters and looks its result loaders up again, which cost the
+    client about as much as a short statement itself. Statements run one at a time on a connection and
+    each one's rows are fetched at once, so one cursor serves them all; a new connection gets a new one.
+    """
+    cursor = db.__dict__.get("_pairwise_statement_cursor")
+    if cursor is None or cursor.connection is not db.connection:
+        cursor = db._pairwise_statement_cursor = psycopg.Cursor(db.connection)
+    return cursor
 
 
 def _fetch(sql: str, params: Sequence | dict, *, rows: bool = True) -> list[tuple]:
     """Run one statement; return its rows (pass rows=False for a statement that returns none)."""
-    if _prepared():
-        connection.ensure_connection()
-        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    db = connections[DEFAULT_DB_ALIAS]  # what `connection` stands for, looked up once
+    if db.vendor == "postgresql" and settings.PAIRWISE_PREPARED_STATEMENTS:
+        db.ensure_connection()
+        with db.wrap_database_errors:
+            cursor = _statement_cursor(db)
             cursor.execute(sql, params, prepare=True)
             return cursor.fetchall() if rows else []
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if rows else []
 
@@ -85,18 +96,24 @@ def _converters(model: type[Model], vendor: str) -> list[tuple[int, object, list
     return found
 
 
+@functools.lru_cache(maxsize=32)
+def _attnames(model: type[Model]) -> list[str]:
+    return [field.attname for field in model._meta.concrete_fields]
+
+
 def _instances(model: type[Model], rows: list[tuple]) -> list:
     """Model instances from rows selected with `_columns(model, ...)`, as the ORM would load them."""
-    converters = _converters(model, connection.vendor)
-    names = [field.attname for field in model._meta.concrete_fields]
+    db = connections[DEFAULT_DB_ALIAS]
+    converters = _converters(model, db.vendor)
+    names = _attnames(model)
     width = len(names)
     out = []
     for row in rows:
         values = list(row[:width])
         for index, column, functions in converters:
             for function in functions:
-                values[index] = function(values[index], column, connection)
-        out.append(model.from_db(connection.alias, names, values))
+                values[index] = function(values[index], column, db)
+        out.append(model.from_db(db.alias, names, values))
     return out
 
 
@@ -404,6 +421,22 @@ def project_by_slug(*, slug: str) -> Project | None:
     return _instances(Project, rows)[0] if rows else None
 
 
+def project_by_slug_locking_reviewer(*, slug: str, reviewer_id: int) -> Project | None:
+    """project_by_slug and lock_reviewer in one statement: the project, with the reviewer's queue lock taken
+    (in the caller's transaction), or None, with no lock taken, when no project has this slug.
+
+    Only the project is read here, and it is read whatever the wait for the lock: what the queue reads
+    under the lock comes in the statements after it, which see everything committed before it was granted.
+    """
+    if connection.vendor != "postgresql":
+        return project_by_slug(slug=slug)  # SQLite's single-writer lock serialises the queue instead
+    rows = _fetch(
+        f"SELECT {_columns(Project, '')}, pg_advisory_xact_lock(%s::int4, %s::int4) FROM review_project WHERE slug = %s",
+        [REVIEWER_LOCK_KEY, reviewer_id, slug],
+    )
+    return _instances(Project, rows)[0] if rows else None
+
+
 def user_by_token(*, key: str):
     """The user holding this API token, or None (DRF's TokenAuthentication in one join)."""
     user_model = get_user_model()
@@ -415,9 +448,9 @@ def user_by_token(*, key: str):
     return _instances(user_model, rows)[0] if rows else None
 
 
-def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, winner: str, strength: int | None,
-                    criteria: dict, rationale: str, seconds_spent: float | None, client_key_db,
-                    now: datetime) -> tuple[Judgment, dict]:
+def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int | None, winner: str,
+                    strength: int | None, criteria: dict, rationale: str, seconds_spent: float | None, client_key_db,
+                    now: datetime) -> tuple[Judgment, dict] | None:
     """Insert a judgment revision, complete the assignment with it, and count it in the reviewer's tally.
 
     Returns the Judgment and the tally after counting it. A vote (a first-time, live judgment) is also
@@ -425,6 +458,10 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
     statement; elsewhere, four. With adaptive overlap, a vote also decides, in this transaction, how many
     reviewers its pair needs now (pair_needed_refresh), under that lock, so two judgments of one pair
     landing together are decided one after the other.
+
+    `revision` None (PostgreSQL only, under the assignment's lock): the statement itself numbers the revision
+    after the assignment's last one, and stores nothing, returning None, when a judgment already has this
+    client key; judgment_state's read, done in the insert.
     """
     values = {
         "assignment": assignment.pk, "pair": assignment.pair_id, "reviewer": reviewer_id, "revision": revision,
@@ -445,12 +482,30 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
     )
     count = (
         "INSERT INTO review_reviewertally (project_id, reviewer_id, judged, judged_once, retests) "
-        "VALUES (%(project)s, %(reviewer)s, 1, %(once)s, 0) "
+        f"{_COUNT_VALUES} "
         "ON CONFLICT (project_id, reviewer_id) DO UPDATE SET judged = review_reviewertally.judged + 1, "
         "judged_once = review_reviewertally.judged_once + excluded.judged_once "
         "RETURNING judged, judged_once, retests"
     )
-    if connection.vendor == "postgresql":
+    if revision is None:
+        if connection.vendor != "postgresql":
+            raise ValueError("judgment_insert numbers the revision itself on PostgreSQL only")
+        # Each part acts only when the judgment went in: nothing is written when the client key was used.
+        rows = _fetch(
+            f"WITH judgment AS ({_JUDGMENT_INSERT_NEXT_REVISION}), "
+            f"completed AS ({complete.format(judgment='(SELECT id FROM judgment)')} "
+            "AND EXISTS (SELECT 1 FROM judgment)), "
+            f"counted AS ({count.replace(_COUNT_VALUES, _COUNT_VALUES_IF_STORED)}), "
+            f"voted AS ({_vote_add(' AND EXISTS (SELECT 1 FROM judgment)')}) "
+            "SELECT judgment.id, counted.judged, counted.judged_once, counted.retests, "
+            "(SELECT adaptive FROM voted), judgment.revision FROM judgment, counted",
+            values,
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        revision = row[5]
+    elif connection.vendor == "postgresql":
         (row,) = _fetch(
             f"WITH judgment AS ({insert}), "
             f"completed AS ({complete.format(judgment='(SELECT id FROM judgment)')}), "
@@ -480,21 +535,41 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int, 
     return judgment, {"judged": row[1], "judged_once": row[2], "retests": row[3]}
 
 
-# Count a vote on its pair, for a first-time judgment (a retest is not a vote: the export counts each reviewer
-# once); an answer of the qualification round adds nothing, yet its pair is still decided again below, as any
-# first-time judgment's. An UPDATE adds to the latest committed counters, so two votes landing together are
-# both counted. Returns whether the project's overlap is adaptive (the pair needs deciding again); no row for
-# a retest.
-_VOTE_ADD = (
-    "UPDATE review_pair SET "
-    + ", ".join(f"votes_{winner} = votes_{winner} + CASE WHEN vote.live AND %(winner)s = '{winner}' THEN 1 ELSE 0 END"
-                for winner in WINNERS)
-    + " FROM (SELECT EXISTS (SELECT 1 FROM review_assignment a WHERE "
-    f"a.id = %(assignment)s AND {live_assignment_sql('a')}) AS live) vote "
-    "WHERE review_pair.id = %(pair)s AND %(original)s "
-    "RETURNING (SELECT pr.min_overlap < pr.overlap FROM review_project pr WHERE pr.id = review_pair.project_id) "
-    "AS adaptive"
+# judgment_insert's judgment when it numbers the revision itself: the next after the assignment's last (read under
+# the assignment's lock, by this statement, so after every judgment committed before the lock was granted), and
+# only if no judgment has the client key yet (what judgment_state reads otherwise).
+_JUDGMENT_INSERT_NEXT_REVISION = (
+    "INSERT INTO review_judgment (assignment_id, pair_id, reviewer_id, revision, retracted, winner, strength, "
+    "criteria, criteria_version_id, rationale, seconds_spent, client_key, created_at) "
+    "SELECT %(assignment)s, %(pair)s, %(reviewer)s, "
+    "(SELECT coalesce(max(revision), 0) + 1 FROM review_judgment WHERE assignment_id = %(assignment)s), false, "
+    "%(winner)s, %(strength)s, %(criteria)s, %(criteria_version)s, %(rationale)s, %(seconds)s, %(key)s, %(now)s "
+    "WHERE NOT EXISTS (SELECT 1 FROM review_judgment WHERE client_key = %(key)s) RETURNING id, revision"
 )
+_COUNT_VALUES = "VALUES (%(project)s, %(reviewer)s, 1, %(once)s, 0)"
+_COUNT_VALUES_IF_STORED = "SELECT %(project)s, %(reviewer)s, 1, %(once)s, 0 FROM judgment"
+
+
+def _vote_add(condition: str = "") -> str:
+    """Count a vote on its pair, for a first-time judgment (a retest is not a vote: the export counts each reviewer
+    once); an answer of the qualification round adds nothing, yet its pair is still decided again below, as any
+    first-time judgment's. An UPDATE adds to the latest committed counters, so two votes landing together are
+    both counted. Returns whether the project's overlap is adaptive (the pair needs deciding again); no row for
+    a retest. `condition` (SQL, starting with AND) is one more for the pair's row to be counted.
+    """
+    return (
+        "UPDATE review_pair SET "
+        + ", ".join(f"votes_{winner} = votes_{winner} + CASE WHEN vote.live AND %(winner)s = '{winner}' THEN 1 ELSE 0 END"
+                    for winner in WINNERS)
+        + " FROM (SELECT EXISTS (SELECT 1 FROM review_assignment a WHERE "
+        f"a.id = %(assignment)s AND {live_assignment_sql('a')}) AS live) vote "
+        f"WHERE review_pair.id = %(pair)s AND %(original)s{condition} "
+        "RETURNING (SELECT pr.min_overlap < pr.overlap FROM review_project pr WHERE pr.id = review_pair.project_id) "
+        "AS adaptive"
+    )
+
+
+_VOTE_ADD = _vote_add()
 
 
 def pair_vote_withdraw(*, pair_id: int, winner: str) -> None:

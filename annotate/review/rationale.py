@@ -57,12 +57,16 @@ def is_near_duplicate(text: str, others: Iterable[str]) -> bool:
     mine = normalised(text)[:COMPARED_CHARS]
     if len(mine) < NEAR_DUPLICATE_MIN_CHARS:
         return False
-    matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(mine)  # SequenceMatcher caches what it learns about seq2
+    matcher = None
     for other in others:
         theirs = normalised(other)[:COMPARED_CHARS]
         if len(theirs) < NEAR_DUPLICATE_MIN_CHARS:
             continue
+        if theirs == mine:  # the same text (a copy): its ratio is 1.0, no need to compute it
+            return True
+        if matcher is None:
+            matcher = difflib.SequenceMatcher(autojunk=False)
+            matcher.set_seq2(mine)  # SequenceMatcher caches what it learns about seq2
         matcher.set_seq1(theirs)
         # The cheap upper bounds first: most pairs of rationales are nothing alike.
         if (matcher.real_quick_ratio() >= NEAR_DUPLICATE_RATIO and matcher.quick_ratio() >= NEAR_DUPLICATE_RATIO
@@ -124,7 +128,8 @@ def looks_pasted(*, chars: int, typing: TypingSignals | None) -> bool:
 
 def rationale_text_key(rationale: str) -> str:
     """The reuse key of a rationale; empty for one without a word in it, which is never a reuse."""
-    return text_key(rationale) if normalised(rationale) else ""
+    words = normalised(rationale)
+    return hashlib.sha256(words.encode()).hexdigest() if words else ""  # text_key, normalising once
 
 
 # The checks on PostgreSQL, in one round trip: the project's too_short bar, whether the reviewer wrote this

@@ -39,8 +39,13 @@ def project_or_404(slug: str, *, only: tuple[str, ...] = (), prepared: bool = Fa
         projects = Project.objects.filter(slug=slug)
         project = (projects.only(*only) if only else projects).first()
     if project is None:
-        raise Http404(f"no project {slug!r}")
+        raise project_not_found(slug)
     return project
+
+
+def project_not_found(slug: str) -> Http404:
+    """The 404 for a path naming no project."""
+    return Http404(f"no project {slug!r}")
 
 
 def project_for_staff_page(request, slug: str, *, to: str) -> Project:
