@@ -22,6 +22,7 @@ from annotate.review.assignments import assignment_next
 from annotate.review.judgments import judgment_submit
 from annotate.review.models import Project, Response
 from annotate.review.users import user_add
+from annotate.runs.audit import rewarded_rollouts
 from annotate.runs.demo_checkpoint import demo_checkpoint_queue
 from annotate.runs.execute import run_execute
 from annotate.runs.management.commands.seed_demo import judge_demo_project
@@ -175,6 +176,8 @@ def test_the_whole_loop_on_a_fresh_demo(live_server, fresh_demo, browser, artifa
     engineer.screenshot(path=str(artifacts / "loop-4-grpo-run.png"), full_page=True)
     dpo_child = Run.objects.get(pk=dpo_run).made_checkpoint
     grpo_child = Run.objects.get(pk=grpo_run).made_checkpoint
+    # The audit below needs answers with full reward: with fewer SFT steps the demo checkpoint may write none.
+    assert rewarded_rollouts(Run.objects.get(pk=grpo_run)), f"GRPO rewarded no answer; raise SFT_STEPS ({SFT_STEPS})"
     assert dpo_child.parent_id == grpo_child.parent_id == parent.pk
     assert Run.objects.get(pk=dpo_run).export.project_id == demo.pk
     assert Run.objects.get(pk=grpo_run).task_set.name == "speed · train"
