@@ -7,7 +7,9 @@ tiny SFT checkpoint taught a classic wrong method on four in five speed problems
    each at temperature 1; for each distinct prompt where it wrote both a correct and an incorrect answer (the
    verifier stands in for a careful reviewer), one pair, the correct answer chosen. Prompts where it wrote only
    one kind are left out, so every pair compares two of the model's own answers, as reviewers see them. The pairs become a
-   snapshot (conversational rows, 90% train / 10% test by problem), as the app exports.
+   snapshot (conversational rows, 90% train / 10% test by problem), as the app exports. With --pairing
+   length-balanced, each prompt's pair is its correct and wrong answers closest in length, and as many pairs have
+   the chosen answer shorter as longer (preference_pairs): length no longer tells which answer was chosen.
 2. A reward model: `python -m training reward` from the parent on that snapshot; its test accuracy (chosen above
    rejected) with a Wilson interval, and the share of its reward that follows length.
 3. GRPO from the same parent with the reward model as its only reward: `python -m training grpo` with
@@ -21,7 +23,7 @@ Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the chi
 in every seed.
 
     python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
-                                    [--add-to-results] [--verify-again]
+                                    [--pairing random|length-balanced] [--add-to-results] [--verify-again]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
 """
@@ -75,8 +77,9 @@ REWARD_RECIPE = {
 }
 
 
-def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> dict:
-    """Pairs of the parent's own answers (one correct, one wrong, by the verifier) as a snapshot; returns counts."""
+def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int, pairing: str = "random") -> dict:
+    """Pairs of the parent's own answers (one correct, one wrong, by the verifier) as a snapshot; returns counts.
+    `pairing`: see preference_pairs."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -95,8 +98,7 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> 
     with TaskVerifier(workers=1) as verifier:
         verdicts = verifier.verify_many([(task, answer) for task, sampled in zip(problems, answers, strict=True)
                                          for answer in sampled])
-    rng = random.Random(seed)
-    pairs, seen_prompts = [], set()
+    candidates, seen_prompts = [], set()
     for index, task in enumerate(problems):
         if task["prompt"] in seen_prompts:  # a prompt drawn twice is one prompt, on one side of the split
             continue
@@ -106,16 +108,56 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int) -> 
         right = [answer for answer, verdict in judged if verdict.status == "correct"]
         wrong = [answer for answer, verdict in judged if verdict.status == "wrong"]
         if right and wrong:
-            pairs.append((task, rng.choice(right), rng.choice(wrong)))
-    rng.shuffle(pairs)
+            candidates.append((task, right, wrong))
+    pairs, lengths = preference_pairs(candidates, random.Random(seed), pairing=pairing)
     test = max(1, round(TEST_SHARE * len(pairs)))
     with SnapshotWriter(out, project="reward-learning", created_at="2026-01-01T00:00:00Z", criteria_version=1,
-                        filters={"pairs": "parent's correct vs wrong answer", "seed": seed}) as writer:
+                        filters={"pairs": "parent's correct vs wrong answer", "pairing": pairing, "seed": seed}) as writer:
         for number, (task, chosen, rejected) in enumerate(pairs):
             writer.add_pair("test" if number < test else "train", prompt=[{"role": "user", "content": task["prompt"]}],
                             chosen=chosen, rejected=rejected, meta={"task_id": task["task_id"]})
     return {"problems": len(problems), "distinct_prompts": len(seen_prompts), "pairs": len(pairs),
-            "train": len(pairs) - test, "test": test, "prompts_without_both": len(seen_prompts) - len(pairs)}
+            "train": len(pairs) - test, "test": test, "prompts_without_both": len(seen_prompts) - len(candidates),
+            "pairing": pairing, **lengths}
+
+
+PAIRINGS = ("random", "length-balanced")
+
+
+def preference_pairs(candidates: list[tuple[dict, list[str], list[str]]], rng: random.Random, *,
+                     pairing: str) -> tuple[list[tuple[dict, str, str]], dict]:
+    """One (task, chosen, rejected) pair per candidate prompt (its correct and its wrong answers), shuffled, and how
+    their lengths compare: {"chosen_shorter", "chosen_longer", "equal_length", "left_out_for_balance"}.
+
+    "random": a correct and a wrong answer drawn at random. The taught wrong method writes longer numbers, so the
+    chosen answer is then mostly the shorter one, and a reward model can score length instead of correctness.
+    "length-balanced": each prompt's correct and wrong answers closest in length (ties drawn at random); then, of the
+    side that is more common (chosen shorter, or chosen longer), the pairs furthest apart in length are left out
+    until both sides are as many, so that length says nothing about which answer was chosen.
+    """
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {', '.join(PAIRINGS)}, got {pairing!r}")
+    pairs = []
+    for task, right, wrong in candidates:
+        if pairing == "random":
+            pairs.append((task, rng.choice(right), rng.choice(wrong)))
+            continue
+        combos = [(abs(len(r) - len(w)), rng.random(), r, w) for r in right for w in wrong]
+        _, _, chosen, rejected = min(combos)
+        pairs.append((task, chosen, rejected))
+    left_out = 0
+    if pairing == "length-balanced":
+        shorter = [p for p in pairs if len(p[1]) < len(p[2])]
+        longer = [p for p in pairs if len(p[1]) > len(p[2])]
+        more, fewer = (shorter, longer) if len(shorter) > len(longer) else (longer, shorter)
+        more.sort(key=lambda p: (abs(len(p[1]) - len(p[2])), p[0]["task_id"]))
+        dropped = {id(p) for p in more[len(fewer):]}
+        left_out = len(dropped)
+        pairs = [p for p in pairs if id(p) not in dropped]
+    rng.shuffle(pairs)
+    return pairs, {"chosen_shorter": sum(len(c) < len(r) for _, c, r in pairs),
+                   "chosen_longer": sum(len(c) > len(r) for _, c, r in pairs),
+                   "equal_length": sum(len(c) == len(r) for _, c, r in pairs), "left_out_for_balance": left_out}
 
 
 def training_tasks(seed: int) -> list[dict]:
@@ -196,7 +238,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
 
     sft, _ = parent_checkpoint(workdir, seed, args)
     snapshot = workdir / f"preferences-{seed}"
-    counts = preference_snapshot(snapshot, sft, seed=seed, threads=args.threads)
+    counts = preference_snapshot(snapshot, sft, seed=seed, threads=args.threads, pairing=args.pairing)
 
     reward_run = workdir / f"reward-{seed}"
     reward_config = workdir / f"reward-{seed}.yaml"
@@ -268,6 +310,9 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=4, help="sampled answers per held-out problem (default 4)")
     parser.add_argument("--steps", type=int, default=RECIPE["max_steps"], help="GRPO steps (default: the recipe's)")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run side by side (default 1)")
+    parser.add_argument("--pairing", choices=PAIRINGS, default="random",
+                        help="how each prompt's correct and wrong answer are paired (default random; length-balanced: "
+                             "closest in length, and as many pairs with the chosen answer shorter as longer)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the snapshots, reward models and GRPO runs in this folder (default: a temporary "
                              "one, removed at the end)")
@@ -391,7 +436,7 @@ def results_settings(args) -> dict:
             "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
             "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
             "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps},
-            "train_tasks": TRAIN_TASKS}
+            "train_tasks": TRAIN_TASKS, "pairing": args.pairing}
 
 
 def finished_seeds(args) -> list[dict]:
@@ -401,6 +446,7 @@ def finished_seeds(args) -> list[dict]:
         return []
     results = json.loads(RESULTS.read_text())
     settings = {key: value for key, value in results.get("settings", {}).items() if key != "seeds"}
+    settings.setdefault("pairing", "random")  # files written before pairings had a name paired at random
     ours = json.loads(json.dumps(results_settings(args)))
     if settings != ours:
         differs = sorted(key for key in {*settings, *ours} if settings.get(key) != ours.get(key))

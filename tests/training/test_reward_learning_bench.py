@@ -5,6 +5,7 @@ different times joined in one results file."""
 
 import argparse
 import json
+import random
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_seeds_run_at_different_times_land_in_one_results_file_and_other_setting
 
     def settings(seeds, **changes):
         return argparse.Namespace(**{"seeds": seeds, "parents": None, "heldout": 100, "samples": 4, "threads": 1,
-                                     "steps": 400, "add_to_results": True, **changes})
+                                     "steps": 400, "add_to_results": True, "pairing": "random", **changes})
 
     def row(seed, gain):
         return {"seed": seed, "gain_points": gain, "reward_model": {"test": {"accuracy": 0.9}, "cpu_minutes": 2.0}}
@@ -101,6 +102,50 @@ def test_seeds_run_at_different_times_land_in_one_results_file_and_other_setting
 
     with pytest.raises(SystemExit, match=r"was run with other settings \(heldout\)"):
         bench.finished_seeds(settings([1], heldout=50))
+    with pytest.raises(SystemExit, match=r"was run with other settings \(pairing\)"):
+        bench.finished_seeds(settings([1], pairing="length-balanced"))
+    # A file written before pairings were named was paired at random: its seeds join a random run's.
+    old_file = json.loads(bench.RESULTS.read_text())
+    del old_file["settings"]["pairing"]
+    bench.RESULTS.write_text(json.dumps(old_file))
+    assert [r["seed"] for r in bench.finished_seeds(settings([1]))] == [0, 2]
+
+
+def candidate_prompts() -> list:
+    """Eight prompts' correct and wrong answers: the wrong ones mostly longer, as the taught wrong method writes."""
+    tasks = make_tasks("speed", n=8, seed=1, variant="train")
+    right = ["12 km/h", "Answer: 12 km/h"]
+    return [(task, right, ["24.5 km/h" + "0" * index, "1 km/h"] if index % 3 == 0 else ["240.25 km/h" + "0" * index])
+            for index, task in enumerate(tasks)]
+
+
+def test_random_pairs_draw_one_correct_and_one_wrong_answer_per_prompt():
+    candidates = candidate_prompts()
+    pairs, lengths = bench.preference_pairs(candidates, random.Random(0), pairing="random")
+    by_task = {task["task_id"]: (right, wrong) for task, right, wrong in candidates}
+    assert sorted(task["task_id"] for task, _, _ in pairs) == sorted(by_task)
+    for task, chosen, rejected in pairs:
+        assert chosen in by_task[task["task_id"]][0] and rejected in by_task[task["task_id"]][1]
+    assert lengths["left_out_for_balance"] == 0 and sum(lengths[k] for k in
+                                                        ("chosen_shorter", "chosen_longer", "equal_length")) == 8
+
+
+def test_length_balanced_pairs_leave_length_saying_nothing_about_the_choice():
+    candidates = candidate_prompts()
+    pairs, lengths = bench.preference_pairs(candidates, random.Random(0), pairing="length-balanced")
+    shorter = [p for p in pairs if len(p[1]) < len(p[2])]
+    longer = [p for p in pairs if len(p[1]) > len(p[2])]
+    assert len(shorter) == len(longer) == lengths["chosen_shorter"] == lengths["chosen_longer"] >= 1
+    assert lengths["left_out_for_balance"] == 8 - len(pairs) > 0
+    # Each prompt's pair is its correct and wrong answers closest in length.
+    for task, chosen, rejected in pairs:
+        _, right, wrong = next(c for c in candidates if c[0]["task_id"] == task["task_id"])
+        assert abs(len(chosen) - len(rejected)) == min(abs(len(r) - len(w)) for r in right for w in wrong)
+    # The same prompts and answers pair the same way under another seed; only the order differs.
+    again, _ = bench.preference_pairs(candidates, random.Random(7), pairing="length-balanced")
+    assert sorted((t["task_id"], c, r) for t, c, r in again) == sorted((t["task_id"], c, r) for t, c, r in pairs)
+    with pytest.raises(ValueError, match="pairing must be one of random, length-balanced"):
+        bench.preference_pairs(candidates, random.Random(0), pairing="shortest")
 
 
 def test_verify_again_replaces_only_the_check_of_recorded_answers_in_the_results(tmp_path, monkeypatch, capsys):
