@@ -77,9 +77,10 @@ REWARD_RECIPE = {
 }
 
 
-def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int, pairing: str = "random") -> dict:
+def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int, pairing: str = "random",
+                        test_share: float = TEST_SHARE) -> dict:
     """Pairs of the parent's own answers (one correct, one wrong, by the verifier) as a snapshot; returns counts.
-    `pairing`: see preference_pairs."""
+    `pairing`: see preference_pairs; `test_share` 1.0 puts every pair in the test split (an evaluation set)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -110,7 +111,7 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int, pai
         if right and wrong:
             candidates.append((task, right, wrong))
     pairs, lengths = preference_pairs(candidates, random.Random(seed), pairing=pairing)
-    test = max(1, round(TEST_SHARE * len(pairs)))
+    test = max(1, round(test_share * len(pairs)))
     with SnapshotWriter(out, project="reward-learning", created_at="2026-01-01T00:00:00Z", criteria_version=1,
                         filters={"pairs": "parent's correct vs wrong answer", "pairing": pairing, "seed": seed}) as writer:
         for number, (task, chosen, rejected) in enumerate(pairs):

@@ -170,3 +170,17 @@ def test_verify_again_replaces_only_the_check_of_recorded_answers_in_the_results
     assert "seed 3:" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no recorded run .*grpo-rm-4 for seed 4; run that seed first"):
         bench.verify_again(argparse.Namespace(seeds=[4], workdir=tmp_path / "runs"))
+
+
+def test_the_pairing_bench_refuses_a_parent_that_is_not_a_checkpoint_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from bench.common import ROOT
+
+    result = subprocess.run([sys.executable, "bench/reward_pairing.py", "--parent", str(tmp_path / "missing")],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: --parent {tmp_path / 'missing'} is not a checkpoint folder (no config.json); build one with python -m "
+        f"training tiny-sft --out {tmp_path / 'missing'} --misconception-share 0.8"]
