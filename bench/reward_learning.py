@@ -81,11 +81,18 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int, pai
                         test_share: float = TEST_SHARE) -> dict:
     """Pairs of the parent's own answers (one correct, one wrong, by the verifier) as a snapshot; returns counts.
     `pairing`: see preference_pairs; `test_share` 1.0 puts every pair in the test split (an evaluation set)."""
+    sampled = sampled_preferences(parent, seed=seed, threads=threads)
+    return write_preferences(out, sampled, seed=seed, pairing=pairing, test_share=test_share)
+
+
+def sampled_preferences(parent: Path, *, seed: int, threads: int) -> dict:
+    """The parent's answers to PREFERENCE_PROBLEMS held-in speed problems, PREFERENCE_SAMPLES each, judged by the
+    verifier: {"problems", "distinct_prompts", "candidates": [(task, correct answers, wrong answers)] for each
+    distinct prompt with both kinds}. One sample serves every pairing of it (write_preferences)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from training.generation import generate_completions
-    from training.snapshot import SnapshotWriter
     from training.task_families import make_tasks
     from training.verifiers.task_verifier import TaskVerifier
 
@@ -110,6 +117,14 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int, pai
         wrong = [answer for answer, verdict in judged if verdict.status == "wrong"]
         if right and wrong:
             candidates.append((task, right, wrong))
+    return {"problems": len(problems), "distinct_prompts": len(seen_prompts), "candidates": candidates}
+
+
+def write_preferences(out: Path, sampled: dict, *, seed: int, pairing: str, test_share: float = TEST_SHARE) -> dict:
+    """sampled_preferences paired by `pairing` (preference_pairs, drawn under `seed`) as a snapshot; returns counts."""
+    from training.snapshot import SnapshotWriter
+
+    candidates = sampled["candidates"]
     pairs, lengths = preference_pairs(candidates, random.Random(seed), pairing=pairing)
     test = max(1, round(test_share * len(pairs)))
     with SnapshotWriter(out, project="reward-learning", created_at="2026-01-01T00:00:00Z", criteria_version=1,
@@ -117,9 +132,9 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int, pai
         for number, (task, chosen, rejected) in enumerate(pairs):
             writer.add_pair("test" if number < test else "train", prompt=[{"role": "user", "content": task["prompt"]}],
                             chosen=chosen, rejected=rejected, meta={"task_id": task["task_id"]})
-    return {"problems": len(problems), "distinct_prompts": len(seen_prompts), "pairs": len(pairs),
-            "train": len(pairs) - test, "test": test, "prompts_without_both": len(seen_prompts) - len(candidates),
-            "pairing": pairing, **lengths}
+    return {"problems": sampled["problems"], "distinct_prompts": sampled["distinct_prompts"], "pairs": len(pairs),
+            "train": len(pairs) - test, "test": test,
+            "prompts_without_both": sampled["distinct_prompts"] - len(candidates), "pairing": pairing, **lengths}
 
 
 PAIRINGS = ("random", "length-balanced")

@@ -3,7 +3,8 @@
 From one parent (a tiny-sft checkpoint taught the classic wrong method on most speed problems, as
 bench/grpo_learning.py's parents are), for each seed:
 
-1. two preference snapshots from the same sampled answers (bench/reward_learning.py's preference_snapshot):
+1. two preference snapshots from one sample of the parent's answers (bench/reward_learning.py's
+   sampled_preferences, then write_preferences for each pairing):
    `random` pairs (a correct and a wrong answer drawn at random: the chosen one is mostly the shorter) and
    `length-balanced` pairs (closest in length, as many with the chosen answer shorter as longer);
 2. a reward model on each (bench/reward_learning.py's REWARD_RECIPE, `python -m training reward`);
@@ -28,7 +29,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 
 from bench.common import machine, results_path, utc_timestamp, write_results
 from bench.grpo_learning import run_training
-from bench.reward_learning import PAIRINGS, REWARD_RECIPE, preference_snapshot
+from bench.reward_learning import (
+    PAIRINGS,
+    REWARD_RECIPE,
+    preference_snapshot,
+    sampled_preferences,
+    write_preferences,
+)
 
 RESULTS = results_path("reward_pairing")
 EVALUATION_SEED_OFFSET = 9000  # the evaluation set's problems: another stream than the training pairs'
@@ -53,9 +60,10 @@ def one_seed(workdir: Path, parent: Path, seed: int, threads: int) -> dict:
     evaluation_counts = preference_snapshot(evaluation, parent, seed=EVALUATION_SEED_OFFSET + seed, threads=threads,
                                             pairing="length-balanced", test_share=1.0)
     row = {"seed": seed, "evaluation_set": evaluation_counts, "reward_models": {}}
+    sampled = sampled_preferences(parent, seed=seed, threads=threads)  # both pairings pair the same answers
     for pairing in PAIRINGS:
         snapshot = workdir / f"preferences-{pairing}-{seed}"
-        counts = preference_snapshot(snapshot, parent, seed=seed, threads=threads, pairing=pairing)
+        counts = write_preferences(snapshot, sampled, seed=seed, pairing=pairing)
         checkpoint, cpu_minutes = reward_model(workdir, parent, snapshot, name=f"{pairing}-{seed}", seed=seed,
                                                threads=threads)
         own = evaluate_rewards(reward_checkpoint=str(checkpoint), snapshot=str(snapshot))["reward_model"]["test"]

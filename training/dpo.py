@@ -16,6 +16,7 @@ from typing import ClassVar
 from trl import DPOConfig
 
 from training.config import PairwiseConfigMixin, key_error, load_config
+from training.padding import right_padded
 from training.trl_setup import (
     is_main_process,
     is_zero3,
@@ -107,13 +108,9 @@ def completion_logps(model, sequences: list[tuple[list[int], int]], *, batch_siz
     with torch.no_grad():
         for start in range(0, len(sequences), batch_size):
             chunk = sequences[start : start + batch_size]
-            width = max(len(ids) for ids, _ in chunk)
-            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            attention = torch.zeros_like(input_ids)
+            input_ids, attention = right_padded([ids for ids, _ in chunk], pad_id)
             answer = torch.zeros_like(input_ids, dtype=torch.bool)
             for row, (ids, prompt_len) in enumerate(chunk):
-                input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                attention[row, : len(ids)] = 1
                 answer[row, prompt_len : len(ids)] = True
             input_ids, attention, answer = input_ids.to(device), attention.to(device), answer.to(device)
             logits = model(input_ids=input_ids, attention_mask=attention).logits.float()

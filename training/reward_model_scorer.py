@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from training.errors import PairwiseInputError
+from training.padding import right_padded
 
 DEFAULT_MAX_LENGTH = 1024  # RewardConfig's (and DPOConfig's) default, used when the checkpoint's run.json says nothing
 DEFAULT_BATCH_SIZE = 8
@@ -48,13 +49,7 @@ def sequence_rewards(model, sequences: list[list[int]], *, batch_size: int, pad_
     rewards: list[float] = []
     with torch.no_grad():
         for start in range(0, len(sequences), batch_size):
-            chunk = sequences[start : start + batch_size]
-            width = max(len(ids) for ids in chunk)
-            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            attention = torch.zeros_like(input_ids)
-            for row, ids in enumerate(chunk):
-                input_ids[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                attention[row, : len(ids)] = 1
+            input_ids, attention = right_padded(sequences[start : start + batch_size], pad_id)
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
             rewards.extend(logits[:, 0].float().tolist())
     model.train(was_training)

@@ -303,7 +303,7 @@ class SnapshotWriter:
         """Add one judgment: the preferred response text first, then the other.
 
         Checks what it was given (the prompt's messages, two strings), not again the answer messages it builds
-        from them: on an export's hot path that was a third of the writer's time."""
+        from them (an export's hot path)."""
         self._check_open(split)
         if not isinstance(chosen, str) or not isinstance(rejected, str):
             raise ValueError("chosen and rejected must be response texts (strings)")

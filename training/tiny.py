@@ -21,6 +21,7 @@ from pathlib import Path
 from training.atomic_write import atomic_folder, discard_partial
 from training.errors import PairwiseInputError
 from training.generation import chat_prompt, generate_completions
+from training.padding import right_padded
 from training.share_input import NotAShare, read_share
 from training.task_families import iter_tasks, make_tasks
 
@@ -192,13 +193,9 @@ class SFTProblemStream:
 def _collate(batch: list[tuple[list[int], int]], pad_id: int):
     import torch
 
-    width = max(len(ids) for ids, _ in batch)
-    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(batch), width), -100, dtype=torch.long)
-    attention = torch.zeros((len(batch), width), dtype=torch.long)
+    input_ids, attention = right_padded([ids for ids, _ in batch], pad_id)
+    labels = torch.full_like(input_ids, -100)
     for row, (ids, prompt_len) in enumerate(batch):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        attention[row, : len(ids)] = 1
         # Loss on the answer only: the model learns to answer, not to write questions.
         labels[row, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
     return input_ids, attention, labels
