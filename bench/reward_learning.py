@@ -18,12 +18,20 @@ tiny SFT checkpoint taught a classic wrong method on four in five speed problems
 4. Parent and child on the same 100 held-out speed problems (new numbers, new wording), scored by the verifier as
    bench/grpo_learning.py scores them, beside the verifier-trained child of bench/grpo_learning.py on the same
    parent (from bench/results/grpo_learning.json, when that run used the same parents).
+5. With --audit-every N (default 40): the run saves a checkpoint every N steps, and the answer audit the app runs on
+   a GRPO run (annotate/runs/audit.py: the reward model's top tenth, drawn by hash, judged alone) is run on the
+   answers of each N-step window, the verifier standing in for the reviewers (as it does for the preferences). The
+   checkpoint after the window whose audit found the most correct answers is the audit-chosen child: what an
+   engineer who audits the run as it goes keeps, with no held-out verifier. It is scored on the held-out problems
+   too; --heldout-every-checkpoint scores every saved checkpoint there, to show whether the audits point where the
+   held-out success peaks (never used to choose).
 
 Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the child >= parent + 10 held-out points
 in every seed.
 
     python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
-                                    [--pairing random|length-balanced] [--add-to-results] [--verify-again]
+                                    [--pairing random|length-balanced] [--audit-every N] [--audited-answers K]
+                                    [--heldout-every-checkpoint] [--add-to-results] [--verify-again]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
 """
@@ -60,6 +68,8 @@ REWARD_CPU_MINUTES_LIMIT = 10.0
 PREFERENCE_PROBLEMS = 800   # held-in problems the parent answers to make pairs
 PREFERENCE_SAMPLES = 4
 TEST_SHARE = 0.1
+AUDIT_EVERY = 40            # steps between saved checkpoints, each audited on the answers of the steps before it
+AUDITED_ANSWERS = 32        # answers audited per window (the app's audit batch size)
 # The reward model's recipe (TRL's RewardConfig names): the parent's body with a new score head. On a 320-step
 # parent's own 168 train pairs, 2 epochs reached 0.63 test accuracy and 8 epochs 0.79 (19 test pairs) in about
 # 1 CPU-minute; 3e-4 did worse (0.68) than 1e-4.
@@ -246,6 +256,46 @@ def verified_afterwards(run: Path, tasks: list[dict], *, windows: int = 10, spli
     }
 
 
+def audited_windows(run: Path, tasks: list[dict], *, every: int, answers: int, seed: int) -> dict:
+    """The app's answer audit (training.grpo.audit_sample: the reward model's top tenth, `answers` drawn by hash)
+    on the recorded answers of each `every`-step window, the verifier standing in for the reviewers. The window of
+    saved checkpoint s is the answers written at steps s-every to s-1: what an engineer had audited when the run
+    reached s. {"windows": [{"checkpoint_step", "steps", "audited", "correct", "correct_share", "interval"}],
+    "chosen_step": the checkpoint whose window's audit found the largest correct share (the earlier on a tie)}."""
+    from training.evaluate import wilson_interval
+    from training.grpo.audit_sample import audit_draw, rewarded_rows
+    from training.grpo.rollouts import read_rollouts
+    from training.verifiers.task_verifier import TaskVerifier
+
+    rows = read_rollouts(run).select(["rollout_id", "task_id", "completion", "reward", "status", "reward_model_score",
+                                      "reward_model", "policy_step"]).to_pylist()
+    saved = sorted(int(path.name.split("-")[1]) for path in (run / "trainer_checkpoints").glob("checkpoint-*"))
+    drawn = {step: audit_draw(rewarded_rows([row for row in rows if step - every <= row["policy_step"] < step]),
+                              answers, seed) for step in saved}
+    by_id = {task["task_id"]: task for task in tasks}
+    with TaskVerifier(workers=1) as verifier:
+        verdicts = verifier.verify_many([(by_id[row["task_id"]], row["completion"])
+                                         for step in saved for row in drawn[step]])
+    windows, verdict_at = [], 0
+    for step in saved:
+        correct = sum(verdict.status == "correct" for verdict in verdicts[verdict_at:verdict_at + len(drawn[step])])
+        verdict_at += len(drawn[step])
+        audited = len(drawn[step])
+        windows.append({"checkpoint_step": step, "steps": [step - every, step - 1], "audited": audited,
+                        "correct": correct, "correct_share": round(correct / audited, 4) if audited else None,
+                        "interval": [round(bound, 4) for bound in wilson_interval(correct, audited)] if audited
+                        else None})
+    scored = [w for w in windows if w["correct_share"] is not None]
+    chosen = max(scored, key=lambda w: (w["correct_share"], -w["checkpoint_step"]), default=None)
+    return {"every": every, "answers_per_window": answers, "windows": windows,
+            "chosen_step": None if chosen is None else chosen["checkpoint_step"]}
+
+
+def checkpoint_at(run: Path, step: int) -> Path:
+    """The checkpoint a run saved after `step` optimizer steps."""
+    return run / "trainer_checkpoints" / f"checkpoint-{step}"
+
+
 def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
     import yaml
 
@@ -270,17 +320,32 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
     write_task_file(tasks, open_tasks(verifiable))
     run = workdir / f"grpo-rm-{seed}"
     config = workdir / f"grpo-rm-{seed}.yaml"
+    saving = ({"save_strategy": "steps", "save_steps": args.audit_every, "save_only_model": True}
+              if args.audit_every else {})
     config.write_text(yaml.safe_dump({**RECIPE, "max_steps": args.steps, "base_checkpoint": str(sft),
                                       "tasks": str(tasks), "output_dir": str(run), "seed": seed,
                                       "torch_threads": args.threads,
-                                      "reward_model": str(reward_run / "checkpoint")}))
+                                      "reward_model": str(reward_run / "checkpoint"), **saving}))
     grpo_wall, grpo_cpu = run_training("grpo", config, args.threads)
     child = run / "checkpoint"
-    sampled = evaluate([sft, child], heldout, samples=args.samples, temperature=RECIPE["temperature"], seed=seed,
-                       threads=args.threads)
+    audits = (audited_windows(run, verifiable, every=args.audit_every, answers=args.audited_answers, seed=seed)
+              if args.audit_every else None)
+    steps = ([w["checkpoint_step"] for w in audits["windows"]] if args.heldout_every_checkpoint
+             else [audits["chosen_step"]] if audits and audits["chosen_step"] is not None else [])
+    sampled = evaluate([sft, child, *(checkpoint_at(run, step) for step in steps)], heldout, samples=args.samples,
+                       temperature=RECIPE["temperature"], seed=seed, threads=args.threads)
 
     def success(index: int) -> dict:
         return sampled["checkpoints"][index]["all"]
+
+    if audits is not None:
+        heldout_by_step = {step: success(2 + index)["success_rate"] for index, step in enumerate(steps)}
+        for window in audits["windows"]:
+            window["heldout_success"] = heldout_by_step.get(window["checkpoint_step"])
+        if audits["chosen_step"] is not None:
+            chosen = success(2 + steps.index(audits["chosen_step"]))
+            audits["chosen_child"] = chosen
+            audits["gain_points"] = round(100 * (chosen["success_rate"] - success(0)["success_rate"]), 1)
 
     ledger = json.loads((run / "ledger.json").read_text())
     afterwards = verified_afterwards(run, verifiable, split=trip_time)
@@ -296,6 +361,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
         "grpo_wall_s": round(grpo_wall, 1),
         "by_step": ledger["by_step"],
         "verified_afterwards": afterwards,
+        "audited": audits,
         "completion_length": ledger["completion_length"],
         "parent_recipe": json.loads((sft / "tiny_sft.json").read_text())["config"],
         "scorers": sampled["checkpoints"][1]["all"]["scorers"],
@@ -329,6 +395,14 @@ def main() -> int:
     parser.add_argument("--pairing", choices=PAIRINGS, default="random",
                         help="how each prompt's correct and wrong answer are paired (default random; length-balanced: "
                              "closest in length, and as many pairs with the chosen answer shorter as longer)")
+    parser.add_argument("--audit-every", type=int, default=AUDIT_EVERY,
+                        help=f"save a checkpoint every N GRPO steps and audit each window's top-scored answers, the "
+                             f"verifier standing in for reviewers (default {AUDIT_EVERY}; 0: no audits)")
+    parser.add_argument("--audited-answers", type=int, default=AUDITED_ANSWERS,
+                        help=f"answers audited per window (default {AUDITED_ANSWERS})")
+    parser.add_argument("--heldout-every-checkpoint", action="store_true",
+                        help="also score every saved checkpoint on the held-out problems, to show where held-out "
+                             "success peaks beside the audits (never used to choose)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the snapshots, reward models and GRPO runs in this folder (default: a temporary "
                              "one, removed at the end)")
@@ -340,6 +414,11 @@ def main() -> int:
                              "(after a change to that check) and replace that part of their rows in the results file")
     add_parent_options(parser)
     args = parser.parse_args()
+    if args.audit_every < 0 or args.audited_answers < 1:
+        parser.error("--audit-every must be 0 (no audits) or a number of steps, and --audited-answers at least 1")
+    if args.audit_every > args.steps:
+        parser.error(f"--audit-every {args.audit_every} is more than the run's {args.steps} steps; no checkpoint "
+                     "would be audited: give at most --steps, or 0 for no audits")
     if args.verify_again:
         return verify_again(args)
     if args.add_to_results:
@@ -386,11 +465,15 @@ def main() -> int:
           f"{statistics.median(r['gain_points'] for r in rows):+.1f})")
     if not verifier_children:
         print("verifier child: bench/results/grpo_learning.json holds no run on the same parents and held-out set")
+    if any(row.get("audited") for row in rows):
+        print(format_audit_choice(rows))
     for row in rows:
         print(f"\nseed {row['seed']}: reward, reward-model score, correct share (none: no verifier ran) and length by "
               "step")
         print("\n".join(format_steps(row["by_step"])[1:]))
         print(format_verified_afterwards(row["verified_afterwards"]))
+        if row.get("audited"):
+            print(format_audited_windows(row["audited"]))
 
     print(f"wrote {written}")
     return 0
@@ -414,6 +497,44 @@ def format_verified_afterwards(afterwards: dict) -> str:
         f"{share(within['all']['accuracy'])} over {within['all']['pairs']} pairs; of equal length: "
         f"{share(within['equal_length']['accuracy'])} over {within['equal_length']['pairs']} pairs; "
         f"AUROC over all answers {share(afterwards['reward_model_auroc'])}",
+    ])
+
+
+def format_audit_choice(rows: list[dict]) -> str:
+    """The audit-chosen children beside the last checkpoints: the table the +10-point target is read from twice."""
+    lines = [f"\n{'seed':<6}{'parent':>8}{'last child':>12}{'gain':>8}{'audit-chosen step':>19}"
+             f"{'audited correct':>17}{'its held-out':>14}{'gain':>8}"]
+    for row in rows:
+        audited = row.get("audited") or {}
+        chosen = next((w for w in audited.get("windows", []) if w["checkpoint_step"] == audited.get("chosen_step")),
+                      None)
+        if chosen is None:
+            lines.append(f"{row['seed']:<6}{row['parent']['success_rate']:>8.3f}{row['child']['success_rate']:>12.3f}"
+                         f"{row['gain_points']:>+8.1f}{'-':>19}")
+            continue
+        lines.append(f"{row['seed']:<6}{row['parent']['success_rate']:>8.3f}{row['child']['success_rate']:>12.3f}"
+                     f"{row['gain_points']:>+8.1f}{chosen['checkpoint_step']:>19}"
+                     f"{chosen['correct']:>11}/{chosen['audited']:<5}"
+                     f"{audited['chosen_child']['success_rate']:>14.3f}{audited['gain_points']:>+8.1f}")
+    met = audited_gain_met(rows)
+    gains = [(row.get("audited") or {}).get("gain_points") for row in rows]
+    if met is not None:
+        lines.append(f"target, audit-chosen child >= parent + {TARGET_GAIN_POINTS:.0f} points in every seed: "
+                     f"{'met' if met else 'NOT met'} (min {min(gains):+.1f}, median {statistics.median(gains):+.1f})")
+    return "\n".join(lines)
+
+
+def format_audited_windows(audited: dict) -> str:
+    """Each window's audit (and, where scored, its checkpoint's held-out success), the chosen one marked."""
+    def held_out(window: dict) -> str:
+        return "" if window.get("heldout_success") is None else f", held-out {window['heldout_success']:.3f}"
+
+    return "\n".join([
+        f"audits ({audited['answers_per_window']} of the reward model's top-tenth answers per {audited['every']} "
+        f"steps, the verifier standing in for reviewers):",
+        *(f"  checkpoint {w['checkpoint_step']:>4}: {w['correct']}/{w['audited']} correct {w['interval']}"
+          f"{held_out(w)}{'  <- chosen' if w['checkpoint_step'] == audited['chosen_step'] else ''}"
+          for w in audited["windows"]),
     ])
 
 
@@ -446,13 +567,20 @@ def targets_met(rows: list[dict]) -> tuple[bool, bool]:
     return reward_met, all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
 
 
+def audited_gain_met(rows: list[dict]) -> bool | None:
+    """Every audit-chosen child at the target gain; None when some row has no audit-chosen child."""
+    gains = [(r.get("audited") or {}).get("gain_points") for r in rows]
+    return None if any(gain is None for gain in gains) else all(gain >= TARGET_GAIN_POINTS for gain in gains)
+
+
 def results_settings(args) -> dict:
     """What a run's figures depend on besides its seeds (the results file's settings, less "seeds")."""
     return {"parents": "taken from --parents (built by tiny-sft)" if args.parents else "built here",
             "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
             "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
             "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps},
-            "train_tasks": TRAIN_TASKS, "pairing": args.pairing}
+            "train_tasks": TRAIN_TASKS, "pairing": args.pairing,
+            "audits": {"every": args.audit_every, "answers": args.audited_answers} if args.audit_every else None}
 
 
 def finished_seeds(args) -> list[dict]:
@@ -463,6 +591,7 @@ def finished_seeds(args) -> list[dict]:
     results = json.loads(RESULTS.read_text())
     settings = {key: value for key, value in results.get("settings", {}).items() if key != "seeds"}
     settings.setdefault("pairing", "random")  # files written before pairings had a name paired at random
+    settings.setdefault("audits", None)  # nor were their runs audited
     ours = json.loads(json.dumps(results_settings(args)))
     if settings != ours:
         differs = sorted(key for key in {*settings, *ours} if settings.get(key) != ours.get(key))
@@ -498,7 +627,8 @@ def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | No
             "machine": machine(),
             "settings": {"seeds": sorted({*args.seeds, *(row["seed"] for row in others)}), **results_settings(args)},
             "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
-                       "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met},
+                       "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met,
+                       "audited_gain_met": audited_gain_met(every)},
             "verifier_trained_children": verifier_children,
             "runs": every,
         })

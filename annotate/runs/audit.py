@@ -15,7 +15,6 @@ no decisive vote leaves it undecided); the share of decided answers whose reason
 
 from __future__ import annotations
 
-import hashlib
 from collections import defaultdict
 from pathlib import Path
 
@@ -30,11 +29,11 @@ from annotate.limits import MAX_INT32, MAX_RATIONALE_CHARS, text_within, whole_n
 from annotate.quality.agreement import krippendorff_alpha
 from annotate.quality.reviewers import wilson_interval
 from annotate.runs.models import AuditBatch, AuditItem, AuditJudgment, Checkpoint, Run
+from training.grpo.audit_sample import audit_draw, rewarded_rows
 
-FULL_REWARD = 1.0 - 1e-6  # verifier rewards lie in [0, 1]; 1 is everything right
-OPEN_TOP_SHARE = 0.1  # open answers have no full reward: the reward model's highest-scored tenth stands for it
 VERDICTS = tuple(AuditJudgment.Verdict.values)  # yes, no, unsure: the value order of the agreement counts
 MIN_RATIONALE_CHARS = 10
+STEP_WINDOWS = 4  # an audit of 50 answers gives about a dozen per window: enough to see a rise, not a slope
 
 
 def _prompt_text(prompt: str) -> str:
@@ -51,24 +50,14 @@ def _prompt_text(prompt: str) -> str:
 
 
 def rewarded_rollouts(run: Run) -> list[dict]:
-    """Completions of the run rewarded most: those the verifier called correct with the full reward, and the open
-    answers (no verifier) whose reward-model score is in the run's top OPEN_TOP_SHARE of open answers (at least
-    one; ties at the cut all in). An open answer's `reward` is its reward-model score and `scorer` the reward model."""
+    """Completions of the run rewarded most (training.grpo.audit_sample.rewarded_rows): those the verifier called
+    correct with the full reward, and the open answers whose reward-model score is in the run's top tenth."""
     from training.grpo.rollouts import read_rollouts  # pyarrow only; no torch
 
     table = read_rollouts(Path(run.folder))
     columns = ("rollout_id", "task_id", "prompt", "completion", "reward", "status", "scorer", "policy_step",
                "reward_model_score", "reward_model")
-    rows = table.select(list(columns)).to_pylist() if table.num_rows else []
-    verified = [row for row in rows if row["status"] == "correct" and (row["reward"] or 0) >= FULL_REWARD]
-    scored_open = [row for row in rows if row["status"] == "unverified" and row["reward_model_score"] is not None]
-    if not scored_open:
-        return verified
-    scores = sorted((row["reward_model_score"] for row in scored_open), reverse=True)
-    cut = scores[max(1, round(OPEN_TOP_SHARE * len(scores))) - 1]
-    top_open = [{**row, "reward": row["reward_model_score"], "scorer": row["reward_model"]}
-                for row in scored_open if row["reward_model_score"] >= cut]
-    return verified + top_open
+    return rewarded_rows(table.select(list(columns)).to_pylist() if table.num_rows else [])
 
 
 def audit_create(*, run: Run, size: int, overlap: int = 3, seed: int = 0,
@@ -87,10 +76,7 @@ def audit_create(*, run: Run, size: int, overlap: int = 3, seed: int = 0,
         raise UserMistake(f"run {run.pk} has no answer with the full reward (nor an open answer a reward model scored) "
                           f"in {run.folder}/rollouts; nothing to audit")
 
-    def rank(row: dict) -> str:
-        return hashlib.sha256(f"{seed}|{row['rollout_id']}".encode()).hexdigest()
-
-    chosen = sorted(candidates, key=rank)[:size]
+    chosen = audit_draw(candidates, size, seed)
     with transaction.atomic():
         batch = AuditBatch.objects.create(run=run, checkpoint=run.made_checkpoint, overlap=overlap, seed=seed,
                                           created_by=created_by)
@@ -184,9 +170,25 @@ def _summary(items: list[AuditItem], votes: dict[int, list[str]]) -> dict:
     }
 
 
+def by_step_windows(items: list[AuditItem], votes: dict[int, list[str]], windows: int = STEP_WINDOWS) -> list[dict]:
+    """The audit of `items` split by the training step that wrote each answer into `windows` equal windows from
+    step 0 to the last audited one (those holding no answer left out): where broken reasoning rose, so that an
+    engineer sees when the run started to earn reward it should not have, and which saved checkpoint came before."""
+    steps = [item.policy_step for item in items if item.policy_step is not None]
+    if not steps:
+        return []
+    width = max(steps) // windows + 1
+    grouped: dict[int, list[AuditItem]] = defaultdict(list)
+    for item in items:
+        if item.policy_step is not None:
+            grouped[item.policy_step // width].append(item)
+    return [{"steps": [window * width, window * width + width - 1], **_summary(grouped[window], votes)}
+            for window in sorted(grouped)]
+
+
 def audit_results(*, run: Run | None = None, checkpoint: Checkpoint | None = None) -> list[dict]:
     """The share of rewarded answers with broken reasoning, per checkpoint (the run's output), for one run's
-    audits or one checkpoint's."""
+    audits or one checkpoint's; each with the same split by training step ("by_steps", by_step_windows)."""
     items = AuditItem.objects.select_related("batch__checkpoint")
     if run is not None:
         items = items.filter(batch__run=run)
@@ -200,8 +202,8 @@ def audit_results(*, run: Run | None = None, checkpoint: Checkpoint | None = Non
     for item in items:
         by_checkpoint[item.batch.checkpoint].append(item)
     return [{"checkpoint": found.name if found else None, "checkpoint_id": found.pk if found else None,
-             **_summary(group, votes)} for found, group in sorted(by_checkpoint.items(),
-                                                                   key=lambda pair: pair[0].pk if pair[0] else 0)]
+             **_summary(group, votes), "by_steps": by_step_windows(group, votes)}
+            for found, group in sorted(by_checkpoint.items(), key=lambda pair: pair[0].pk if pair[0] else 0)]
 
 
 def open_items_count(reviewer: AbstractBaseUser) -> int:

@@ -84,6 +84,32 @@ def test_the_run_page_shows_the_broken_share_with_its_interval_and_agreement(grp
     assert "3 (33%)" in checkpoint_page
 
 
+def test_the_run_page_splits_the_audit_by_the_step_that_wrote_each_answer(grpo_run, make_user, client):
+    """Broken reasoning that rises with the step shows where the run learned to earn reward without being right."""
+    batch = audit_create(run=grpo_run, size=12, overlap=2)
+    reviewers = [make_user("ann"), make_user("bob")]
+    reason = "Checked every step against the question."
+    items = list(AuditItem.objects.filter(batch=batch))
+    assert sorted({item.policy_step for item in items}) == [0, 1, 2]  # the fixture's answers, four per step
+    for item in items:
+        # step 0 all sound; step 1 one answer of four broken; step 2 every answer broken
+        broken = item.policy_step == 2 or (item.policy_step == 1 and item.rollout_id == min(
+            i.rollout_id for i in items if i.policy_step == 1))
+        for reviewer in reviewers:
+            item.judgments.create(reviewer=reviewer, verdict="no" if broken else "yes", rationale=reason)
+
+    [row] = audit_results(run=grpo_run)
+    assert [(w["steps"], w["answers"], w["decided"], w["broken"]) for w in row["by_steps"]] == [
+        ([0, 0], 4, 4, 0), ([1, 1], 4, 4, 1), ([2, 2], 4, 4, 4)]
+    assert row["broken"] == 5 == sum(w["broken"] for w in row["by_steps"])
+
+    client.force_login(make_user("eve", "engineer"))
+    page = client.get(f"/runs/{grpo_run.pk}/").content.decode()
+    table = page.split('id="audit-by-steps-1"')[1].split("</table>")[0]
+    assert [cells.split("</td>")[0] for cells in table.split("<tr><td>")[1:]] == ["0–0", "1–1", "2–2"]
+    assert "4 (100%)" in table and "1 (25%)" in table and "register_checkpoint" in page
+
+
 def test_an_audit_needs_a_grpo_run_with_rewarded_answers(base_checkpoint, make_user, client_for, tmp_path):
     engineer = client_for(make_user("eve", "engineer"))
     dpo = Run.objects.create(kind="dpo", status="succeeded", base_checkpoint=base_checkpoint, folder=str(tmp_path))

@@ -66,6 +66,56 @@ def test_the_recorded_answers_are_verified_and_the_reward_models_ranking_is_coun
     assert "0.625 over 4 pairs; of equal length: 1.000 over 1 pairs; AUROC over all answers 0.611" in printed
 
 
+def audited_run(folder, rows_by_window: list[list[tuple[bool, float]]], *, every: int, reverse: bool = False):
+    """A run folder whose window w (steps w*every .. w*every+every-1) holds the given (correct?, reward-model score)
+    answers, and the checkpoints a run saving every `every` steps leaves; returns the tasks."""
+    tasks = make_tasks("speed", n=2, seed=3, variant="train")
+    rows = []
+    for window, answers in enumerate(rows_by_window):
+        for member, (correct, score) in enumerate(answers):
+            task = tasks[member % 2]
+            row = answer_row(task, window * 100 + member, 0, completion=task["solution"] if correct else
+                             "9 * 9 = 81\nAnswer: 81", length=20, score=score, step=window * every + member % every)
+            rows.append({**row, "status": "unverified", "reward_model": "reward_model@sha256:ab"})
+        (folder / "trainer_checkpoints" / f"checkpoint-{(window + 1) * every}").mkdir(parents=True)
+    write_batch(folder / "rollouts", 0, 0, rows[::-1] if reverse else rows)
+    return tasks
+
+
+def test_each_windows_audit_checks_the_reward_models_top_tenth_and_the_best_window_chooses_the_checkpoint(tmp_path):
+    # 20 answers a window: the top tenth by score is the 2 highest. In the first window both are right, in the
+    # second one of them, in the third none, though most of its answers are right: the audit sees only the top.
+    first = [(True, 9.0), (True, 8.0)] + [(False, 1.0)] * 18
+    second = [(True, 9.5), (False, 9.1)] + [(True, 1.0)] * 18
+    third = [(False, 9.9), (False, 9.8)] + [(True, 2.0)] * 18
+    tasks = audited_run(tmp_path / "run", [first, second, third], every=4)
+
+    audited = bench.audited_windows(tmp_path / "run", tasks, every=4, answers=5, seed=0)
+
+    assert [(w["checkpoint_step"], w["steps"], w["audited"], w["correct"]) for w in audited["windows"]] == [
+        (4, [0, 3], 2, 2), (8, [4, 7], 2, 1), (12, [8, 11], 2, 0)]
+    assert audited["windows"][1]["correct_share"] == 0.5 and audited["windows"][0]["interval"][1] == 1.0
+    assert audited["chosen_step"] == 4
+    printed = bench.format_audited_windows(audited)
+    assert "checkpoint    4: 2/2 correct" in printed and printed.count("<- chosen") == 1
+    # The order the rollout files list the answers in changes nothing.
+    assert bench.audited_windows(tmp_path / "run", tasks, every=4, answers=5, seed=0) == bench.audited_windows(
+        tmp_path / "run", tasks, every=4, answers=5, seed=0)
+    audited_run(tmp_path / "reversed", [first, second, third], every=4, reverse=True)
+    assert bench.audited_windows(tmp_path / "reversed", tasks, every=4, answers=5, seed=0) == audited
+
+
+def test_equal_audits_choose_the_earlier_checkpoint_and_only_drawn_answers_count(tmp_path):
+    # 40 answers a window, top tenth 4, of which the audit draws 3; every top answer is right in both windows.
+    window = [(True, 5.0 + i) for i in range(4)] + [(False, 0.0)] * 36
+    tasks = audited_run(tmp_path, [window, window], every=2)
+
+    audited = bench.audited_windows(tmp_path, tasks, every=2, answers=3, seed=1)
+
+    assert [(w["audited"], w["correct"]) for w in audited["windows"]] == [(3, 3), (3, 3)]
+    assert audited["chosen_step"] == 2
+
+
 def test_reordering_the_recorded_rows_leaves_every_figure_as_it_was(tmp_path):
     tasks = make_tasks("speed", n=3, seed=1, variant="train")
     rows = [answer_row(task, group, member, completion=task["solution"] if member % 2 else "2 * 2 = 4\nAnswer: 4",
@@ -83,7 +133,8 @@ def test_seeds_run_at_different_times_land_in_one_results_file_and_other_setting
 
     def settings(seeds, **changes):
         return argparse.Namespace(**{"seeds": seeds, "parents": None, "heldout": 100, "samples": 4, "threads": 1,
-                                     "steps": 400, "add_to_results": True, "pairing": "random", **changes})
+                                     "steps": 400, "add_to_results": True, "pairing": "random",
+                                     "audit_every": 40, "audited_answers": 32, **changes})
 
     def row(seed, gain):
         return {"seed": seed, "gain_points": gain, "reward_model": {"test": {"accuracy": 0.9}, "cpu_minutes": 2.0}}
@@ -104,11 +155,14 @@ def test_seeds_run_at_different_times_land_in_one_results_file_and_other_setting
         bench.finished_seeds(settings([1], heldout=50))
     with pytest.raises(SystemExit, match=r"was run with other settings \(pairing\)"):
         bench.finished_seeds(settings([1], pairing="length-balanced"))
-    # A file written before pairings were named was paired at random: its seeds join a random run's.
+    with pytest.raises(SystemExit, match=r"was run with other settings \(audits\)"):
+        bench.finished_seeds(settings([1], audit_every=20))
+    # A file written before pairings were named was paired at random, and before audits was not audited: its seeds
+    # join a random, unaudited run's.
     old_file = json.loads(bench.RESULTS.read_text())
-    del old_file["settings"]["pairing"]
+    del old_file["settings"]["pairing"], old_file["settings"]["audits"]
     bench.RESULTS.write_text(json.dumps(old_file))
-    assert [r["seed"] for r in bench.finished_seeds(settings([1]))] == [0, 2]
+    assert [r["seed"] for r in bench.finished_seeds(settings([1], audit_every=0))] == [0, 2]
 
 
 def candidate_prompts() -> list:

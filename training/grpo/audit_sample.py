@@ -1,0 +1,38 @@
+"""Which recorded answers of a GRPO run an answer audit shows reviewers.
+
+The app's audit (annotate/runs/audit.py) and bench/reward_learning.py's audit of each step window draw answers
+by these rules, so a figure from one means what it means in the other. Pure functions over rollout rows
+(dicts with the rollout columns); no Django, no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+FULL_REWARD = 1.0 - 1e-6  # verifier rewards lie in [0, 1]; 1 is everything right
+OPEN_TOP_SHARE = 0.1  # open answers have no full reward: the reward model's highest-scored tenth stands for it
+
+
+def rewarded_rows(rows: list[dict]) -> list[dict]:
+    """The answers rewarded most: those the verifier called correct with the full reward, and the open answers
+    (no verifier) whose reward-model score is in the top OPEN_TOP_SHARE of the open answers among `rows` (at least
+    one; ties at the cut all in). An open answer's `reward` becomes its reward-model score and `scorer` the reward
+    model."""
+    verified = [row for row in rows if row["status"] == "correct" and (row["reward"] or 0) >= FULL_REWARD]
+    scored_open = [row for row in rows if row["status"] == "unverified" and row["reward_model_score"] is not None]
+    if not scored_open:
+        return verified
+    scores = sorted((row["reward_model_score"] for row in scored_open), reverse=True)
+    cut = scores[max(1, round(OPEN_TOP_SHARE * len(scores))) - 1]
+    top_open = [{**row, "reward": row["reward_model_score"], "scorer": row["reward_model"]}
+                for row in scored_open if row["reward_model_score"] >= cut]
+    return verified + top_open
+
+
+def audit_draw(candidates: list[dict], size: int, seed: int) -> list[dict]:
+    """`size` of `candidates`: those whose sha256(seed, rollout_id) sorts first, so the same run and seed give the
+    same answers whatever order the rollout files list them in."""
+    def rank(row: dict) -> str:
+        return hashlib.sha256(f"{seed}|{row['rollout_id']}".encode()).hexdigest()
+
+    return sorted(candidates, key=rank)[:size]
