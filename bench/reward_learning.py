@@ -30,7 +30,7 @@ Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the chi
 in every seed.
 
     python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
-                                    [--pairing random|length-balanced] [--audit-every N] [--audited-answers K]
+                                    [--pairing random|length-balanced] [--beta B] [--audit-every N] [--audited-answers K]
                                     [--heldout-every-checkpoint] [--add-to-results] [--verify-again]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
@@ -322,7 +322,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
     config = workdir / f"grpo-rm-{seed}.yaml"
     saving = ({"save_strategy": "steps", "save_steps": args.audit_every, "save_only_model": True}
               if args.audit_every else {})
-    config.write_text(yaml.safe_dump({**RECIPE, "max_steps": args.steps, "base_checkpoint": str(sft),
+    config.write_text(yaml.safe_dump({**RECIPE, "max_steps": args.steps, "beta": args.beta, "base_checkpoint": str(sft),
                                       "tasks": str(tasks), "output_dir": str(run), "seed": seed,
                                       "torch_threads": args.threads,
                                       "reward_model": str(reward_run / "checkpoint"), **saving}))
@@ -391,6 +391,9 @@ def main() -> int:
     parser.add_argument("--heldout", type=int, default=100, help="held-out problems (default 100)")
     parser.add_argument("--samples", type=int, default=4, help="sampled answers per held-out problem (default 4)")
     parser.add_argument("--steps", type=int, default=RECIPE["max_steps"], help="GRPO steps (default: the recipe's)")
+    parser.add_argument("--beta", type=float, default=RECIPE["beta"],
+                        help="TRL's KL coefficient against the parent (default: the recipe's 0.0; above 0 holds the "
+                             "policy near the parent, at the cost of a reference model's forward pass)")
     parser.add_argument("--jobs", type=int, default=1, help="seeds run side by side (default 1)")
     parser.add_argument("--pairing", choices=PAIRINGS, default="random",
                         help="how each prompt's correct and wrong answer are paired (default random; length-balanced: "
@@ -414,6 +417,8 @@ def main() -> int:
                              "(after a change to that check) and replace that part of their rows in the results file")
     add_parent_options(parser)
     args = parser.parse_args()
+    if args.beta < 0:
+        parser.error(f"--beta {args.beta} is negative; give 0 (no KL term) or a positive coefficient such as 0.04")
     if args.audit_every < 0 or args.audited_answers < 1:
         parser.error("--audit-every must be 0 (no audits) or a number of steps, and --audited-answers at least 1")
     if args.audit_every > args.steps:
@@ -578,7 +583,7 @@ def results_settings(args) -> dict:
     return {"parents": "taken from --parents (built by tiny-sft)" if args.parents else "built here",
             "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
             "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
-            "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps},
+            "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps, "beta": args.beta},
             "train_tasks": TRAIN_TASKS, "pairing": args.pairing,
             "audits": {"every": args.audit_every, "answers": args.audited_answers} if args.audit_every else None}
 

@@ -133,7 +133,7 @@ def test_seeds_run_at_different_times_land_in_one_results_file_and_other_setting
 
     def settings(seeds, **changes):
         return argparse.Namespace(**{"seeds": seeds, "parents": None, "heldout": 100, "samples": 4, "threads": 1,
-                                     "steps": 400, "add_to_results": True, "pairing": "random",
+                                     "steps": 400, "add_to_results": True, "pairing": "random", "beta": 0.0,
                                      "audit_every": 40, "audited_answers": 32, **changes})
 
     def row(seed, gain):
