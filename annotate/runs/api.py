@@ -126,6 +126,9 @@ class AuditCreateSerializer(serializers.Serializer):
     size = serializers.IntegerField(help_text="answers to sample (1-5000)")
     overlap = serializers.IntegerField(required=False, default=3, help_text="reviewers per answer (1-20)")
     seed = serializers.IntegerField(required=False, default=0)
+    spread_over_steps = serializers.BooleanField(
+        required=False, default=False, help_text="draw evenly from each step window's most rewarded answers, so the "
+                                                 "audit by training step compares windows of equal size")
 
 
 class RunAuditsView(APIView):
@@ -138,7 +141,8 @@ class RunAuditsView(APIView):
         body.is_valid(raise_exception=True)  # their ranges: audit_create, with annotate/limits.py's whole_number
         batch = audit_create(run=run_or_404(run_id), created_by=request.user, **body.validated_data)
         return Response({"id": batch.pk, "run": batch.run_id, "answers": batch.items.count(),
-                         "overlap": batch.overlap}, status=status.HTTP_201_CREATED)
+                         "overlap": batch.overlap, "spread_over_steps": batch.spread_over_steps},
+                        status=status.HTTP_201_CREATED)
 
 
 def audit_item_payload(item, reviewer) -> dict:

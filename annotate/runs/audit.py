@@ -29,11 +29,10 @@ from annotate.limits import MAX_INT32, MAX_RATIONALE_CHARS, text_within, whole_n
 from annotate.quality.agreement import krippendorff_alpha
 from annotate.quality.reviewers import wilson_interval
 from annotate.runs.models import AuditBatch, AuditItem, AuditJudgment, Checkpoint, Run
-from training.grpo.audit_sample import audit_draw, rewarded_rows
+from training.grpo.audit_sample import audit_draw, audit_draw_by_steps, rewarded_rows, step_windows
 
 VERDICTS = tuple(AuditJudgment.Verdict.values)  # yes, no, unsure: the value order of the agreement counts
 MIN_RATIONALE_CHARS = 10
-STEP_WINDOWS = 4  # an audit of 50 answers gives about a dozen per window: enough to see a rise, not a slope
 
 
 def _prompt_text(prompt: str) -> str:
@@ -49,37 +48,46 @@ def _prompt_text(prompt: str) -> str:
     return prompt
 
 
-def rewarded_rollouts(run: Run) -> list[dict]:
-    """Completions of the run rewarded most (training.grpo.audit_sample.rewarded_rows): those the verifier called
-    correct with the full reward, and the open answers whose reward-model score is in the run's top tenth."""
+def _rollout_rows(run: Run) -> list[dict]:
     from training.grpo.rollouts import read_rollouts  # pyarrow only; no torch
 
     table = read_rollouts(Path(run.folder))
     columns = ("rollout_id", "task_id", "prompt", "completion", "reward", "status", "scorer", "policy_step",
                "reward_model_score", "reward_model")
-    return rewarded_rows(table.select(list(columns)).to_pylist() if table.num_rows else [])
+    return table.select(list(columns)).to_pylist() if table.num_rows else []
 
 
-def audit_create(*, run: Run, size: int, overlap: int = 3, seed: int = 0,
+def rewarded_rollouts(run: Run) -> list[dict]:
+    """Completions of the run rewarded most (training.grpo.audit_sample.rewarded_rows): those the verifier called
+    correct with the full reward, and the open answers whose reward-model score is in the run's top tenth."""
+    return rewarded_rows(_rollout_rows(run))
+
+
+def audit_create(*, run: Run, size: int, overlap: int = 3, seed: int = 0, spread_over_steps: bool = False,
                  created_by: AbstractBaseUser | None = None) -> AuditBatch:
     """Sample `size` fully rewarded answers of a GRPO run into a new audit batch.
 
     The sample is the rollouts whose sha256(seed, rollout_id) sorts first: the same run and seed give the
-    same answers whatever order the rollout files list them in."""
+    same answers whatever order the rollout files list them in. With `spread_over_steps`, the run's steps are
+    split into windows and each window's most rewarded answers are drawn from evenly
+    (audit_sample.audit_draw_by_steps), so the audit by step compares like with like."""
     size = whole_number("size", size, low=1, high=5000, hint="answers to sample")
     overlap = whole_number("overlap", overlap, low=1, high=20, hint="reviewers per answer")
     seed = whole_number("seed", seed, low=0, high=MAX_INT32)
     if run.kind != Run.Kind.GRPO:
         raise UserMistake(f"run {run.pk} is a {run.kind} run; an answer audit samples a GRPO run's rollouts")
-    candidates = rewarded_rollouts(run)
+    if not isinstance(spread_over_steps, bool):
+        raise UserMistake(f"spread_over_steps must be true or false, not {spread_over_steps!r}")
+    rows = _rollout_rows(run)
+    candidates = rewarded_rows(rows)
     if not candidates:
         raise UserMistake(f"run {run.pk} has no answer with the full reward (nor an open answer a reward model scored) "
                           f"in {run.folder}/rollouts; nothing to audit")
 
-    chosen = audit_draw(candidates, size, seed)
+    chosen = audit_draw_by_steps(rows, size, seed) if spread_over_steps else audit_draw(candidates, size, seed)
     with transaction.atomic():
         batch = AuditBatch.objects.create(run=run, checkpoint=run.made_checkpoint, overlap=overlap, seed=seed,
-                                          created_by=created_by)
+                                          spread_over_steps=spread_over_steps, created_by=created_by)
         AuditItem.objects.bulk_create([
             AuditItem(batch=batch, rollout_id=row["rollout_id"], task_id=row["task_id"] or "",
                       prompt=_prompt_text(row["prompt"] or ""), answer=row["completion"] or "",
@@ -170,20 +178,13 @@ def _summary(items: list[AuditItem], votes: dict[int, list[str]]) -> dict:
     }
 
 
-def by_step_windows(items: list[AuditItem], votes: dict[int, list[str]], windows: int = STEP_WINDOWS) -> list[dict]:
-    """The audit of `items` split by the training step that wrote each answer into `windows` equal windows from
-    step 0 to the last audited one (those holding no answer left out): where broken reasoning rose, so that an
-    engineer sees when the run started to earn reward it should not have, and which saved checkpoint came before."""
-    steps = [item.policy_step for item in items if item.policy_step is not None]
-    if not steps:
-        return []
-    width = max(steps) // windows + 1
-    grouped: dict[int, list[AuditItem]] = defaultdict(list)
-    for item in items:
-        if item.policy_step is not None:
-            grouped[item.policy_step // width].append(item)
-    return [{"steps": [window * width, window * width + width - 1], **_summary(grouped[window], votes)}
-            for window in sorted(grouped)]
+def by_step_windows(items: list[AuditItem], votes: dict[int, list[str]]) -> list[dict]:
+    """The audit of `items` split by the training step that wrote each answer (audit_sample.step_windows: equal
+    windows from step 0 to the last audited one): where broken reasoning rose, so that an engineer sees when the
+    run started to earn reward it should not have, and which saved checkpoint came before."""
+    rows = [{"policy_step": item.policy_step, "item": item} for item in items]
+    return [{"steps": steps, **_summary([row["item"] for row in members], votes)}
+            for steps, members in step_windows(rows)]
 
 
 def audit_results(*, run: Run | None = None, checkpoint: Checkpoint | None = None) -> list[dict]:

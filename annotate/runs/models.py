@@ -188,6 +188,8 @@ class AuditBatch(models.Model):
                                    related_name="audit_batches", help_text="The checkpoint the run made.")
     overlap = models.PositiveSmallIntegerField(default=3, help_text="Reviewers per answer.")
     seed = models.IntegerField(default=0)
+    spread_over_steps = models.BooleanField(
+        default=False, help_text="Drawn evenly from each step window's most rewarded answers, not the run's.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)

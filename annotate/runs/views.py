@@ -243,7 +243,8 @@ def run_audit_create_page(request, run_id: int):
     _staff_only(request, "start answer audits")
     try:
         batch = audit_create(run=run_or_404(run_id), size=request.POST.get("size") or 0,
-                             overlap=request.POST.get("overlap") or 3, created_by=request.user)
+                             overlap=request.POST.get("overlap") or 3,
+                             spread_over_steps=request.POST.get("spread_over_steps") == "on", created_by=request.user)
         messages.success(request, f"Audit batch {batch.pk}: {batch.items.count()} rewarded answers for reviewers.")
     except (UserMistake, ValueError) as mistake:
         messages.error(request, f"Answer audit: {mistake}")

@@ -110,6 +110,31 @@ def test_the_run_page_splits_the_audit_by_the_step_that_wrote_each_answer(grpo_r
     assert "4 (100%)" in table and "1 (25%)" in table and "register_checkpoint" in page
 
 
+def test_an_audit_spread_over_steps_draws_from_each_windows_own_top_answers(base_checkpoint, make_user, client_for,
+                                                                           tmp_path):
+    """A reward model's scores rise as the run learns to please it: the run's top tenth is all late answers, so an
+    audit by step needs each window's own most rewarded answers."""
+    identity = "reward_model@sha256:" + "cd" * 32
+    rows = [{**rollout(step * 10 + i, status="unverified", reward=None), "scorer": "none", "policy_step": step,
+             "reward_model_score": step + i / 100, "reward_model": identity} for step in range(4) for i in range(10)]
+    write_batch(tmp_path / "rollouts", 0, 0, rows)
+    run = Run.objects.create(kind="grpo", status="succeeded", base_checkpoint=base_checkpoint, folder=str(tmp_path))
+    engineer = client_for(make_user("eve", "engineer"))
+
+    whole_run = engineer.post(f"/api/v1/runs/{run.pk}/audits", {"size": 8}, format="json")
+    assert whole_run.status_code == 201 and whole_run.json()["spread_over_steps"] is False
+    assert set(AuditItem.objects.filter(batch_id=whole_run.json()["id"]).values_list("policy_step", flat=True)) == {3}
+
+    spread = engineer.post(f"/api/v1/runs/{run.pk}/audits", {"size": 8, "spread_over_steps": True}, format="json")
+    assert spread.status_code == 201 and spread.json()["spread_over_steps"] is True
+    items = AuditItem.objects.filter(batch_id=spread.json()["id"])
+    # Each window of one step holds 10 answers, whose top tenth is one: one answer per step, the best of each.
+    assert sorted(items.values_list("policy_step", "reward")) == [(0, 0.09), (1, 1.09), (2, 2.09), (3, 3.09)]
+
+    refused = engineer.post(f"/api/v1/runs/{run.pk}/audits", {"size": 8, "spread_over_steps": "often"}, format="json")
+    assert (refused.status_code, refused.json()["detail"]) == (400, "spread_over_steps: Must be a valid boolean.")
+
+
 def test_an_audit_needs_a_grpo_run_with_rewarded_answers(base_checkpoint, make_user, client_for, tmp_path):
     engineer = client_for(make_user("eve", "engineer"))
     dpo = Run.objects.create(kind="dpo", status="succeeded", base_checkpoint=base_checkpoint, folder=str(tmp_path))

@@ -11,6 +11,7 @@ import hashlib
 
 FULL_REWARD = 1.0 - 1e-6  # verifier rewards lie in [0, 1]; 1 is everything right
 OPEN_TOP_SHARE = 0.1  # open answers have no full reward: the reward model's highest-scored tenth stands for it
+STEP_WINDOWS = 4  # an audit of 50 answers gives about a dozen per window: enough to see a rise, not a slope
 
 
 def rewarded_rows(rows: list[dict]) -> list[dict]:
@@ -36,3 +37,31 @@ def audit_draw(candidates: list[dict], size: int, seed: int) -> list[dict]:
         return hashlib.sha256(f"{seed}|{row['rollout_id']}".encode()).hexdigest()
 
     return sorted(candidates, key=rank)[:size]
+
+
+def step_windows(rows: list[dict], windows: int = STEP_WINDOWS) -> list[tuple[list[int], list[dict]]]:
+    """`rows` split by the training step that wrote them into `windows` equal windows from step 0 to the last
+    row's step: [([first step, last step], rows)], windows without a row left out."""
+    steps = [row["policy_step"] for row in rows if row["policy_step"] is not None]
+    if not steps:
+        return []
+    width = max(steps) // windows + 1
+    grouped: dict[int, list[dict]] = {}
+    for row in rows:
+        if row["policy_step"] is not None:
+            grouped.setdefault(row["policy_step"] // width, []).append(row)
+    return [([window * width, window * width + width - 1], grouped[window]) for window in sorted(grouped)]
+
+
+def audit_draw_by_steps(rows: list[dict], size: int, seed: int, windows: int = STEP_WINDOWS) -> list[dict]:
+    """`size` answers spread over the run's steps: each step window's own most rewarded answers (rewarded_rows of
+    that window, so that the late steps, where the reward model's scores are highest, do not take the whole
+    sample), `size` shared evenly between the windows (the earlier windows take the remainder), audit_draw within
+    each; a window with fewer answers than its share passes the rest to the next."""
+    spread = step_windows(rows, windows)
+    drawn: list[dict] = []
+    for index, (_, members) in enumerate(spread):
+        left = size - len(drawn)
+        share = -(-left // (len(spread) - index))  # what is left, shared over the windows still to draw
+        drawn += audit_draw(rewarded_rows(members), share, seed)
+    return drawn
