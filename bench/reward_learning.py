@@ -31,7 +31,7 @@ in every seed.
 
     python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
                                     [--pairing random|length-balanced] [--beta B] [--audit-every N] [--audited-answers K]
-                                    [--heldout-every-checkpoint] [--add-to-results] [--verify-again]
+                                    [--heldout-every-checkpoint] [--results FILE] [--add-to-results] [--verify-again]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
 """
@@ -386,6 +386,7 @@ def verifier_trained_children(args) -> dict[int, float]:
 
 
 def main() -> int:
+    global RESULTS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--heldout", type=int, default=100, help="held-out problems (default 100)")
@@ -415,8 +416,12 @@ def main() -> int:
     parser.add_argument("--verify-again", action="store_true",
                         help="run nothing: score the recorded answers of these seeds' GRPO runs in --workdir again "
                              "(after a change to that check) and replace that part of their rows in the results file")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help=f"the results file to write (default {shown_path(RESULTS)}); another file keeps a "
+                             "variant's figures (another --beta, say) apart from the benchmark's")
     add_parent_options(parser)
     args = parser.parse_args()
+    RESULTS = args.results
     if args.beta < 0:
         parser.error(f"--beta {args.beta} is negative; give 0 (no KL term) or a positive coefficient such as 0.04")
     if args.audit_every < 0 or args.audited_answers < 1:
