@@ -265,11 +265,12 @@ def audited_windows(run: Path, tasks: list[dict], *, every: int, answers: int, s
     from training.evaluate import wilson_interval
     from training.grpo.audit_sample import audit_draw, rewarded_rows
     from training.grpo.rollouts import read_rollouts
+    from training.run_folder import RunFolder
     from training.verifiers.task_verifier import TaskVerifier
 
     rows = read_rollouts(run).select(["rollout_id", "task_id", "completion", "reward", "status", "reward_model_score",
                                       "reward_model", "policy_step"]).to_pylist()
-    saved = sorted(int(path.name.split("-")[1]) for path in (run / "trainer_checkpoints").glob("checkpoint-*"))
+    saved = sorted(int(path.name.split("-")[1]) for path in RunFolder(run).trainer_checkpoints.glob("checkpoint-*"))
     drawn = {step: audit_draw(rewarded_rows([row for row in rows if step - every <= row["policy_step"] < step]),
                               answers, seed) for step in saved}
     by_id = {task["task_id"]: task for task in tasks}
@@ -293,7 +294,9 @@ def audited_windows(run: Path, tasks: list[dict], *, every: int, answers: int, s
 
 def checkpoint_at(run: Path, step: int) -> Path:
     """The checkpoint a run saved after `step` optimizer steps."""
-    return run / "trainer_checkpoints" / f"checkpoint-{step}"
+    from training.run_folder import RunFolder
+
+    return RunFolder(run).trainer_checkpoints / f"checkpoint-{step}"
 
 
 def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
@@ -426,6 +429,9 @@ def main() -> int:
         parser.error(f"--beta {args.beta} is negative; give 0 (no KL term) or a positive coefficient such as 0.04")
     if args.audit_every < 0 or args.audited_answers < 1:
         parser.error("--audit-every must be 0 (no audits) or a number of steps, and --audited-answers at least 1")
+    if args.heldout_every_checkpoint and not args.audit_every:
+        parser.error("--heldout-every-checkpoint scores the checkpoints the audits save; with --audit-every 0 none "
+                     "is saved: give --audit-every N, or leave --heldout-every-checkpoint out")
     if args.audit_every > args.steps:
         parser.error(f"--audit-every {args.audit_every} is more than the run's {args.steps} steps; no checkpoint "
                      "would be audited: give at most --steps, or 0 for no audits")
@@ -518,13 +524,10 @@ def format_audit_choice(rows: list[dict]) -> str:
         audited = row.get("audited") or {}
         chosen = next((w for w in audited.get("windows", []) if w["checkpoint_step"] == audited.get("chosen_step")),
                       None)
-        if chosen is None:
-            lines.append(f"{row['seed']:<6}{row['parent']['success_rate']:>8.3f}{row['child']['success_rate']:>12.3f}"
-                         f"{row['gain_points']:>+8.1f}{'-':>19}")
-            continue
-        lines.append(f"{row['seed']:<6}{row['parent']['success_rate']:>8.3f}{row['child']['success_rate']:>12.3f}"
-                     f"{row['gain_points']:>+8.1f}{chosen['checkpoint_step']:>19}"
-                     f"{chosen['correct']:>11}/{chosen['audited']:<5}"
+        last = (f"{row['seed']:<6}{row['parent']['success_rate']:>8.3f}{row['child']['success_rate']:>12.3f}"
+                f"{row['gain_points']:>+8.1f}")
+        lines.append(f"{last}{'-':>19}" if chosen is None else
+                     f"{last}{chosen['checkpoint_step']:>19}{chosen['correct']:>11}/{chosen['audited']:<5}"
                      f"{audited['chosen_child']['success_rate']:>14.3f}{audited['gain_points']:>+8.1f}")
     met = audited_gain_met(rows)
     gains = [(row.get("audited") or {}).get("gain_points") for row in rows]

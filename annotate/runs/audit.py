@@ -16,6 +16,7 @@ no decisive vote leaves it undecided); the share of decided answers whose reason
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -182,9 +183,8 @@ def by_step_windows(items: list[AuditItem], votes: dict[int, list[str]]) -> list
     """The audit of `items` split by the training step that wrote each answer (audit_sample.step_windows: equal
     windows from step 0 to the last audited one): where broken reasoning rose, so that an engineer sees when the
     run started to earn reward it should not have, and which saved checkpoint came before."""
-    rows = [{"policy_step": item.policy_step, "item": item} for item in items]
-    return [{"steps": steps, **_summary([row["item"] for row in members], votes)}
-            for steps, members in step_windows(rows)]
+    return [{"steps": steps, **_summary(members, votes)}
+            for steps, members in step_windows(items, step_of=attrgetter("policy_step"))]
 
 
 def audit_results(*, run: Run | None = None, checkpoint: Checkpoint | None = None) -> list[dict]:

@@ -99,10 +99,16 @@ def test_each_windows_audit_checks_the_reward_models_top_tenth_and_the_best_wind
     printed = bench.format_audited_windows(audited)
     assert "checkpoint    4: 2/2 correct" in printed and printed.count("<- chosen") == 1
     # The order the rollout files list the answers in changes nothing.
-    assert bench.audited_windows(tmp_path / "run", tasks, every=4, answers=5, seed=0) == bench.audited_windows(
-        tmp_path / "run", tasks, every=4, answers=5, seed=0)
     audited_run(tmp_path / "reversed", [first, second, third], every=4, reverse=True)
     assert bench.audited_windows(tmp_path / "reversed", tasks, every=4, answers=5, seed=0) == audited
+
+
+def test_scoring_every_checkpoint_without_audits_is_refused_before_any_work(monkeypatch, capsys):
+    monkeypatch.setattr("sys.argv", ["reward_learning.py", "--audit-every", "0", "--heldout-every-checkpoint"])
+    with pytest.raises(SystemExit) as refused:
+        bench.main()
+    assert refused.value.code == 2
+    assert "--heldout-every-checkpoint scores the checkpoints the audits save" in capsys.readouterr().err.splitlines()[-1]
 
 
 def test_equal_audits_choose_the_earlier_checkpoint_and_only_drawn_answers_count(tmp_path):

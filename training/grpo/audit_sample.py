@@ -8,6 +8,9 @@ by these rules, so a figure from one means what it means in the other. Pure func
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from operator import itemgetter
+from typing import Any
 
 FULL_REWARD = 1.0 - 1e-6  # verifier rewards lie in [0, 1]; 1 is everything right
 OPEN_TOP_SHARE = 0.1  # open answers have no full reward: the reward model's highest-scored tenth stands for it
@@ -39,17 +42,20 @@ def audit_draw(candidates: list[dict], size: int, seed: int) -> list[dict]:
     return sorted(candidates, key=rank)[:size]
 
 
-def step_windows(rows: list[dict], windows: int = STEP_WINDOWS) -> list[tuple[list[int], list[dict]]]:
-    """`rows` split by the training step that wrote them into `windows` equal windows from step 0 to the last
-    row's step: [([first step, last step], rows)], windows without a row left out."""
-    steps = [row["policy_step"] for row in rows if row["policy_step"] is not None]
-    if not steps:
+def step_windows(rows: list, windows: int = STEP_WINDOWS, *,
+                 step_of: Callable[[Any], int | None] = itemgetter("policy_step")) -> list[tuple[list[int], list]]:
+    """`rows` split by the training step that wrote them (`step_of(row)`; rollout rows by default) into `windows`
+    equal windows from step 0 to the last row's step: [([first step, last step], rows)], windows without a row
+    left out, and rows without a step too."""
+    steps = {id(row): step_of(row) for row in rows}
+    known = [step for step in steps.values() if step is not None]
+    if not known:
         return []
-    width = max(steps) // windows + 1
-    grouped: dict[int, list[dict]] = {}
+    width = max(known) // windows + 1
+    grouped: dict[int, list] = {}
     for row in rows:
-        if row["policy_step"] is not None:
-            grouped.setdefault(row["policy_step"] // width, []).append(row)
+        if steps[id(row)] is not None:
+            grouped.setdefault(steps[id(row)] // width, []).append(row)
     return [([window * width, window * width + width - 1], grouped[window]) for window in sorted(grouped)]
 
 
