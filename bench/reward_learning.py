@@ -25,13 +25,18 @@ tiny SFT checkpoint taught a classic wrong method on four in five speed problems
    engineer who audits the run as it goes keeps, with no held-out verifier. It is scored on the held-out problems
    too; --heldout-every-checkpoint scores every saved checkpoint there, to show whether the audits point where the
    held-out success peaks (never used to choose).
+6. With --rounds R (instead of audits): preferences are asked again, R times in all, on the answers of the policy so
+   far, as a team asks its reviewers about the new model's answers (rounds_of_one_seed). Each round adds its pairs
+   to the earlier ones, trains a new reward model from the parent on them all and runs the next 1/R of the GRPO
+   steps from the last round's checkpoint on it; each round's checkpoint is scored on the held-out problems.
 
 Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the child >= parent + 10 held-out points
 in every seed.
 
     python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
                                     [--pairing random|length-balanced] [--beta B] [--audit-every N] [--audited-answers K]
-                                    [--heldout-every-checkpoint] [--results FILE] [--add-to-results] [--verify-again]
+                                    [--heldout-every-checkpoint] [--rounds R] [--results FILE] [--add-to-results]
+                                    [--verify-again]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
 """
@@ -95,10 +100,12 @@ def preference_snapshot(out: Path, parent: Path, *, seed: int, threads: int, pai
     return write_preferences(out, sampled, seed=seed, pairing=pairing, test_share=test_share)
 
 
-def sampled_preferences(parent: Path, *, seed: int, threads: int) -> dict:
+def sampled_preferences(parent: Path, *, seed: int, threads: int, problem_seed: int | None = None) -> dict:
     """The parent's answers to PREFERENCE_PROBLEMS held-in speed problems, PREFERENCE_SAMPLES each, judged by the
-    verifier: {"problems", "distinct_prompts", "candidates": [(task, correct answers, wrong answers)] for each
-    distinct prompt with both kinds}. One sample serves every pairing of it (write_preferences)."""
+    verifier: {"problems", "distinct_prompts", "answers", "correct_answers", "candidates": [(task, correct answers,
+    wrong answers)] for each distinct prompt with both kinds}. One sample serves every pairing of it
+    (write_preferences). `problem_seed` (default 5000 + seed) draws the problems: a later round of --rounds asks
+    its policy new ones."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,7 +115,8 @@ def sampled_preferences(parent: Path, *, seed: int, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    problems = make_tasks("speed", n=PREFERENCE_PROBLEMS, seed=5000 + seed, variant="train")
+    problems = make_tasks("speed", n=PREFERENCE_PROBLEMS, seed=5000 + seed if problem_seed is None else problem_seed,
+                          variant="train")
     model = AutoModelForCausalLM.from_pretrained(parent)
     tokenizer = AutoTokenizer.from_pretrained(parent)
     answers = generate_completions(model, tokenizer, [t["prompt"] for t in problems], samples=PREFERENCE_SAMPLES,
@@ -127,24 +135,40 @@ def sampled_preferences(parent: Path, *, seed: int, threads: int) -> dict:
         wrong = [answer for answer, verdict in judged if verdict.status == "wrong"]
         if right and wrong:
             candidates.append((task, right, wrong))
-    return {"problems": len(problems), "distinct_prompts": len(seen_prompts), "candidates": candidates}
+    return {"problems": len(problems), "distinct_prompts": len(seen_prompts), "answers": len(verdicts),
+            "correct_answers": sum(verdict.status == "correct" for verdict in verdicts), "candidates": candidates}
 
 
 def write_preferences(out: Path, sampled: dict, *, seed: int, pairing: str, test_share: float = TEST_SHARE) -> dict:
     """sampled_preferences paired by `pairing` (preference_pairs, drawn under `seed`) as a snapshot; returns counts."""
+    rows, counts = split_pairs(sampled, rng=random.Random(seed), pairing=pairing, test_share=test_share)
+    write_snapshot(out, rows, seed=seed, pairing=pairing)
+    return counts
+
+
+def split_pairs(sampled: dict, *, rng: random.Random, pairing: str,
+                test_share: float = TEST_SHARE) -> tuple[list[tuple[str, dict, str, str]], dict]:
+    """sampled_preferences paired by `pairing` and split: ([(split, task, chosen, rejected)], counts). The first
+    `test_share` of the shuffled pairs (at least one) is the test split."""
+    candidates = sampled["candidates"]
+    pairs, lengths = preference_pairs(candidates, rng, pairing=pairing)
+    test = min(len(pairs), max(1, round(test_share * len(pairs))))  # a later round may find no pair at all
+    rows = [("test" if number < test else "train", task, chosen, rejected)
+            for number, (task, chosen, rejected) in enumerate(pairs)]
+    return rows, {"problems": sampled["problems"], "distinct_prompts": sampled["distinct_prompts"],
+                  "pairs": len(pairs), "train": len(pairs) - test, "test": test,
+                  "prompts_without_both": sampled["distinct_prompts"] - len(candidates), "pairing": pairing, **lengths}
+
+
+def write_snapshot(out: Path, rows: list[tuple[str, dict, str, str]], *, seed: int, pairing: str) -> None:
+    """(split, task, chosen, rejected) rows as a snapshot, as the app exports one."""
     from training.snapshot import SnapshotWriter
 
-    candidates = sampled["candidates"]
-    pairs, lengths = preference_pairs(candidates, random.Random(seed), pairing=pairing)
-    test = max(1, round(test_share * len(pairs)))
     with SnapshotWriter(out, project="reward-learning", created_at="2026-01-01T00:00:00Z", criteria_version=1,
                         filters={"pairs": "parent's correct vs wrong answer", "pairing": pairing, "seed": seed}) as writer:
-        for number, (task, chosen, rejected) in enumerate(pairs):
-            writer.add_pair("test" if number < test else "train", prompt=[{"role": "user", "content": task["prompt"]}],
-                            chosen=chosen, rejected=rejected, meta={"task_id": task["task_id"]})
-    return {"problems": sampled["problems"], "distinct_prompts": sampled["distinct_prompts"], "pairs": len(pairs),
-            "train": len(pairs) - test, "test": test,
-            "prompts_without_both": sampled["distinct_prompts"] - len(candidates), "pairing": pairing, **lengths}
+        for split, task, chosen, rejected in rows:
+            writer.add_pair(split, prompt=[{"role": "user", "content": task["prompt"]}], chosen=chosen,
+                            rejected=rejected, meta={"task_id": task["task_id"]})
 
 
 PAIRINGS = ("random", "length-balanced")
@@ -300,36 +324,28 @@ def checkpoint_at(run: Path, step: int) -> Path:
 
 
 def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
-    import yaml
-
     from training.task_families import open_tasks
     from training.tasks import write_tasks as write_task_file
 
     sft, _ = parent_checkpoint(workdir, seed, args)
-    snapshot = workdir / f"preferences-{seed}"
-    counts = preference_snapshot(snapshot, sft, seed=seed, threads=args.threads, pairing=args.pairing)
-
-    reward_run = workdir / f"reward-{seed}"
-    reward_config = workdir / f"reward-{seed}.yaml"
-    reward_config.write_text(yaml.safe_dump({**REWARD_RECIPE, "base_checkpoint": str(sft), "snapshot": str(snapshot),
-                                             "output_dir": str(reward_run), "seed": seed,
-                                             "torch_threads": args.threads}))
-    reward_wall, reward_cpu = run_training("reward", reward_config, args.threads)
-    reward_test = json.loads((reward_run / "run.json").read_text())["results"]["test"]
-
     # The same training problems bench/grpo_learning.py trains on, as open tasks: no verifier during training.
     tasks = workdir / f"train-open-{seed}.jsonl"
     verifiable = training_tasks(seed)
     write_task_file(tasks, open_tasks(verifiable))
+    if args.rounds > 1:
+        return rounds_of_one_seed(workdir, seed, args, heldout, sft=sft, tasks=tasks, verifiable=verifiable)
+
+    snapshot = workdir / f"preferences-{seed}"
+    counts = preference_snapshot(snapshot, sft, seed=seed, threads=args.threads, pairing=args.pairing)
+    reward_run = workdir / f"reward-{seed}"
+    reward = train_reward_model(reward_run, workdir / f"reward-{seed}.yaml", base=sft, snapshot=snapshot, seed=seed,
+                                threads=args.threads)
     run = workdir / f"grpo-rm-{seed}"
-    config = workdir / f"grpo-rm-{seed}.yaml"
     saving = ({"save_strategy": "steps", "save_steps": args.audit_every, "save_only_model": True}
               if args.audit_every else {})
-    config.write_text(yaml.safe_dump({**RECIPE, "max_steps": args.steps, "beta": args.beta, "base_checkpoint": str(sft),
-                                      "tasks": str(tasks), "output_dir": str(run), "seed": seed,
-                                      "torch_threads": args.threads,
-                                      "reward_model": str(reward_run / "checkpoint"), **saving}))
-    grpo_wall, grpo_cpu = run_training("grpo", config, args.threads)
+    grpo_wall, grpo_cpu = run_grpo_on_reward_model(run, workdir / f"grpo-rm-{seed}.yaml", args, base=sft, tasks=tasks,
+                                                   reward_model=reward_run / "checkpoint", steps=args.steps,
+                                                   seed=seed, saving=saving)
     child = run / "checkpoint"
     audits = (audited_windows(run, verifiable, every=args.audit_every, answers=args.audited_answers, seed=seed)
               if args.audit_every else None)
@@ -355,8 +371,7 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
     return {
         "seed": seed,
         "preferences": counts,
-        "reward_model": {"test": reward_test, "cpu_minutes": round(reward_cpu / 60, 2), "wall_s": round(reward_wall, 1),
-                         "identity": json.loads((run / "run.json").read_text())["reward_model"]["identity"]},
+        "reward_model": {**reward, "identity": json.loads((run / "run.json").read_text())["reward_model"]["identity"]},
         "parent": success(0),
         "child": success(1),
         "gain_points": round(100 * (success(1)["success_rate"] - success(0)["success_rate"]), 1),
@@ -368,6 +383,122 @@ def one_seed(workdir: Path, seed: int, args, heldout: list[dict]) -> dict:
         "completion_length": ledger["completion_length"],
         "parent_recipe": json.loads((sft / "tiny_sft.json").read_text())["config"],
         "scorers": sampled["checkpoints"][1]["all"]["scorers"],
+    }
+
+
+def train_reward_model(run: Path, config: Path, *, base: Path, snapshot: Path, seed: int, threads: int,
+                       epochs: float | None = None) -> dict:
+    """`python -m training reward` with REWARD_RECIPE (`epochs` in place of its epochs): {"test", "cpu_minutes",
+    "wall_s"}."""
+    import yaml
+
+    recipe = REWARD_RECIPE if epochs is None else {**REWARD_RECIPE, "num_train_epochs": epochs}
+    config.write_text(yaml.safe_dump({**recipe, "base_checkpoint": str(base), "snapshot": str(snapshot),
+                                      "output_dir": str(run), "seed": seed, "torch_threads": threads}))
+    wall, cpu = run_training("reward", config, threads)
+    return {"test": json.loads((run / "run.json").read_text())["results"]["test"], "cpu_minutes": round(cpu / 60, 2),
+            "wall_s": round(wall, 1)}
+
+
+def run_grpo_on_reward_model(run: Path, config: Path, args, *, base: Path, tasks: Path, reward_model: Path,
+                             steps: int, seed: int, saving: dict | None = None) -> tuple[float, float]:
+    """`python -m training grpo` with the benchmark's recipe from `base`, the reward model its only reward:
+    (wall seconds, CPU seconds)."""
+    import yaml
+
+    config.write_text(yaml.safe_dump({**RECIPE, "max_steps": steps, "beta": args.beta, "base_checkpoint": str(base),
+                                      "tasks": str(tasks), "output_dir": str(run), "seed": seed,
+                                      "torch_threads": args.threads, "reward_model": str(reward_model),
+                                      **(saving or {})}))
+    return run_training("grpo", config, args.threads)
+
+
+def round_steps(steps: int, rounds: int) -> list[int]:
+    """The GRPO budget split into `rounds` runs, the remainder to the last: 400 in 3 is 133, 133, 134."""
+    return [steps // rounds] * (rounds - 1) + [steps - (steps // rounds) * (rounds - 1)]
+
+
+def round_problem_seed(seed: int, number: int) -> int:
+    """The seed of the held-in problems round `number` (from 1) asks for preferences: round 1 the single-round
+    benchmark's (5000 + seed), each later round new problems."""
+    return 5000 + seed + 1000 * (number - 1)
+
+
+def round_pairs_rng(seed: int, number: int) -> random.Random:
+    """How round `number` pairs and splits its answers: round 1 as the single-round benchmark does."""
+    return random.Random(seed) if number == 1 else random.Random(f"{seed}:round{number}")
+
+
+def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, sft: Path, tasks: Path,
+                       verifiable: list[dict]) -> dict:
+    """--rounds R: preferences are asked again as the policy changes, as a team asks its reviewers about the new
+    model's answers. Round 1 is the single-round benchmark's first part: the parent's answers paired, a reward model,
+    GRPO from the parent for the round's share of the steps. Each later round asks the policy the previous round
+    left new held-in problems, pairs its correct and wrong answers the same way (the verifier standing in for the
+    reviewers), adds them to every earlier round's pairs (each pair keeps its split), trains a new reward model from
+    the parent on them all (its epochs scaled so that each round's reward model takes as many optimizer steps as
+    the first's), and goes on with GRPO from the previous round's checkpoint on that reward model. The pairs where
+    the policy's exploit of the last reward model lost to a correct answer are what teaches the next one. Training
+    still never sees the verifier; the child is the last round's checkpoint."""
+    rows: list[tuple[str, dict, str, str]] = []
+    rounds, policy, first_train = [], sft, None
+    for number, steps in enumerate(round_steps(args.steps, args.rounds), start=1):
+        name = f"{seed}-round{number}"
+        sampled = sampled_preferences(policy, seed=seed, threads=args.threads,
+                                      problem_seed=round_problem_seed(seed, number))
+        new_rows, counts = split_pairs(sampled, rng=round_pairs_rng(seed, number), pairing=args.pairing)
+        rows += new_rows
+        snapshot = workdir / f"preferences-{name}"
+        write_snapshot(snapshot, rows, seed=seed, pairing=args.pairing)
+        train = sum(split == "train" for split, *_ in rows)
+        first_train = first_train or train
+        epochs = round(REWARD_RECIPE["num_train_epochs"] * first_train / train, 3)
+        reward_run = workdir / f"reward-{name}"
+        reward = train_reward_model(reward_run, workdir / f"reward-{name}.yaml", base=sft, snapshot=snapshot,
+                                    seed=seed, threads=args.threads, epochs=epochs)
+        run = workdir / f"grpo-rm-{name}"
+        grpo_wall, grpo_cpu = run_grpo_on_reward_model(run, workdir / f"grpo-rm-{name}.yaml", args, base=policy,
+                                                       tasks=tasks, reward_model=reward_run / "checkpoint",
+                                                       steps=steps, seed=seed + 1000 * (number - 1))
+        ledger = json.loads((run / "ledger.json").read_text())
+        rounds.append({
+            "round": number, "policy": "parent" if number == 1 else f"round {number - 1}'s checkpoint",
+            "steps": steps,
+            "policy_correct_share": round(sampled["correct_answers"] / sampled["answers"], 4),
+            "new_pairs": counts,
+            "snapshot": {"train": train, "test": len(rows) - train},
+            "reward_model": {**reward, "epochs": epochs,
+                             "identity": json.loads((run / "run.json").read_text())["reward_model"]["identity"]},
+            "grpo_cpu_minutes": round(grpo_cpu / 60, 2), "grpo_wall_s": round(grpo_wall, 1),
+            "by_step": ledger["by_step"], "completion_length": ledger["completion_length"],
+            "verified_afterwards": verified_afterwards(run, verifiable, split=trip_time),
+        })
+        policy = run / "checkpoint"
+    checkpoints = [workdir / f"grpo-rm-{seed}-round{r['round']}" / "checkpoint" for r in rounds]
+    sampled = evaluate([sft, *checkpoints], heldout, samples=args.samples, temperature=RECIPE["temperature"],
+                       seed=seed, threads=args.threads)
+    parent = sampled["checkpoints"][0]["all"]
+    for index, one_round in enumerate(rounds, start=1):
+        after = sampled["checkpoints"][index]["all"]
+        one_round["heldout_after"] = after["success_rate"]
+        one_round["heldout_interval"] = after["interval"]
+    child = sampled["checkpoints"][-1]["all"]
+    return {
+        "seed": seed,
+        "preferences": rounds[0]["new_pairs"],
+        "reward_model": rounds[0]["reward_model"],
+        "parent": parent,
+        "child": child,
+        "gain_points": round(100 * (child["success_rate"] - parent["success_rate"]), 1),
+        "grpo_cpu_minutes": round(sum(r["grpo_cpu_minutes"] for r in rounds), 2),
+        "grpo_wall_s": round(sum(r["grpo_wall_s"] for r in rounds), 1),
+        "rounds": rounds,
+        "by_step": None,
+        "verified_afterwards": None,
+        "audited": None,
+        "completion_length": rounds[-1]["completion_length"],
+        "parent_recipe": json.loads((sft / "tiny_sft.json").read_text())["config"],
+        "scorers": child["scorers"],
     }
 
 
@@ -402,9 +533,14 @@ def main() -> int:
     parser.add_argument("--pairing", choices=PAIRINGS, default="random",
                         help="how each prompt's correct and wrong answer are paired (default random; length-balanced: "
                              "closest in length, and as many pairs with the chosen answer shorter as longer)")
-    parser.add_argument("--audit-every", type=int, default=AUDIT_EVERY,
+    parser.add_argument("--audit-every", type=int, default=None,
                         help=f"save a checkpoint every N GRPO steps and audit each window's top-scored answers, the "
-                             f"verifier standing in for reviewers (default {AUDIT_EVERY}; 0: no audits)")
+                             f"verifier standing in for reviewers (default {AUDIT_EVERY}; 0: no audits; none with "
+                             "--rounds)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="ask for preferences again this many times in all, on the answers of the policy so far, "
+                             "each round a new reward model and the next share of the GRPO steps (default 1: the "
+                             "parent's answers only)")
     parser.add_argument("--audited-answers", type=int, default=AUDITED_ANSWERS,
                         help=f"answers audited per window (default {AUDITED_ANSWERS})")
     parser.add_argument("--heldout-every-checkpoint", action="store_true",
@@ -425,11 +561,18 @@ def main() -> int:
     add_parent_options(parser)
     args = parser.parse_args()
     RESULTS = args.results
+    if args.rounds < 1 or args.rounds > args.steps:
+        parser.error(f"--rounds {args.rounds}: give from 1 to the run's {args.steps} steps")
+    if args.rounds > 1 and args.audit_every:
+        parser.error("--audit-every audits the windows of one GRPO run; with --rounds each round is a run of its own "
+                     "and each round's checkpoint is scored on the held-out problems: leave --audit-every out")
+    if args.audit_every is None:
+        args.audit_every = AUDIT_EVERY if args.rounds == 1 else 0
     if args.beta < 0:
         parser.error(f"--beta {args.beta} is negative; give 0 (no KL term) or a positive coefficient such as 0.04")
     if args.audit_every < 0 or args.audited_answers < 1:
         parser.error("--audit-every must be 0 (no audits) or a number of steps, and --audited-answers at least 1")
-    if args.heldout_every_checkpoint and not args.audit_every:
+    if args.heldout_every_checkpoint and not args.audit_every and args.rounds == 1:
         parser.error("--heldout-every-checkpoint scores the checkpoints the audits save; with --audit-every 0 none "
                      "is saved: give --audit-every N, or leave --heldout-every-checkpoint out")
     if args.audit_every > args.steps:
@@ -484,6 +627,14 @@ def main() -> int:
     if any(row.get("audited") for row in rows):
         print(format_audit_choice(rows))
     for row in rows:
+        if row.get("rounds"):
+            print(f"\n{format_rounds(row)}")
+            for one_round in row["rounds"]:
+                print(f"seed {row['seed']}, round {one_round['round']}: reward, reward-model score, correct share "
+                      "(none: no verifier ran) and length by step")
+                print("\n".join(format_steps(one_round["by_step"])[1:]))
+                print(format_verified_afterwards(one_round["verified_afterwards"]))
+            continue
         print(f"\nseed {row['seed']}: reward, reward-model score, correct share (none: no verifier ran) and length by "
               "step")
         print("\n".join(format_steps(row["by_step"])[1:]))
@@ -514,6 +665,24 @@ def format_verified_afterwards(afterwards: dict) -> str:
         f"{share(within['equal_length']['accuracy'])} over {within['equal_length']['pairs']} pairs; "
         f"AUROC over all answers {share(afterwards['reward_model_auroc'])}",
     ])
+
+
+def format_rounds(row: dict) -> str:
+    """--rounds: what each round asked, the reward model it trained, and where the policy stood after it."""
+    lines = [f"{'round':<7}{'policy asked':>22}{'its answers correct':>21}{'new pairs tr/te':>17}"
+             f"{'RM acc (test pairs)':>21}{'RM equal-length':>17}{'RM CPU-min':>12}{'steps':>7}{'GRPO CPU-min':>14}"
+             f"{'held-out after':>16}"]
+    for one in row["rounds"]:
+        equal_length = one["verified_afterwards"]["within_prompt"]["equal_length"]["accuracy"]
+        lines.append(
+            f"{one['round']:<7}{one['policy']:>22}{one['policy_correct_share']:>21.3f}"
+            f"{one['new_pairs']['train']:>11}/{one['new_pairs']['test']:<5}"
+            f"{one['reward_model']['test']['accuracy']:>12.3f} ({one['snapshot']['test']:>3})"
+            f"{'-' if equal_length is None else f'{equal_length:.3f}':>17}"
+            f"{one['reward_model']['cpu_minutes']:>12.1f}{one['steps']:>7}{one['grpo_cpu_minutes']:>14.1f}"
+            f"{one['heldout_after']:>16.3f}")
+    return "\n".join([f"seed {row['seed']}: rounds of preferences (parent {row['parent']['success_rate']:.3f})",
+                      *lines])
 
 
 def format_audit_choice(rows: list[dict]) -> str:
@@ -553,6 +722,8 @@ def format_audited_windows(audited: dict) -> str:
 
 def verify_again(args) -> int:
     """--verify-again: the after-the-run check of each seed's recorded GRPO answers, computed again from --workdir."""
+    if getattr(args, "rounds", 1) > 1:
+        raise SystemExit("--verify-again checks single-round runs; a run of --rounds verifies each round as it ends")
     if args.workdir is None or not RESULTS.is_file():
         raise SystemExit("--verify-again needs --workdir (the folder of the runs) and the results file those runs wrote")
     afterwards = {}
@@ -592,7 +763,7 @@ def results_settings(args) -> dict:
             "heldout": args.heldout, "samples": args.samples, "threads": args.threads,
             "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
             "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps, "beta": args.beta},
-            "train_tasks": TRAIN_TASKS, "pairing": args.pairing,
+            "train_tasks": TRAIN_TASKS, "pairing": args.pairing, "rounds": args.rounds,
             "audits": {"every": args.audit_every, "answers": args.audited_answers} if args.audit_every else None}
 
 
@@ -605,6 +776,7 @@ def finished_seeds(args) -> list[dict]:
     settings = {key: value for key, value in results.get("settings", {}).items() if key != "seeds"}
     settings.setdefault("pairing", "random")  # files written before pairings had a name paired at random
     settings.setdefault("audits", None)  # nor were their runs audited
+    settings.setdefault("rounds", 1)  # nor asked for preferences more than once
     ours = json.loads(json.dumps(results_settings(args)))
     if settings != ours:
         differs = sorted(key for key in {*settings, *ours} if settings.get(key) != ours.get(key))

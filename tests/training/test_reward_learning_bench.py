@@ -140,7 +140,7 @@ def test_seeds_run_at_different_times_land_in_one_results_file_and_other_setting
     def settings(seeds, **changes):
         return argparse.Namespace(**{"seeds": seeds, "parents": None, "heldout": 100, "samples": 4, "threads": 1,
                                      "steps": 400, "add_to_results": True, "pairing": "random", "beta": 0.0,
-                                     "audit_every": 40, "audited_answers": 32, **changes})
+                                     "audit_every": 40, "audited_answers": 32, "rounds": 1, **changes})
 
     def row(seed, gain):
         return {"seed": seed, "gain_points": gain, "reward_model": {"test": {"accuracy": 0.9}, "cpu_minutes": 2.0}}
@@ -163,10 +163,12 @@ def test_seeds_run_at_different_times_land_in_one_results_file_and_other_setting
         bench.finished_seeds(settings([1], pairing="length-balanced"))
     with pytest.raises(SystemExit, match=r"was run with other settings \(audits\)"):
         bench.finished_seeds(settings([1], audit_every=20))
-    # A file written before pairings were named was paired at random, and before audits was not audited: its seeds
-    # join a random, unaudited run's.
+    with pytest.raises(SystemExit, match=r"was run with other settings \(audits, rounds\)"):
+        bench.finished_seeds(settings([1], audit_every=0, rounds=4))
+    # A file written before pairings were named was paired at random, before audits was not audited, and before
+    # rounds asked for preferences once: its seeds join a random, unaudited, single-round run's.
     old_file = json.loads(bench.RESULTS.read_text())
-    del old_file["settings"]["pairing"], old_file["settings"]["audits"]
+    del old_file["settings"]["pairing"], old_file["settings"]["audits"], old_file["settings"]["rounds"]
     bench.RESULTS.write_text(json.dumps(old_file))
     assert [r["seed"] for r in bench.finished_seeds(settings([1], audit_every=0))] == [0, 2]
 
@@ -244,3 +246,77 @@ def test_the_pairing_bench_refuses_a_parent_that_is_not_a_checkpoint_in_one_line
     assert result.stderr.strip().splitlines() == [
         f"error: --parent {tmp_path / 'missing'} is not a checkpoint folder (no config.json); build one with python -m "
         f"training tiny-sft --out {tmp_path / 'missing'} --misconception-share 0.8"]
+
+
+def snapshot_pairs(folder, split: str) -> list[tuple[str, str, str]]:
+    from training.snapshot import iter_rows
+
+    return sorted((row["meta"]["task_id"], json.dumps(row["chosen"]), json.dumps(row["rejected"]))
+                  for row in iter_rows(folder, split))
+
+
+def test_round_one_of_many_pairs_as_the_single_round_benchmark_and_later_rounds_keep_each_pairs_split(tmp_path):
+    first = {"problems": 8, "distinct_prompts": 8, "candidates": candidate_prompts()}
+    later_tasks = make_tasks("speed", n=12, seed=9, variant="train")
+    later = {"problems": 12, "distinct_prompts": 12,
+             "candidates": [(task, [task["solution"]], ["60 / 4 = 15\nAnswer: 15 km/h"]) for task in later_tasks]}
+    bench.write_preferences(tmp_path / "single", first, seed=3, pairing="random")
+
+    rows, counts = bench.split_pairs(first, rng=bench.round_pairs_rng(3, 1), pairing="random")
+    bench.write_snapshot(tmp_path / "round1", rows, seed=3, pairing="random")
+    assert snapshot_pairs(tmp_path / "round1", "train") == snapshot_pairs(tmp_path / "single", "train")
+    assert snapshot_pairs(tmp_path / "round1", "test") == snapshot_pairs(tmp_path / "single", "test")
+    assert (counts["train"], counts["test"]) == (7, 1)
+
+    new_rows, new_counts = bench.split_pairs(later, rng=bench.round_pairs_rng(3, 2), pairing="random")
+    bench.write_snapshot(tmp_path / "round2", rows + new_rows, seed=3, pairing="random")
+    # Round 2's reward model trains on every pair so far; a pair held out for testing in round 1 stays held out.
+    assert set(snapshot_pairs(tmp_path / "round1", "test")) < set(snapshot_pairs(tmp_path / "round2", "test"))
+    assert set(snapshot_pairs(tmp_path / "round1", "train")) < set(snapshot_pairs(tmp_path / "round2", "train"))
+    assert len(snapshot_pairs(tmp_path / "round2", "test")) == 1 + new_counts["test"] == 2
+    assert len(snapshot_pairs(tmp_path / "round2", "train")) == 7 + 11
+
+
+def test_a_round_whose_policy_wrote_no_pair_adds_nothing_and_counts_no_negative_split():
+    rows, counts = bench.split_pairs({"problems": 5, "distinct_prompts": 5, "candidates": []},
+                                     rng=bench.round_pairs_rng(0, 2), pairing="random")
+    assert rows == [] and (counts["pairs"], counts["train"], counts["test"]) == (0, 0, 0)
+    assert counts["prompts_without_both"] == 5
+
+
+def test_the_step_budget_is_shared_between_rounds_and_every_round_asks_new_problems():
+    assert bench.round_steps(400, 1) == [400]
+    assert bench.round_steps(400, 3) == [133, 133, 134]
+    assert sum(bench.round_steps(401, 4)) == 401
+    seeds = {bench.round_problem_seed(seed, number) for seed in range(3) for number in range(1, 5)}
+    assert len(seeds) == 12 and bench.round_problem_seed(2, 1) == 5002  # round 1: the single-round benchmark's
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rounds", "2", "--audit-every", "40"], "--audit-every audits the windows of one GRPO run"),
+    (["--rounds", "0"], "--rounds 0: give from 1 to the run's 400 steps"),
+    (["--rounds", "5", "--steps", "4"], "--rounds 5: give from 1 to the run's 4 steps"),
+])
+def test_rounds_that_cannot_run_are_refused_in_one_line_before_any_work(monkeypatch, capsys, argv, message):
+    monkeypatch.setattr("sys.argv", ["reward_learning.py", *argv])
+    with pytest.raises(SystemExit) as refused:
+        bench.main()
+    assert refused.value.code == 2
+    assert message in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_the_rounds_table_shows_each_rounds_reward_model_and_held_out_success():
+    def one(number: int, heldout: float, equal_length: float | None) -> dict:
+        return {"round": number, "policy": "parent" if number == 1 else f"round {number - 1}'s checkpoint",
+                "policy_correct_share": 0.25 * number, "new_pairs": {"train": 90, "test": 10},
+                "snapshot": {"train": 90 * number, "test": 10 * number},
+                "reward_model": {"test": {"accuracy": 0.9}, "cpu_minutes": 1.4}, "steps": 200,
+                "grpo_cpu_minutes": 4.0, "heldout_after": heldout,
+                "verified_afterwards": {"within_prompt": {"equal_length": {"pairs": 3, "accuracy": equal_length}}}}
+
+    printed = bench.format_rounds({"seed": 1, "parent": {"success_rate": 0.138},
+                                   "rounds": [one(1, 0.2, 0.5), one(2, 0.31, None)]}).splitlines()
+    assert printed[0] == "seed 1: rounds of preferences (parent 0.138)"
+    assert printed[2].split()[:2] == ["1", "parent"] and printed[2].split()[-1] == "0.200"
+    assert "round 1's checkpoint" in printed[3] and printed[3].split()[-1] == "0.310"
+    assert "( 20)" in printed[3] and " - " in printed[3]  # round 2's reward model tested on both rounds' test pairs
