@@ -5,9 +5,10 @@ the leaderboard ranks the checkpoints; an audit of GRPO's rewarded answers is ju
 shows the broken share. Screenshots go to tests/e2e/artifacts/loop-*.png.
 
 The demo is seeded by the demo's own command (seed_demo) and its SFT checkpoint built as a run with the demo's own
-recipe, cut from 320 steps to SFT_STEPS (the full recipe takes three minutes on one core; half of it already answers
-some speed problems right, which GRPO needs for answers with full reward to audit). Runs launched from the pages
-execute in threads of the live server, as on the embedded defaults.
+recipe, all SFT_STEPS of it, as scripts/demo.sh trains it. GRPO needs answers with full reward to audit, and a
+checkpoint cut shorter writes too few: from the same seed, 160 steps gave 0 fully rewarded answers of GRPO's 48
+on one machine and 4 on another (floating-point sums differ between processors), 240 steps gave 2, and 320 gave 10.
+Runs launched from the pages execute in threads of the live server, as on the embedded defaults.
 """
 
 import io
@@ -23,7 +24,7 @@ from annotate.review.judgments import judgment_submit
 from annotate.review.models import Project, Response
 from annotate.review.users import user_add
 from annotate.runs.audit import rewarded_rollouts
-from annotate.runs.demo_checkpoint import demo_checkpoint_queue
+from annotate.runs.demo_checkpoint import DEMO_STEPS, demo_checkpoint_queue
 from annotate.runs.execute import run_execute
 from annotate.runs.management.commands.seed_demo import judge_demo_project
 from annotate.runs.models import Checkpoint, Run
@@ -41,7 +42,7 @@ DPO_CONFIG = "learning_rate: 5.0e-6\nmax_steps: 4\nper_device_train_batch_size: 
 # differ, which the comparison below needs (prompts where every checkpoint answers alike are left out).
 GRPO_CONFIG = ("learning_rate: 5.0e-3\nmax_steps: 6\nnum_generations: 4\nper_device_train_batch_size: 8\n"
                "max_completion_length: 48\nlogging_steps: 1\nseed: 0\n")
-SFT_STEPS = 160
+SFT_STEPS = DEMO_STEPS  # 320, the demo's recipe
 RATIONALE = "The chosen answer works the total distance over the total time."
 
 
@@ -177,7 +178,7 @@ def test_the_whole_loop_on_a_fresh_demo(live_server, fresh_demo, browser, artifa
     dpo_child = Run.objects.get(pk=dpo_run).made_checkpoint
     grpo_child = Run.objects.get(pk=grpo_run).made_checkpoint
     # The audit below needs answers with full reward: with fewer SFT steps the demo checkpoint may write none.
-    assert rewarded_rollouts(Run.objects.get(pk=grpo_run)), f"GRPO rewarded no answer; raise SFT_STEPS ({SFT_STEPS})"
+    assert rewarded_rollouts(Run.objects.get(pk=grpo_run)), f"GRPO rewarded no answer of the {SFT_STEPS}-step demo checkpoint"
     assert dpo_child.parent_id == grpo_child.parent_id == parent.pk
     assert Run.objects.get(pk=dpo_run).export.project_id == demo.pk
     assert Run.objects.get(pk=grpo_run).task_set.name == "speed · train"
