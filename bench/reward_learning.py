@@ -451,6 +451,10 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         snapshot = workdir / f"preferences-{name}"
         write_snapshot(snapshot, rows, seed=seed, pairing=args.pairing)
         train = sum(split == "train" for split, *_ in rows)
+        if not train:
+            raise SystemExit(f"seed {seed}, round {number}: no training pair yet (the policy wrote no prompt with both "
+                             "a correct and a wrong answer beyond the test split); a reward model needs some: give "
+                             "a stronger parent")
         first_train = first_train or train
         epochs = round(REWARD_RECIPE["num_train_epochs"] * first_train / train, 3)
         reward_run = workdir / f"reward-{name}"
