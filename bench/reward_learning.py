@@ -441,9 +441,10 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
     the policy's exploit of the last reward model lost to a correct answer are what teaches the next one. Training
     still never sees the verifier; the child is the last round's checkpoint."""
     rows: list[tuple[str, dict, str, str]] = []
-    rounds, policy, first_train = [], sft, None
+    rounds, checkpoints, first_train = [], [], None
     for number, steps in enumerate(round_steps(args.steps, args.rounds), start=1):
         name = f"{seed}-round{number}"
+        policy = checkpoints[-1] if checkpoints else sft
         sampled = sampled_preferences(policy, seed=seed, threads=args.threads,
                                       problem_seed=round_problem_seed(seed, number))
         new_rows, counts = split_pairs(sampled, rng=round_pairs_rng(seed, number), pairing=args.pairing)
@@ -477,8 +478,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
             "by_step": ledger["by_step"], "completion_length": ledger["completion_length"],
             "verified_afterwards": verified_afterwards(run, verifiable, split=trip_time),
         })
-        policy = run / "checkpoint"
-    checkpoints = [workdir / f"grpo-rm-{seed}-round{r['round']}" / "checkpoint" for r in rounds]
+        checkpoints.append(run / "checkpoint")
     sampled = evaluate([sft, *checkpoints], heldout, samples=args.samples, temperature=RECIPE["temperature"],
                        seed=seed, threads=args.threads)
     parent = sampled["checkpoints"][0]["all"]
@@ -576,7 +576,10 @@ def main() -> int:
         parser.error(f"--beta {args.beta} is negative; give 0 (no KL term) or a positive coefficient such as 0.04")
     if args.audit_every < 0 or args.audited_answers < 1:
         parser.error("--audit-every must be 0 (no audits) or a number of steps, and --audited-answers at least 1")
-    if args.heldout_every_checkpoint and not args.audit_every and args.rounds == 1:
+    if args.heldout_every_checkpoint and args.rounds > 1:
+        parser.error("--heldout-every-checkpoint scores the checkpoints one run's audits save; with --rounds every "
+                     "round's checkpoint is scored on the held-out problems already: leave it out")
+    if args.heldout_every_checkpoint and not args.audit_every:
         parser.error("--heldout-every-checkpoint scores the checkpoints the audits save; with --audit-every 0 none "
                      "is saved: give --audit-every N, or leave --heldout-every-checkpoint out")
     if args.audit_every > args.steps:

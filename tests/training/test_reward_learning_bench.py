@@ -296,6 +296,7 @@ def test_the_step_budget_is_shared_between_rounds_and_every_round_asks_new_probl
     (["--rounds", "2", "--audit-every", "40"], "--audit-every audits the windows of one GRPO run"),
     (["--rounds", "0"], "--rounds 0: give from 1 to the run's 400 steps"),
     (["--rounds", "5", "--steps", "4"], "--rounds 5: give from 1 to the run's 4 steps"),
+    (["--rounds", "2", "--heldout-every-checkpoint"], "with --rounds every round's checkpoint is scored"),
 ])
 def test_rounds_that_cannot_run_are_refused_in_one_line_before_any_work(monkeypatch, capsys, argv, message):
     monkeypatch.setattr("sys.argv", ["reward_learning.py", *argv])
