@@ -429,6 +429,15 @@ def round_pairs_rng(seed: int, number: int) -> random.Random:
     return random.Random(seed) if number == 1 else random.Random(f"{seed}:round{number}")
 
 
+def keep_earlier_splits(earlier: list[tuple[str, dict, str, str]],
+                        new: list[tuple[str, dict, str, str]]) -> tuple[list[tuple[str, dict, str, str]], int]:
+    """A later round's pairs with each prompt an earlier round already paired put in that prompt's split (a snapshot
+    splits by prompt text, so a test prompt stays test); returns them and how many prompts were asked before."""
+    split_of = {task["prompt"]: split for split, task, _, _ in earlier}
+    kept = [(split_of.get(task["prompt"], split), task, chosen, rejected) for split, task, chosen, rejected in new]
+    return kept, sum(task["prompt"] in split_of for _, task, _, _ in new)
+
+
 def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, sft: Path, tasks: Path,
                        verifiable: list[dict]) -> dict:
     """--rounds R: preferences are asked again as the policy changes, as a team asks its reviewers about the new
@@ -448,6 +457,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         sampled = sampled_preferences(policy, seed=seed, threads=args.threads,
                                       problem_seed=round_problem_seed(seed, number))
         new_rows, counts = split_pairs(sampled, rng=round_pairs_rng(seed, number), pairing=args.pairing)
+        new_rows, counts["asked_before"] = keep_earlier_splits(rows, new_rows)
         rows += new_rows
         snapshot = workdir / f"preferences-{name}"
         write_snapshot(snapshot, rows, seed=seed, pairing=args.pairing)

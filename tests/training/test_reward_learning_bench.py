@@ -277,6 +277,26 @@ def test_round_one_of_many_pairs_as_the_single_round_benchmark_and_later_rounds_
     assert len(snapshot_pairs(tmp_path / "round2", "train")) == 7 + 11
 
 
+def test_a_later_round_asked_a_prompt_again_puts_its_pair_in_that_prompts_earlier_split(tmp_path):
+    # Speed problems are drawn from a small space, so a later round's new draw repeats some of round 1's prompts;
+    # the snapshot splits by prompt text and refused the whole round when such a pair fell on the other side.
+    first = {"problems": 8, "distinct_prompts": 8, "candidates": candidate_prompts()}
+    rows, _ = bench.split_pairs(first, rng=bench.round_pairs_rng(3, 1), pairing="random")
+    split_of = {task["prompt"]: split for split, task, _, _ in rows}
+    fresh = make_tasks("speed", n=4, seed=9, variant="train")
+    asked_again = [(task, [task["solution"]], ["60 / 4 = 15\nAnswer: 15 km/h"]) for _, task, _, _ in rows]
+    later = {"problems": 12, "distinct_prompts": 12,
+             "candidates": asked_again + [(task, [task["solution"]], ["60 / 4 = 15\nAnswer: 15 km/h"]) for task in fresh]}
+    for number in range(2, 6):  # whichever way a round's own coin splits them
+        new_rows, counts = bench.split_pairs(later, rng=bench.round_pairs_rng(3, number), pairing="random")
+        new_rows, counts["asked_before"] = bench.keep_earlier_splits(rows, new_rows)
+        assert counts["asked_before"] == 8
+        assert all(split == split_of[task["prompt"]] for split, task, _, _ in new_rows if task["prompt"] in split_of)
+        bench.write_snapshot(tmp_path / f"round{number}", rows + new_rows, seed=3, pairing="random")
+        assert len(snapshot_pairs(tmp_path / f"round{number}", "train")) + len(
+            snapshot_pairs(tmp_path / f"round{number}", "test")) == 8 + 12
+
+
 def test_a_round_whose_policy_wrote_no_pair_adds_nothing_and_counts_no_negative_split():
     rows, counts = bench.split_pairs({"problems": 5, "distinct_prompts": 5, "candidates": []},
                                      rng=bench.round_pairs_rng(0, 2), pairing="random")
