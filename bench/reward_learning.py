@@ -429,13 +429,19 @@ def round_pairs_rng(seed: int, number: int) -> random.Random:
     return random.Random(seed) if number == 1 else random.Random(f"{seed}:round{number}")
 
 
-def keep_earlier_splits(earlier: list[tuple[str, dict, str, str]],
-                        new: list[tuple[str, dict, str, str]]) -> tuple[list[tuple[str, dict, str, str]], int]:
-    """A later round's pairs with each prompt an earlier round already paired put in that prompt's split (a snapshot
-    splits by prompt text, so a test prompt stays test); returns them and how many prompts were asked before."""
+def round_pairs(earlier: list[tuple[str, dict, str, str]], sampled: dict, *, seed: int, number: int,
+                pairing: str) -> tuple[list[tuple[str, dict, str, str]], dict]:
+    """Round `number`'s pairs of `sampled`, split by the round's own coin, except that a prompt an earlier round
+    already paired keeps that round's split (a snapshot splits by prompt text, so a test prompt stays test; new speed
+    problems repeat some earlier prompts). Returns them and split_pairs' counts of them as they are split, with
+    `asked_before`: how many of their prompts an earlier round paired."""
+    new, counts = split_pairs(sampled, rng=round_pairs_rng(seed, number), pairing=pairing)
     split_of = {task["prompt"]: split for split, task, _, _ in earlier}
-    kept = [(split_of.get(task["prompt"], split), task, chosen, rejected) for split, task, chosen, rejected in new]
-    return kept, sum(task["prompt"] in split_of for _, task, _, _ in new)
+    new = [(split_of.get(task["prompt"], split), task, chosen, rejected) for split, task, chosen, rejected in new]
+    counts["train"] = sum(split == "train" for split, *_ in new)
+    counts["test"] = len(new) - counts["train"]
+    counts["asked_before"] = sum(task["prompt"] in split_of for _, task, _, _ in new)
+    return new, counts
 
 
 def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, sft: Path, tasks: Path,
@@ -456,8 +462,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         policy = checkpoints[-1] if checkpoints else sft
         sampled = sampled_preferences(policy, seed=seed, threads=args.threads,
                                       problem_seed=round_problem_seed(seed, number))
-        new_rows, counts = split_pairs(sampled, rng=round_pairs_rng(seed, number), pairing=args.pairing)
-        new_rows, counts["asked_before"] = keep_earlier_splits(rows, new_rows)
+        new_rows, counts = round_pairs(rows, sampled, seed=seed, number=number, pairing=args.pairing)
         rows += new_rows
         snapshot = workdir / f"preferences-{name}"
         write_snapshot(snapshot, rows, seed=seed, pairing=args.pairing)
@@ -516,9 +521,11 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
     }
 
 
-def verifier_trained_children(args) -> dict[int, float]:
-    """seed -> held-out success of bench/grpo_learning.py's verifier-trained child, when that run's parents were
-    built with the same recipe and it scored the same held-out problems; else empty."""
+def verifier_trained_children(args, rows: list[dict]) -> dict[int, float]:
+    """seed -> held-out success of bench/grpo_learning.py's verifier-trained child, for the seeds of `rows` whose
+    parent is that run's: built with the same recipe, scored on the same held-out problems, with the same success.
+    The same recipe and seed on another processor make another parent, and the held-out problems, samples and seed
+    being the same, the same parent scores the same; a child of another parent is left out."""
     if not VERIFIER_RESULTS.is_file():
         return {}
     results = json.loads(VERIFIER_RESULTS.read_text())
@@ -526,9 +533,11 @@ def verifier_trained_children(args) -> dict[int, float]:
     if settings.get("heldout") != args.heldout or settings.get("samples") != args.samples:
         return {}
     children = {}
+    parents = {row["seed"]: row["parent"]["success_rate"] for row in rows}
     for row in results.get("runs", []):
         recipe = row.get("parent_recipe") or {}
-        if all(recipe.get(key) == value for key, value in PARENT_RECIPE.items()):
+        if (all(recipe.get(key) == value for key, value in PARENT_RECIPE.items())
+                and parents.get(row["seed"]) == row["parent"]["success_rate"]):
             children[row["seed"]] = row["child"]["success_rate"]
     return children
 
@@ -618,8 +627,8 @@ def main() -> int:
                 if len(rows) < len(args.seeds):  # a long run cut short keeps the seeds it finished
                     write_seeds(args, rows)
 
-    verifier_children = verifier_trained_children(args)
-    written, rows = write_seeds(args, rows, verifier_children)  # with --add-to-results, the file's other seeds too
+    written, rows = write_seeds(args, rows)  # with --add-to-results, the file's other seeds too
+    verifier_children = verifier_trained_children(args, rows)
     print()
     print(f"held-out speed: {args.heldout} problems, {args.samples} answers each at temperature "
           f"{RECIPE['temperature']}, scored by {', '.join(rows[0]['scorers'])}; GRPO saw only the reward model")
@@ -813,12 +822,10 @@ def results_locked():
         yield
 
 
-def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | None = None) -> tuple[str, list[dict]]:
+def write_seeds(args, rows: list[dict]) -> tuple[str, list[dict]]:
     """bench/results/reward_learning.json with the seeds finished so far ("complete" once every seed of this run is
     in); with --add-to-results, beside the other seeds the file holds when it is written (read under a lock, so runs
     of different seeds side by side keep each other's). Returns the path shown and every row written."""
-    if verifier_children is None:
-        verifier_children = verifier_trained_children(args)
     with results_locked():
         others = finished_seeds(args) if args.add_to_results else []
         every = sorted([*others, *rows], key=lambda row: row["seed"])
@@ -831,7 +838,7 @@ def write_seeds(args, rows: list[dict], verifier_children: dict[int, float] | No
             "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
                        "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met,
                        "audited_gain_met": audited_gain_met(every)},
-            "verifier_trained_children": verifier_children,
+            "verifier_trained_children": verifier_trained_children(args, every),
             "runs": every,
         })
     return written, every

@@ -135,7 +135,7 @@ def test_reordering_the_recorded_rows_leaves_every_figure_as_it_was(tmp_path):
 
 def test_seeds_run_at_different_times_land_in_one_results_file_and_other_settings_are_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "RESULTS", tmp_path / "reward_learning.json")
-    monkeypatch.setattr(bench, "verifier_trained_children", lambda args: {})
+    monkeypatch.setattr(bench, "verifier_trained_children", lambda args, rows: {})
 
     def settings(seeds, **changes):
         return argparse.Namespace(**{"seeds": seeds, "parents": None, "heldout": 100, "samples": 4, "threads": 1,
@@ -280,21 +280,38 @@ def test_round_one_of_many_pairs_as_the_single_round_benchmark_and_later_rounds_
 def test_a_later_round_asked_a_prompt_again_puts_its_pair_in_that_prompts_earlier_split(tmp_path):
     # Speed problems are drawn from a small space, so a later round's new draw repeats some of round 1's prompts;
     # the snapshot splits by prompt text and refused the whole round when such a pair fell on the other side.
-    first = {"problems": 8, "distinct_prompts": 8, "candidates": candidate_prompts()}
-    rows, _ = bench.split_pairs(first, rng=bench.round_pairs_rng(3, 1), pairing="random")
+    rows, _ = bench.round_pairs([], {"problems": 8, "distinct_prompts": 8, "candidates": candidate_prompts()},
+                                seed=3, number=1, pairing="random")
     split_of = {task["prompt"]: split for split, task, _, _ in rows}
-    fresh = make_tasks("speed", n=4, seed=9, variant="train")
-    asked_again = [(task, [task["solution"]], ["60 / 4 = 15\nAnswer: 15 km/h"]) for _, task, _, _ in rows]
-    later = {"problems": 12, "distinct_prompts": 12,
-             "candidates": asked_again + [(task, [task["solution"]], ["60 / 4 = 15\nAnswer: 15 km/h"]) for task in fresh]}
+    wrong = ["60 / 4 = 15\nAnswer: 15 km/h"]
+    tasks = [task for _, task, _, _ in rows] + make_tasks("speed", n=4, seed=9, variant="train")
+    later = {"problems": 12, "distinct_prompts": 12, "candidates": [(task, [task["solution"]], wrong) for task in tasks]}
     for number in range(2, 6):  # whichever way a round's own coin splits them
-        new_rows, counts = bench.split_pairs(later, rng=bench.round_pairs_rng(3, number), pairing="random")
-        new_rows, counts["asked_before"] = bench.keep_earlier_splits(rows, new_rows)
+        new_rows, counts = bench.round_pairs(rows, later, seed=3, number=number, pairing="random")
         assert counts["asked_before"] == 8
         assert all(split == split_of[task["prompt"]] for split, task, _, _ in new_rows if task["prompt"] in split_of)
         bench.write_snapshot(tmp_path / f"round{number}", rows + new_rows, seed=3, pairing="random")
-        assert len(snapshot_pairs(tmp_path / f"round{number}", "train")) + len(
-            snapshot_pairs(tmp_path / f"round{number}", "test")) == 8 + 12
+        # The round's counts are of its pairs as stored, after the earlier splits were kept.
+        assert len(snapshot_pairs(tmp_path / f"round{number}", "train")) == 7 + counts["train"]
+        assert len(snapshot_pairs(tmp_path / f"round{number}", "test")) == 1 + counts["test"]
+        assert counts["train"] + counts["test"] == 12
+
+
+def test_the_verifier_trained_child_is_shown_only_beside_a_run_from_the_same_parent(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "VERIFIER_RESULTS", tmp_path / "grpo_learning.json")
+    recipe = dict(bench.PARENT_RECIPE)
+    bench.VERIFIER_RESULTS.write_text(json.dumps({"settings": {"heldout": 100, "samples": 4}, "runs": [
+        {"seed": seed, "parent_recipe": recipe, "parent": {"success_rate": parent}, "child": {"success_rate": child}}
+        for seed, parent, child in [(0, 0.1525, 0.41), (1, 0.1375, 0.2975), (2, 0.1625, 0.3825)]]}))
+    args = argparse.Namespace(heldout=100, samples=4)
+
+    def ours(*parents):
+        return [{"seed": seed, "parent": {"success_rate": parent}} for seed, parent in enumerate(parents)]
+
+    assert bench.verifier_trained_children(args, ours(0.1525, 0.1375, 0.1625)) == {0: 0.41, 1: 0.2975, 2: 0.3825}
+    # The same recipe rebuilt on another processor: another parent, whose held-out success differs.
+    assert bench.verifier_trained_children(args, ours(0.185, 0.1375, 0.125)) == {1: 0.2975}
+    assert bench.verifier_trained_children(argparse.Namespace(heldout=50, samples=4), ours(0.1525)) == {}
 
 
 def test_a_round_whose_policy_wrote_no_pair_adds_nothing_and_counts_no_negative_split():
