@@ -28,14 +28,17 @@ tiny SFT checkpoint taught a classic wrong method on four in five speed problems
 6. With --rounds R (instead of audits): preferences are asked again, R times in all, on the answers of the policy so
    far, as a team asks its reviewers about the new model's answers (rounds_of_one_seed). Each round adds its pairs
    to the earlier ones, trains a new reward model from the parent on them all and runs the next 1/R of the GRPO
-   steps from the last round's checkpoint on it; each round's checkpoint is scored on the held-out problems.
+   steps from the last round's checkpoint on it; each round's checkpoint is scored on the held-out problems. With
+   --beta above 0 each round's KL term measures against the SFT parent (--kl-reference round-start: against the
+   checkpoint the round starts from).
 
 Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the child >= parent + 10 held-out points
 in every seed.
 
     python bench/reward_learning.py [--seeds 0 1 2] [--parents DIR] [--jobs 3] [--threads 1] [--steps N] [--workdir DIR]
                                     [--pairing random|length-balanced] [--beta B] [--audit-every N] [--audited-answers K]
-                                    [--heldout-every-checkpoint] [--rounds R] [--results FILE] [--add-to-results]
+                                    [--heldout-every-checkpoint] [--rounds R] [--kl-reference parent|round-start]
+                                    [--results FILE] [--add-to-results]
                                     [--verify-again]
 
 Prints a table and the ledger's per-step reward and length, and writes bench/results/reward_learning.json.
@@ -172,6 +175,7 @@ def write_snapshot(out: Path, rows: list[tuple[str, dict, str, str]], *, seed: i
 
 
 PAIRINGS = ("random", "length-balanced")
+KL_REFERENCES = ("parent", "round-start")
 
 
 def preference_pairs(candidates: list[tuple[dict, list[str], list[str]]], rng: random.Random, *,
@@ -401,15 +405,17 @@ def train_reward_model(run: Path, config: Path, *, base: Path, snapshot: Path, s
 
 
 def run_grpo_on_reward_model(run: Path, config: Path, args, *, base: Path, tasks: Path, reward_model: Path,
-                             steps: int, seed: int, saving: dict | None = None) -> tuple[float, float]:
-    """`python -m training grpo` with the benchmark's recipe from `base`, the reward model its only reward:
-    (wall seconds, CPU seconds)."""
+                             steps: int, seed: int, saving: dict | None = None,
+                             kl_reference: Path | None = None) -> tuple[float, float]:
+    """`python -m training grpo` with the benchmark's recipe from `base`, the reward model its only reward, its KL
+    term (--beta above 0) against `kl_reference` or else `base`: (wall seconds, CPU seconds)."""
     import yaml
 
+    reference = {"reference_checkpoint": str(kl_reference)} if kl_reference and args.beta > 0 else {}
     config.write_text(yaml.safe_dump({**RECIPE, "max_steps": steps, "beta": args.beta, "base_checkpoint": str(base),
                                       "tasks": str(tasks), "output_dir": str(run), "seed": seed,
                                       "torch_threads": args.threads, "reward_model": str(reward_model),
-                                      **(saving or {})}))
+                                      **reference, **(saving or {})}))
     return run_training("grpo", config, args.threads)
 
 
@@ -479,7 +485,8 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         run = workdir / f"grpo-rm-{name}"
         grpo_wall, grpo_cpu = run_grpo_on_reward_model(run, workdir / f"grpo-rm-{name}.yaml", args, base=policy,
                                                        tasks=tasks, reward_model=reward_run / "checkpoint",
-                                                       steps=steps, seed=seed + 1000 * (number - 1))
+                                                       steps=steps, seed=seed + 1000 * (number - 1),
+                                                       kl_reference=sft if args.kl_reference == "parent" else None)
         ledger = json.loads((run / "ledger.json").read_text())
         rounds.append({
             "round": number, "policy": "parent" if number == 1 else f"round {number - 1}'s checkpoint",
@@ -564,6 +571,10 @@ def main() -> int:
                         help="ask for preferences again this many times in all, on the answers of the policy so far, "
                              "each round a new reward model and the next share of the GRPO steps (default 1: the "
                              "parent's answers only)")
+    parser.add_argument("--kl-reference", choices=KL_REFERENCES, default="parent",
+                        help="with --rounds and --beta above 0, what each round's KL term measures against: parent "
+                             "(default: every round stays near the SFT parent) or round-start (the checkpoint the "
+                             "round starts from, so the distance allowed adds up over the rounds)")
     parser.add_argument("--audited-answers", type=int, default=AUDITED_ANSWERS,
                         help=f"answers audited per window (default {AUDITED_ANSWERS})")
     parser.add_argument("--heldout-every-checkpoint", action="store_true",
@@ -790,6 +801,7 @@ def results_settings(args) -> dict:
             "preference_problems": PREFERENCE_PROBLEMS, "preference_samples": PREFERENCE_SAMPLES,
             "reward_recipe": REWARD_RECIPE, "grpo_recipe": {**RECIPE, "max_steps": args.steps, "beta": args.beta},
             "train_tasks": TRAIN_TASKS, "pairing": args.pairing, "rounds": args.rounds,
+            **({"kl_reference": args.kl_reference} if args.rounds > 1 and args.beta > 0 else {}),
             "audits": {"every": args.audit_every, "answers": args.audited_answers} if args.audit_every else None}
 
 

@@ -203,6 +203,20 @@ def picked_reward_model(kind: str, reward_model, config: dict) -> Checkpoint | N
     return checkpoint
 
 
+def picked_kl_reference(kind: str, config: dict) -> Checkpoint | None:
+    """The registered checkpoint a GRPO config's `reference_checkpoint` names (by name or id, like the base), whose
+    folder the launch then gives the trainer; None when the config names none. Never a path as the user typed it."""
+    named = config.get("reference_checkpoint")
+    if kind != Run.Kind.GRPO or named in (None, ""):
+        return None
+    checkpoint = text_model(checkpoint_resolve(named, key="reference_checkpoint"), key="reference_checkpoint",
+                            purpose="be the reference of a KL term")
+    if not Path(checkpoint.uri).is_dir():
+        raise UserMistake(f"reference_checkpoint {checkpoint.name!r} lies at {checkpoint.uri}, which is not a folder "
+                          "here; the KL term loads its reference from a local checkpoint folder")
+    return checkpoint
+
+
 def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None = None, tasks: str | None = None,
                export=None, task_set=None, reward_model=None, backend: str = "local",
                launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
@@ -227,11 +241,13 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
                           "starts from a local checkpoint folder")
     user_config = parse_config(config)
     scorer = picked_reward_model(kind, reward_model, user_config)
+    kl_reference = picked_kl_reference(kind, user_config)
     input_key, input_path, picked = _input_path(kind, snapshot, tasks, export, task_set)
     # The check sees the real inputs and a run folder that cannot exist yet; the real one is named after the row.
     placeholder = Path(settings.RUN_ROOT) / f".check-{os.getpid()}-{threading.get_ident()}" / "run"
     set_here = {"base_checkpoint": base.uri, input_key: input_path, "output_dir": str(placeholder),
-                **({"reward_model": str(Path(scorer.uri).resolve())} if scorer else {})}
+                **({"reward_model": str(Path(scorer.uri).resolve())} if scorer else {}),
+                **({"reference_checkpoint": kl_reference.uri} if kl_reference else {})}
     full_config = {**user_config, **set_here}
     resolved = check_config(kind, full_config)
     mode = resolved.get("mode") if kind == Run.Kind.GRPO else None

@@ -9,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from annotate.errors import UserMistake
 from annotate.exports.models import Export
 from annotate.exports.pipeline import prompt_split
 from annotate.runs.checkpoints import checkpoint_register, is_reward_model
 from annotate.runs.execute import run_execute
+from annotate.runs.launch import run_launch
 from annotate.runs.models import Checkpoint, Run, TaskSet
 from tests.conftest import TORCH_THREADS, import_rows, make_items
+from tests.training.helpers import write_unlearnable_tasks
 from training.snapshot import read_manifest
 
 pytestmark = pytest.mark.django_db
@@ -298,3 +301,32 @@ def test_an_open_task_set_from_a_projects_prompts_holds_each_prompt_once(enginee
         refused = engineer_api.post("/api/v1/task-sets", body, format="json")
         assert (refused.status_code, refused.json()) == (400, {"detail": detail}), body
     assert TaskSet.objects.count() == 3
+
+
+@pytest.mark.slow
+def test_a_grpo_runs_kl_reference_is_a_registered_checkpoint_whose_folder_the_launch_gives(base_checkpoint,
+                                                                                            reward_model, tmp_path):
+    """A second round starts from a GRPO child and keeps its KL term on the SFT parent; the parent is picked like
+    the base, by name or id, and the trainer gets the registered folder, never a path as typed."""
+    tasks = str(write_unlearnable_tasks(tmp_path / "tasks.jsonl"))
+    launched = run_launch(kind="grpo", base_checkpoint="tiny-sft", tasks=tasks, enqueue=False,
+                          config={"beta": 0.04, "reference_checkpoint": str(base_checkpoint.pk)})
+    assert launched.config["reference_checkpoint"] == base_checkpoint.uri
+    assert launched.resolved_config["reference_checkpoint"] == base_checkpoint.uri
+
+    refusals = [
+        ({"beta": 0.04, "reference_checkpoint": str(tmp_path)},
+         f"reference_checkpoint {str(tmp_path)!r} is not a registered checkpoint (registered: tiny-rm, tiny-sft); "
+         "register it with manage.py register_checkpoint PATH"),
+        ({"beta": 0.04, "reference_checkpoint": "tiny-rm"},
+         "reference_checkpoint 'tiny-rm' is a reward model (a sequence classifier that scores answers), not a model "
+         "that writes text, so it cannot be the reference of a KL term; pick a causal LM such as the one it was "
+         "trained from"),
+        ({"reference_checkpoint": "tiny-sft"},
+         "config: reference_checkpoint is used only by the KL term, and beta is 0.0; set beta above 0 or remove it"),
+    ]
+    for config, message in refusals:
+        with pytest.raises(UserMistake) as refused:
+            run_launch(kind="grpo", base_checkpoint="tiny-sft", tasks=tasks, enqueue=False, config=config)
+        assert str(refused.value) == message, config
+    assert Run.objects.count() == 1

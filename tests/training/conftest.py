@@ -52,9 +52,10 @@ def speed_tasks(tmp_path_factory) -> Path:
 def grpo_in_process_run(tmp_path_factory, grpo_checkpoint, speed_tasks) -> Path:
     """Two in-process GRPO steps of tests.training.helpers.write_grpo_config's recipe: what the staged cycle must
     reproduce."""
-    from tests.training.helpers import write_grpo_config
+    from tests.training.helpers import COMPARED_BETA, write_grpo_config
 
     tmp = tmp_path_factory.mktemp("in-process")
-    result = run_training_cli("grpo", "--config", str(write_grpo_config(tmp, grpo_checkpoint, speed_tasks, name="run")))
+    result = run_training_cli("grpo", "--config", str(write_grpo_config(tmp, grpo_checkpoint, speed_tasks, name="run",
+                                                                         beta=COMPARED_BETA)))
     assert result.returncode == 0, result.stderr
     return tmp / "run"

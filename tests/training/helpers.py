@@ -43,6 +43,11 @@ def load_weights(folder):
     return load_file(folder / "model.safetensors")
 
 
+# The staged and in-process runs compared bit for bit carry a KL term, so the comparison also shows that every staged
+# update measures it against the run's start (v0000), as in-process GRPO does, not against the version it updates.
+COMPARED_BETA = 0.04
+
+
 def write_grpo_config(tmp_path, checkpoint, tasks, name="grpo", **overrides):
     """A two-step CPU GRPO config (groups of 4, 24-token answers) as `name`.yaml; overrides replace keys."""
     import yaml

@@ -261,6 +261,8 @@ def test_difficulty_prepass_keeps_the_tasks_inside_the_band_whatever_the_order(t
     ("bad task line", "line 2:"),
     ("not a checkpoint", "has no config.json"),
     ("config typo", "unknown key 'num_generation' (did you mean 'num_generations'?)"),
+    ("reference without beta", "reference_checkpoint is used only by the KL term, and beta is 0.0"),
+    ("reference not a checkpoint", "reference_checkpoint"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, grpo_checkpoint, speed_tasks, capsys, case,
                                                         message):
@@ -274,9 +276,37 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, grpo_checkpoin
     elif case == "not a checkpoint":
         checkpoint = tmp_path / "plain-folder"
         checkpoint.mkdir()
+    elif case == "reference without beta":
+        extra = {"reference_checkpoint": str(grpo_checkpoint)}
+    elif case == "reference not a checkpoint":
+        (tmp_path / "plain-folder").mkdir()
+        extra = {"reference_checkpoint": str(tmp_path / "plain-folder"), "beta": 0.04}
     else:
         extra = {"num_generation": 4}
     assert main(["grpo", "--config", str(write_config(tmp_path, checkpoint, tasks, **extra))]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert not (tmp_path / "grpo").exists()
+
+
+def test_the_kl_term_measures_against_reference_checkpoint_not_the_policy_it_starts_from(tmp_path, smoke_run,
+                                                                                        grpo_checkpoint, speed_tasks):
+    """A second round starts from a GRPO child; reference_checkpoint keeps its KL term on the SFT parent."""
+    child = smoke_run[0] / "checkpoint"
+
+    def first_step(name, **extra):
+        result = run_training_cli("grpo", "--config", str(write_config(tmp_path, child, speed_tasks, name=name,
+                                                                       max_steps=1, beta=0.04, **extra)))
+        assert result.returncode == 0, result.stderr[-3000:]
+        run = tmp_path / name
+        metrics = [row for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "kl" in row]
+        return metrics[0]["kl"], json.loads((run / "run.json").read_text()), json.loads((run / "ledger.json").read_text())
+
+    own_kl, own_record, _ = first_step("own-start")
+    parent_kl, record, ledger = first_step("parent-reference", reference_checkpoint=str(grpo_checkpoint))
+    # Before its first update the policy is its own start: no distance to it, a clear one to the parent.
+    assert own_kl == pytest.approx(0.0, abs=1e-6) and parent_kl > 1e-3
+    assert own_record["kl_reference"]["content_hash"] == checkpoint_content_hash(child)
+    assert record["kl_reference"]["content_hash"] == checkpoint_content_hash(grpo_checkpoint)
+    assert record["base_checkpoint"]["content_hash"] == checkpoint_content_hash(child)
+    assert {"kind": "kl_reference", **record["kl_reference"]} in ledger["inputs"]

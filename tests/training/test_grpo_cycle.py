@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.training.helpers import load_weights, records, rollout_rows, version_record
+from tests.training.helpers import COMPARED_BETA, load_weights, records, rollout_rows, version_record
 from tests.training.helpers import write_grpo_config as write_config
 from training.run_folder import checkpoint_content_hash
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def staged_run(tmp_path_factory, grpo_checkpoint, speed_tasks):
     tmp = tmp_path_factory.mktemp("staged")
-    config = write_config(tmp, grpo_checkpoint, speed_tasks, name="run", mode="staged")
+    config = write_config(tmp, grpo_checkpoint, speed_tasks, name="run", mode="staged", beta=COMPARED_BETA)
     result = run_training_cli("cycle", "--config", str(config))
     assert result.returncode == 0, result.stderr
     return tmp / "run", result.stdout

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.helpers import records, rollout_rows, version_record
+from tests.training.helpers import COMPARED_BETA, records, rollout_rows, version_record
 from tests.training.helpers import write_grpo_config as write_config
 from training.run_folder import checkpoint_content_hash
 
@@ -54,7 +54,7 @@ def _cycle_process(config: Path) -> subprocess.Popen:
 
 def test_a_killed_cycle_resumes_from_its_last_version_and_uses_each_batch_once(tmp_path, grpo_checkpoint, speed_tasks,
                                                                               grpo_in_process_run):
-    config = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="run", mode="staged")
+    config = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="run", mode="staged", beta=COMPARED_BETA)
     process = _cycle_process(config)
     run = tmp_path / "run"
     deadline = time.monotonic() + 600
@@ -64,7 +64,7 @@ def test_a_killed_cycle_resumes_from_its_last_version_and_uses_each_batch_once(t
     os.killpg(process.pid, signal.SIGKILL)  # the cycle and its stage processes, wherever they were in cycle 1
     process.communicate()
 
-    resumed = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="run", mode="staged",
+    resumed = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="run", mode="staged", beta=COMPARED_BETA,
                            resume_from_checkpoint=True)
     result = run_training_cli("cycle", "--config", str(resumed))
     assert result.returncode == 0, result.stderr

@@ -26,7 +26,7 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
     temperature, max_completion_length, use_vllm, vllm_mode, ...), plus the keys below."""
 
     pairwise_keys: ClassVar[tuple[str, ...]] = (
-        "base_checkpoint", "tasks", "output_dir", "dynamic_sampling", "dynamic_sampling_max_rounds",
+        "base_checkpoint", "reference_checkpoint", "tasks", "output_dir", "dynamic_sampling", "dynamic_sampling_max_rounds",
         "difficulty_filter", "difficulty_samples", "difficulty_min_pass_rate", "difficulty_max_pass_rate",
         "max_generated_tokens", "verifier_workers", "reward_model", "reward_model_batch_size", "mode", "max_staleness",
         "stage_launcher",
@@ -35,7 +35,13 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
 
     base_checkpoint: str | None = field(default=None, metadata={
         "help": "Local Hugging Face causal-LM checkpoint to start from (the same base a DPO run takes); also "
-                "the reference model when beta > 0."})
+                "the reference model when beta > 0, unless reference_checkpoint names another."})
+    reference_checkpoint: str | None = field(default=None, metadata={
+        "help": "With beta > 0: the checkpoint the KL term measures the policy against, of the base checkpoint's "
+                "architecture and tokenizer. Null: the base checkpoint (in modes staged and overlapped: version "
+                "v0000, the run's start). Set it to the SFT parent when base_checkpoint is a later policy (a second "
+                "round of training), so the penalty keeps every round near the parent rather than near the round's "
+                "start."})
     tasks: str | None = field(default=None, metadata={
         "help": "Task file (JSONL, docs/training.md 'Task files'): the prompts, scored by training.verifiers."})
     dynamic_sampling: bool = field(default=False, metadata={
@@ -113,6 +119,13 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
         for key in ("max_generated_tokens", "verifier_workers"):
             if values[key] is not None and values[key] < 1:
                 raise key_error(source, key, f"must be at least 1 or null, got {values[key]}")
+        if values["reference_checkpoint"] is not None:
+            if not values["beta"] > 0:
+                raise key_error(source, "reference_checkpoint", f"is used only by the KL term, and beta is "
+                                                                f"{values['beta']}; set beta above 0 or remove it")
+            if values["use_peft"]:
+                raise key_error(source, "reference_checkpoint", "cannot be set with use_peft: with LoRA the reference is "
+                                                                "the base checkpoint with the adapter switched off")
         _check_cycle_values(values, source)
         if values["use_vllm"] and importlib.util.find_spec("vllm") is None:
             raise key_error(source, "use_vllm", "is true but vllm is not installed here; install it (pip install "

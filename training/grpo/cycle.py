@@ -386,7 +386,13 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
 
     from training.grpo.difficulty import check_sandbox_for_code
     from training.grpo.rollouts import ROLLOUT_FORMAT
-    from training.grpo.run import dataset_rows, reward_functions, reward_model_record, reward_model_scorer
+    from training.grpo.run import (
+        checked_reference,
+        dataset_rows,
+        reward_functions,
+        reward_model_record,
+        reward_model_scorer,
+    )
     from training.run_folder import (
         RecordStatus,
         RunFolder,
@@ -412,6 +418,7 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
         raise PairwiseInputError(f"resume_from_checkpoint is set but {run.path} holds no run; start a fresh run with "
                                  "resume_from_checkpoint: false")
     base_path = check_causal_lm_checkpoint(config.base_checkpoint)
+    reference_path = checked_reference(config, base_path)
     tasks = load_tasks(config.tasks)
     check_sandbox_for_code(tasks, config.tasks)
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
@@ -419,6 +426,12 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
     scorer = reward_model_scorer(config, tasks, rows)
     base_hash = checkpoint_content_hash(base_path)
     tasks_hash = file_sha256(Path(config.tasks))
+    # Where every update's KL term measures against, resolved once here: a stage job may start in another folder.
+    reference = None
+    if config.beta > 0:
+        reference = ({"path": str(reference_path.resolve()), "content_hash": checkpoint_content_hash(reference_path)}
+                     if reference_path else
+                     {"path": str(version_path(run.path, 0).resolve()), "content_hash": base_hash})
 
     previous = run.read_record() if resuming else None
     start_run_record(run, config, kind="grpo", base_path=base_path, base_hash=base_hash,
@@ -427,7 +440,7 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
                             "trained_on": len(tasks), "copy": "tasks.jsonl"},
                      tasks_hash=tasks_hash, rollouts={"path": "rollouts", "format": ROLLOUT_FORMAT}, scorers={},
                      reward_model=reward_model_record(scorer), reward_functions=reward_functions(config),
-                     mode=config.mode, max_staleness=config.max_staleness, versions="versions",
+                     mode=config.mode, max_staleness=config.max_staleness, versions="versions", kl_reference=reference,
                      cycle=(previous or {}).get("cycle", {}))
     if not resuming:
         shutil.copyfile(config_path, run_config_path(run.path))

@@ -66,6 +66,32 @@ def _budget_callback(config: GRPORunConfig, ledger):
     return LoopClockAndBudget()
 
 
+def checked_reference(config: GRPORunConfig, base_path: Path) -> Path | None:
+    """reference_checkpoint's folder, refused in one line unless the KL term can compare it token by token with
+    the policy: the same architecture, sizes and vocabulary as the base checkpoint. None: the base is the reference."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from training.run_folder import check_causal_lm_checkpoint
+
+    if config.reference_checkpoint is None or not config.beta > 0:
+        return None
+    reference_path = check_causal_lm_checkpoint(config.reference_checkpoint, key="reference_checkpoint")
+    base, reference = (AutoConfig.from_pretrained(path, local_files_only=True) for path in (base_path, reference_path))
+    for key in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size"):
+        if getattr(base, key, None) != getattr(reference, key, None):
+            raise PairwiseInputError(f"reference_checkpoint {config.reference_checkpoint}: {key} is "
+                                     f"{getattr(reference, key, None)!r} but the base checkpoint's is "
+                                     f"{getattr(base, key, None)!r}; the KL term needs the same architecture")
+    vocabularies = (AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
+                    for path in (base_path, reference_path))
+    if next(vocabularies) != next(vocabularies):
+        raise PairwiseInputError(f"reference_checkpoint {config.reference_checkpoint}: its tokenizer differs from the "
+                                 "base checkpoint's, so their token log-probabilities cannot be compared; give a "
+                                 "checkpoint trained with the same tokenizer")
+    return reference_path
+
+
 def run_grpo(config: GRPORunConfig) -> dict:
     """Train; return the final run record. Raises PairwiseInputError for bad input before writing anything."""
     import torch
@@ -86,6 +112,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
     run = RunFolder(config.output_dir)
     resume_from = check_output_dir(config, run)
     base_path = check_causal_lm_checkpoint(config.base_checkpoint)
+    reference_path = checked_reference(config, base_path)
     all_tasks = load_tasks(config.tasks)
     check_sandbox_for_code(all_tasks, config.tasks)
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
@@ -96,6 +123,10 @@ def run_grpo(config: GRPORunConfig) -> dict:
     is_main = is_main_process()
     fresh = resume_from is None
     base_hash = checkpoint_content_hash(base_path) if is_main else None
+    reference = None
+    if is_main and config.beta > 0:  # the checkpoint the KL term measures against, named like the base
+        reference = {"path": str((reference_path or base_path).resolve()),
+                     "content_hash": checkpoint_content_hash(reference_path) if reference_path else base_hash}
     tasks_hash = file_sha256(Path(config.tasks))
 
     difficulty = None
@@ -136,6 +167,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
             scorers={},
             reward_model=reward_model_record(scorer),
             reward_functions=reward_functions(config),
+            kl_reference=reference,
             **({"difficulty_filter": difficulty} if fresh else {}),
         )
         if fresh:
@@ -162,6 +194,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
                 dynamic_sampling_max_rounds=config.dynamic_sampling_max_rounds,
                 append_metrics=run.append_metrics if is_main else None,
                 reward_model_reward=model_reward,
+                reference_weights=reference_path,
             )
     except BaseException:
         reward.close()
@@ -191,6 +224,7 @@ def run_grpo(config: GRPORunConfig) -> dict:
                 {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
                 {"kind": "tasks", "path": str(Path(config.tasks).resolve()), "sha256": tasks_hash},
                 *([{"kind": "reward_model", **reward_model_record(scorer)}] if scorer is not None else []),
+                *([{"kind": "kl_reference", **reference}] if reference is not None else []),
             ],
             "outputs": [{"kind": "checkpoint", "path": "checkpoint", "content_hash": out_hash},
                         {"kind": "rollouts", "path": "rollouts", "format": ROLLOUT_FORMAT}],

@@ -194,8 +194,10 @@ def _not_scored_here(*args, **kwargs):
 
 
 def _stage_trainer(config, run: Path, version: int, *, step: int, reward_funcs, args_changes: dict,
-                   pairwise_reward=None, reward_model_reward=None, rollout_func=None, callbacks=(), ledger=None):
-    """A StageTrainer on version `version`'s weights, for optimizer step `step`."""
+                   pairwise_reward=None, reward_model_reward=None, rollout_func=None, callbacks=(), ledger=None,
+                   reference_weights: Path | None = None):
+    """A StageTrainer on version `version`'s weights, for optimizer step `step`; its KL reference (beta > 0) is
+    `reference_weights`, or else version `version` itself."""
     import copy
 
     from datasets import Dataset
@@ -232,6 +234,7 @@ def _stage_trainer(config, run: Path, version: int, *, step: int, reward_funcs, 
         append_metrics=RunFolder(run).append_metrics,
         reward_model_reward=reward_model_reward,
         rollout_func=rollout_func,
+        reference_weights=reference_weights,
     )
 
 
@@ -539,7 +542,20 @@ def update_trainer(config, run: Path, version: int, *, staging: Path, rewards, m
         args_changes={"output_dir": str(staging), "save_strategy": "steps", "save_steps": 1, "save_only_model": False,
                       "save_total_limit": None},
         pairwise_reward=rewards, reward_model_reward=model_scores, rollout_func=rollout_func,
-        callbacks=[*run_callbacks(config, RunFolder(run)), *callbacks], ledger=ledger)
+        callbacks=[*run_callbacks(config, RunFolder(run)), *callbacks], ledger=ledger,
+        reference_weights=kl_reference(config, run))
+
+
+def kl_reference(config, run: Path) -> Path | None:
+    """The weights every update's KL term measures against, as in-process GRPO's: the run record's kl_reference
+    (reference_checkpoint, resolved when the run started), or version v0000 (the run's start), never the version
+    the update starts from. None when beta is 0 (no reference model)."""
+    from training.run_folder import RunFolder
+
+    if not config.beta > 0:
+        return None
+    recorded = (RunFolder(run).read_record() or {}).get("kl_reference") or {}
+    return Path(recorded["path"]) if recorded.get("path") else version_path(run, 0)
 
 
 def update_stage(run: Path, version: int) -> dict:

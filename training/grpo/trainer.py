@@ -105,6 +105,26 @@ def seeded_generation(seed: int):
         yield
 
 
+def load_reference_weights(trainer, folder: Path) -> None:
+    """Put `folder`'s weights into the reference model TRL built from the policy's checkpoint, in place, so
+    TRL's own preparation of that model (fused LM head, device placement) stays as it made it. The KL term then
+    measures the distance to `folder`, wherever the policy itself started (a later round, a policy version)."""
+    from transformers import AutoModelForCausalLM
+
+    if is_zero3(trainer) or trainer.is_fsdp_enabled:
+        raise PairwiseInputError("reference_checkpoint: the reference model is sharded under DeepSpeed ZeRO-3 or FSDP "
+                                 "and cannot be reloaded in place; start the policy from the reference checkpoint, "
+                                 "or use ZeRO-2")
+    reference = trainer.accelerator.unwrap_model(trainer.ref_model)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=reference.dtype)
+    try:
+        reference.load_state_dict(loaded.state_dict(), strict=True)
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()[-1].strip()
+        raise PairwiseInputError(f"reference_checkpoint {folder} does not have the policy's shapes ({first}); "
+                                 "give a checkpoint of the same architecture and vocabulary") from None
+
+
 class PairwiseGRPOTrainer(GRPOTrainer):
     """GRPOTrainer that writes rollouts/, keeps a ledger, and can replace zero-variance groups."""
 
@@ -115,9 +135,12 @@ class PairwiseGRPOTrainer(GRPOTrainer):
     def __init__(self, *args, pairwise_reward: VerifierComponentsReward, rollouts_dir: Path, ledger: Ledger,
                  task_prompts: dict[str, object], first_batch: int = 0, dynamic_sampling: bool = False,
                  dynamic_sampling_max_rounds: int = 4, append_metrics=None,
-                 reward_model_reward: RewardModelReward | None = None, **kwargs):
+                 reward_model_reward: RewardModelReward | None = None, reference_weights: Path | None = None,
+                 **kwargs):
         started = time.perf_counter()
         super().__init__(*args, **kwargs)
+        if reference_weights is not None and self.ref_model is not None:
+            load_reference_weights(self, Path(reference_weights))
         self.pairwise_reward = pairwise_reward
         self.reward_model_reward = reward_model_reward
         self.rollouts_dir = Path(rollouts_dir)
