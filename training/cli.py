@@ -92,7 +92,11 @@ def _check_run_config(args, kind: str) -> int:
         config = load_grpo_config(args.config)
         load_tasks(config.tasks)
     check_output_dir(config, RunFolder(config.output_dir))
-    check_causal_lm_checkpoint(config.base_checkpoint)
+    base_path = check_causal_lm_checkpoint(config.base_checkpoint)
+    if kind == "grpo":
+        from training.grpo.run import checked_reference
+
+        checked_reference(config, base_path)
     print(json.dumps(config_record(config), sort_keys=True))
     return EXIT_OK
 

@@ -305,18 +305,22 @@ def test_an_open_task_set_from_a_projects_prompts_holds_each_prompt_once(enginee
 
 @pytest.mark.slow
 def test_a_grpo_runs_kl_reference_is_a_registered_checkpoint_whose_folder_the_launch_gives(base_checkpoint,
-                                                                                            reward_model, tmp_path):
+                                                                                            reward_model, tmp_path,
+                                                                                            grpo_checkpoint):
     """A second round starts from a GRPO child and keeps its KL term on the SFT parent; the parent is picked like
     the base, by name or id, and the trainer gets the registered folder, never a path as typed."""
     tasks = str(write_unlearnable_tasks(tmp_path / "tasks.jsonl"))
+    parent = checkpoint_register(uri=str(grpo_checkpoint), name="tiny-sft-60")
     launched = run_launch(kind="grpo", base_checkpoint="tiny-sft", tasks=tasks, enqueue=False,
-                          config={"beta": 0.04, "reference_checkpoint": str(base_checkpoint.pk)})
-    assert launched.config["reference_checkpoint"] == base_checkpoint.uri
-    assert launched.resolved_config["reference_checkpoint"] == base_checkpoint.uri
+                          config={"beta": 0.04, "reference_checkpoint": str(parent.pk)})
+    assert launched.config["reference_checkpoint"] == parent.uri != base_checkpoint.uri
+    assert launched.resolved_config["reference_checkpoint"] == parent.uri
+    assert launched.config["base_checkpoint"] == base_checkpoint.uri
 
     refusals = [
         ({"beta": 0.04, "reference_checkpoint": str(tmp_path)},
-         f"reference_checkpoint {str(tmp_path)!r} is not a registered checkpoint (registered: tiny-rm, tiny-sft); "
+         f"reference_checkpoint {str(tmp_path)!r} is not a registered checkpoint (registered: tiny-rm, tiny-sft, "
+         "tiny-sft-60); "
          "register it with manage.py register_checkpoint PATH"),
         ({"beta": 0.04, "reference_checkpoint": "tiny-rm"},
          "reference_checkpoint 'tiny-rm' is a reward model (a sequence classifier that scores answers), not a model "
@@ -324,6 +328,8 @@ def test_a_grpo_runs_kl_reference_is_a_registered_checkpoint_whose_folder_the_la
          "trained from"),
         ({"reference_checkpoint": "tiny-sft"},
          "config: reference_checkpoint is used only by the KL term, and beta is 0.0; set beta above 0 or remove it"),
+        ({"beta": 0.04, "reference_checkpoint": ""},
+         "config: reference_checkpoint is empty; give a checkpoint folder, or null for the base checkpoint"),
     ]
     for config, message in refusals:
         with pytest.raises(UserMistake) as refused:

@@ -43,7 +43,7 @@ def load_weights(folder):
     return load_file(folder / "model.safetensors")
 
 
-# The staged and in-process runs compared bit for bit carry a KL term, so the comparison also shows that every staged
+# The staged, lanes and in-process runs compared bit for bit carry a KL term, so the comparisons also show that every
 # update measures it against the run's start (v0000), as in-process GRPO does, not against the version it updates.
 COMPARED_BETA = 0.04
 

@@ -7,6 +7,7 @@ attempt recorded, not to see learning (bench/grpo_learning.py measures that).
 import json
 import math
 import random
+import shutil
 
 import pytest
 
@@ -263,6 +264,8 @@ def test_difficulty_prepass_keeps_the_tasks_inside_the_band_whatever_the_order(t
     ("config typo", "unknown key 'num_generation' (did you mean 'num_generations'?)"),
     ("reference without beta", "reference_checkpoint is used only by the KL term, and beta is 0.0"),
     ("reference not a checkpoint", "reference_checkpoint"),
+    ("reference of another architecture", "tie_word_embeddings is False but the base checkpoint's is True"),
+    ("reference with sync_ref_model", "reference_checkpoint cannot be set with sync_ref_model"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, grpo_checkpoint, speed_tasks, capsys, case,
                                                         message):
@@ -281,6 +284,15 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, grpo_checkpoin
     elif case == "reference not a checkpoint":
         (tmp_path / "plain-folder").mkdir()
         extra = {"reference_checkpoint": str(tmp_path / "plain-folder"), "beta": 0.04}
+        message = f"reference_checkpoint {tmp_path / 'plain-folder'} has no config.json"
+    elif case == "reference of another architecture":
+        untied = tmp_path / "untied"
+        shutil.copytree(grpo_checkpoint, untied)
+        model_config = json.loads((untied / "config.json").read_text())
+        (untied / "config.json").write_text(json.dumps({**model_config, "tie_word_embeddings": False}))
+        extra = {"reference_checkpoint": str(untied), "beta": 0.04}
+    elif case == "reference with sync_ref_model":
+        extra = {"reference_checkpoint": str(grpo_checkpoint), "beta": 0.04, "sync_ref_model": True}
     else:
         extra = {"num_generation": 4}
     assert main(["grpo", "--config", str(write_config(tmp_path, checkpoint, tasks, **extra))]) == 2
@@ -304,8 +316,11 @@ def test_the_kl_term_measures_against_reference_checkpoint_not_the_policy_it_sta
 
     own_kl, own_record, _ = first_step("own-start")
     parent_kl, record, ledger = first_step("parent-reference", reference_checkpoint=str(grpo_checkpoint))
-    # Before its first update the policy is its own start: no distance to it, a clear one to the parent.
+    # Before its first update the policy is its own start: no distance to it, a clear one to the parent. The policy
+    # itself is the same in both runs (the same answers, with the same log-probabilities): only the reference moved.
     assert own_kl == pytest.approx(0.0, abs=1e-6) and parent_kl > 1e-3
+    own_rows, parent_rows = rollouts(tmp_path / "own-start"), rollouts(tmp_path / "parent-reference")
+    assert [(r["completion"], r["logprobs"]) for r in own_rows] == [(r["completion"], r["logprobs"]) for r in parent_rows]
     assert own_record["kl_reference"]["content_hash"] == checkpoint_content_hash(child)
     assert record["kl_reference"]["content_hash"] == checkpoint_content_hash(grpo_checkpoint)
     assert record["base_checkpoint"]["content_hash"] == checkpoint_content_hash(child)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.helpers import records, rollout_rows, version_record
+from tests.training.helpers import COMPARED_BETA, records, rollout_rows, version_record
 from tests.training.helpers import write_grpo_config as write_config
 from training.grpo.stages import generate_stage, update_stage
 
@@ -26,7 +26,7 @@ STEPS = 3
 
 def lanes_config(tmp_path, grpo_checkpoint, speed_tasks):
     return write_config(tmp_path, grpo_checkpoint, speed_tasks, name="run", mode="overlapped", max_staleness=1,
-                        stage_launcher="lanes", max_steps=STEPS)
+                        stage_launcher="lanes", max_steps=STEPS, beta=COMPARED_BETA)
 
 
 def test_lanes_write_what_fresh_stages_write_from_the_same_inputs(tmp_path, grpo_checkpoint, speed_tasks):

@@ -120,12 +120,18 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
             if values[key] is not None and values[key] < 1:
                 raise key_error(source, key, f"must be at least 1 or null, got {values[key]}")
         if values["reference_checkpoint"] is not None:
-            if not values["beta"] > 0:
+            if not str(values["reference_checkpoint"]).strip():
+                raise key_error(source, "reference_checkpoint", "is empty; give a checkpoint folder, or null for the "
+                                                                "base checkpoint")
+            if not (values["beta"] or 0) > 0:
                 raise key_error(source, "reference_checkpoint", f"is used only by the KL term, and beta is "
                                                                 f"{values['beta']}; set beta above 0 or remove it")
             if values["use_peft"]:
                 raise key_error(source, "reference_checkpoint", "cannot be set with use_peft: with LoRA the reference is "
                                                                 "the base checkpoint with the adapter switched off")
+            if values["sync_ref_model"]:
+                raise key_error(source, "reference_checkpoint", "cannot be set with sync_ref_model, which copies the "
+                                                                "policy into the reference as it trains; choose one")
         _check_cycle_values(values, source)
         if values["use_vllm"] and importlib.util.find_spec("vllm") is None:
             raise key_error(source, "use_vllm", "is true but vllm is not installed here; install it (pip install "
@@ -168,6 +174,7 @@ def _check_cycle_values(values: dict, source: str) -> None:
         "difficulty_filter": bool(values["difficulty_filter"]),
         "use_peft": bool(values["use_peft"]),
         "max_generated_tokens": values["max_generated_tokens"] is not None,
+        "sync_ref_model": bool(values["sync_ref_model"]),  # every update builds its reference from v0000 afresh
     }
     for key, refused in unsupported.items():
         if refused:

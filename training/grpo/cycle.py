@@ -387,6 +387,7 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
     from training.grpo.difficulty import check_sandbox_for_code
     from training.grpo.rollouts import ROLLOUT_FORMAT
     from training.grpo.run import (
+        check_kl_reference_kept,
         checked_reference,
         dataset_rows,
         reward_functions,
@@ -434,6 +435,7 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
                      {"path": str(version_path(run.path, 0).resolve()), "content_hash": base_hash})
 
     previous = run.read_record() if resuming else None
+    check_kl_reference_kept(previous, reference, config.output_dir)
     start_run_record(run, config, kind="grpo", base_path=base_path, base_hash=base_hash,
                      resume_from=str(run.path) if resuming else None, snapshot=None,
                      tasks={"path": str(Path(config.tasks).resolve()), "sha256": tasks_hash, "count": len(tasks),

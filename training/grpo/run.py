@@ -66,23 +66,32 @@ def _budget_callback(config: GRPORunConfig, ledger):
     return LoopClockAndBudget()
 
 
+# Config keys that say how a model is run or where it was loaded from, not what its weights compute: a GRPO child
+# saved by the trainer differs from its parent in use_cache, say, and is still a valid reference.
+RUNTIME_CONFIG_KEYS = frozenset({"_name_or_path", "use_cache", "dtype", "torch_dtype", "transformers_version",
+                                 "output_attentions", "output_hidden_states", "return_dict"})
+
+
 def checked_reference(config: GRPORunConfig, base_path: Path) -> Path | None:
     """reference_checkpoint's folder, refused in one line unless the KL term can compare it token by token with
-    the policy: the same architecture, sizes and vocabulary as the base checkpoint. None: the base is the reference."""
+    the policy: the base checkpoint's model config (architecture, sizes, tied embeddings, ...) and vocabulary.
+    None: the base is the reference."""
     from transformers import AutoConfig, AutoTokenizer
 
     from training.run_folder import check_causal_lm_checkpoint
 
-    if config.reference_checkpoint is None or not config.beta > 0:
+    if config.reference_checkpoint is None or not (config.beta or 0) > 0:
         return None
     reference_path = check_causal_lm_checkpoint(config.reference_checkpoint, key="reference_checkpoint")
-    base, reference = (AutoConfig.from_pretrained(path, local_files_only=True) for path in (base_path, reference_path))
-    for key in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                "intermediate_size"):
-        if getattr(base, key, None) != getattr(reference, key, None):
-            raise PairwiseInputError(f"reference_checkpoint {config.reference_checkpoint}: {key} is "
-                                     f"{getattr(reference, key, None)!r} but the base checkpoint's is "
-                                     f"{getattr(base, key, None)!r}; the KL term needs the same architecture")
+    base, reference = (AutoConfig.from_pretrained(path, local_files_only=True).to_dict()
+                       for path in (base_path, reference_path))
+    differing = sorted(key for key in (base.keys() | reference.keys()) - RUNTIME_CONFIG_KEYS
+                       if base.get(key) != reference.get(key))
+    if differing:
+        key = differing[0]
+        raise PairwiseInputError(f"reference_checkpoint {config.reference_checkpoint}: {key} is {reference.get(key)!r} "
+                                 f"but the base checkpoint's is {base.get(key)!r}; the KL term needs a causal LM of "
+                                 "the same architecture (the SFT parent, say)")
     vocabularies = (AutoTokenizer.from_pretrained(path, local_files_only=True).get_vocab()
                     for path in (base_path, reference_path))
     if next(vocabularies) != next(vocabularies):
@@ -90,6 +99,19 @@ def checked_reference(config: GRPORunConfig, base_path: Path) -> Path | None:
                                  "base checkpoint's, so their token log-probabilities cannot be compared; give a "
                                  "checkpoint trained with the same tokenizer")
     return reference_path
+
+
+def check_kl_reference_kept(previous: dict | None, reference: dict | None, source: str) -> None:
+    """A resumed run measures its KL term against the checkpoint it started with: one line if the config now names
+    another, or none (the steps before and after would answer to different references). `previous`: its run.json."""
+    if previous is None or "kl_reference" not in previous:  # recorded before runs named their reference
+        return
+    before = previous["kl_reference"]
+    if (before or {}).get("content_hash") != (reference or {}).get("content_hash"):
+        raise PairwiseInputError(f"{source}: the run being resumed measured its KL term against "
+                                 f"{(before or {}).get('path') or 'no reference (beta 0)'}, and this config against "
+                                 f"{(reference or {}).get('path') or 'none (beta 0)'}; resume with the run's own "
+                                 "beta and reference_checkpoint, or start a new run")
 
 
 def run_grpo(config: GRPORunConfig) -> dict:
@@ -127,6 +149,8 @@ def run_grpo(config: GRPORunConfig) -> dict:
     if is_main and config.beta > 0:  # the checkpoint the KL term measures against, named like the base
         reference = {"path": str((reference_path or base_path).resolve()),
                      "content_hash": checkpoint_content_hash(reference_path) if reference_path else base_hash}
+    if is_main and not fresh:
+        check_kl_reference_kept(run.read_record(), reference, config.output_dir)
     tasks_hash = file_sha256(Path(config.tasks))
 
     difficulty = None

@@ -555,7 +555,11 @@ def kl_reference(config, run: Path) -> Path | None:
     if not config.beta > 0:
         return None
     recorded = (RunFolder(run).read_record() or {}).get("kl_reference") or {}
-    return Path(recorded["path"]) if recorded.get("path") else version_path(run, 0)
+    reference = Path(recorded["path"]) if recorded.get("path") else version_path(run, 0)
+    if not reference.is_dir():
+        raise PairwiseInputError(f"{run}: the KL term's reference {reference} (run.json's kl_reference) is no longer a "
+                                 "folder; put the checkpoint back there to go on with this run")
+    return reference
 
 
 def update_stage(run: Path, version: int) -> dict:

@@ -116,7 +116,14 @@ def load_reference_weights(trainer, folder: Path) -> None:
                                  "and cannot be reloaded in place; start the policy from the reference checkpoint, "
                                  "or use ZeRO-2")
     reference = trainer.accelerator.unwrap_model(trainer.ref_model)
-    loaded = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=reference.dtype)
+    loaded, loading = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=reference.dtype,
+                                                           output_loading_info=True)
+    # transformers fills a weight the folder lacks with fresh random values, which a strict load would accept.
+    missing = sorted({*loading.get("missing_keys", ()),
+                      *(key if isinstance(key, str) else key[0] for key in loading.get("mismatched_keys", ()))})
+    if missing:
+        raise PairwiseInputError(f"reference_checkpoint {folder} lacks weights the policy has ({', '.join(missing[:3])}"
+                                 f"{', ...' if len(missing) > 3 else ''}); give a full checkpoint of the same model")
     try:
         reference.load_state_dict(loaded.state_dict(), strict=True)
     except RuntimeError as error:
