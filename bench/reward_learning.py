@@ -30,7 +30,8 @@ tiny SFT checkpoint taught a classic wrong method on four in five speed problems
    to the earlier ones, trains a new reward model from the parent on them all and runs the next 1/R of the GRPO
    steps from the last round's checkpoint on it; each round's checkpoint is scored on the held-out problems. With
    --beta above 0 each round's KL term measures against the SFT parent (--kl-reference round-start: against the
-   checkpoint the round starts from).
+   checkpoint the round starts from). The last checkpoint is then asked as a next round would ask it, and the round
+   whose checkpoint answered correctly most often is the round-chosen child (chosen_round), shown beside the last.
 
 Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the child >= parent + 10 held-out points
 in every seed.
@@ -501,6 +502,12 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
             "verified_afterwards": verified_afterwards(run, verifiable, split=trip_time),
         })
         checkpoints.append(run / "checkpoint")
+    # The last checkpoint is asked as a next round would ask it, so that every round's checkpoint has the correct
+    # share of its answers to new held-in problems, what reviewers of those answers would report.
+    last_asked = sampled_preferences(checkpoints[-1], seed=seed, threads=args.threads,
+                                     problem_seed=round_problem_seed(seed, len(rounds) + 1))
+    asked_shares = [one["policy_correct_share"] for one in rounds[1:]]
+    asked_shares.append(round(last_asked["correct_answers"] / last_asked["answers"], 4))
     sampled = evaluate([sft, *checkpoints], heldout, samples=args.samples, temperature=RECIPE["temperature"],
                        seed=seed, threads=args.threads)
     parent = sampled["checkpoints"][0]["all"]
@@ -509,8 +516,12 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         one_round["heldout_after"] = after["success_rate"]
         one_round["heldout_interval"] = after["interval"]
     child = sampled["checkpoints"][-1]["all"]
+    chosen = chosen_round(asked_shares)
+    chosen_child = sampled["checkpoints"][chosen]["all"]
     return {
         "seed": seed,
+        "round_choice": {"asked_correct_shares": asked_shares, "chosen_round": chosen, "chosen_child": chosen_child,
+                         "gain_points": round(100 * (chosen_child["success_rate"] - parent["success_rate"]), 1)},
         "preferences": rounds[0]["new_pairs"],
         "reward_model": rounds[0]["reward_model"],
         "parent": parent,
@@ -526,6 +537,13 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         "parent_recipe": json.loads((sft / "tiny_sft.json").read_text())["config"],
         "scorers": child["scorers"],
     }
+
+
+def chosen_round(asked_shares: list[float]) -> int:
+    """The round (from 1) whose checkpoint answered the next round's new held-in problems correctly most often, the
+    earlier on a tie: the choice a team makes from its reviewers' verdicts on each round's answers, using no held-out
+    answer. `asked_shares[k - 1]` is round k's checkpoint's correct share."""
+    return max(range(len(asked_shares)), key=lambda index: (asked_shares[index], -index)) + 1
 
 
 def verifier_trained_children(args, rows: list[dict]) -> dict[int, float]:
@@ -718,6 +736,12 @@ def format_rounds(row: dict) -> str:
             f"{'-' if equal_length is None else f'{equal_length:.3f}':>17}"
             f"{one['reward_model']['cpu_minutes']:>12.1f}{one['steps']:>7}{one['grpo_cpu_minutes']:>14.1f}"
             f"{one['heldout_after']:>16.3f}")
+    choice = row.get("round_choice")
+    if choice:  # results written before the last checkpoint was asked have none
+        shares = " / ".join(f"{share:.3f}" for share in choice["asked_correct_shares"])
+        lines.append(f"chosen by its answers' correct share to the next round's problems ({shares}; no held-out "
+                     f"answer used): round {choice['chosen_round']}, held-out {choice['chosen_child']['success_rate']:.3f} "
+                     f"({choice['gain_points']:+.1f} points)")
     return "\n".join([f"seed {row['seed']}: rounds of preferences (parent {row['parent']['success_rate']:.3f})",
                       *lines])
 
@@ -794,6 +818,13 @@ def audited_gain_met(rows: list[dict]) -> bool | None:
     return None if any(gain is None for gain in gains) else all(gain >= TARGET_GAIN_POINTS for gain in gains)
 
 
+def chosen_round_gain_met(rows: list[dict]) -> bool | None:
+    """--rounds: every round chosen by its answers' correct share at the target gain; None when some row has no
+    such choice (a single-round run, or rounds written before it was made)."""
+    gains = [(r.get("round_choice") or {}).get("gain_points") for r in rows]
+    return None if any(gain is None for gain in gains) else all(gain >= TARGET_GAIN_POINTS for gain in gains)
+
+
 def results_settings(args) -> dict:
     """What a run's figures depend on besides its seeds (the results file's settings, less "seeds")."""
     return {"parents": "taken from --parents (built by tiny-sft)" if args.parents else "built here",
@@ -849,7 +880,7 @@ def write_seeds(args, rows: list[dict]) -> tuple[str, list[dict]]:
             "settings": {"seeds": sorted({*args.seeds, *(row["seed"] for row in others)}), **results_settings(args)},
             "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
                        "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met,
-                       "audited_gain_met": audited_gain_met(every)},
+                       "audited_gain_met": audited_gain_met(every), "chosen_round_gain_met": chosen_round_gain_met(every)},
             "verifier_trained_children": verifier_trained_children(args, every),
             "runs": every,
         })

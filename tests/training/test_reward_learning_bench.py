@@ -358,3 +358,62 @@ def test_the_rounds_table_shows_each_rounds_reward_model_and_held_out_success():
     assert printed[2].split()[:2] == ["1", "parent"] and printed[2].split()[-1] == "0.200"
     assert "round 1's checkpoint" in printed[3] and printed[3].split()[-1] == "0.310"
     assert "( 20)" in printed[3] and " - " in printed[3]  # round 2's reward model tested on both rounds' test pairs
+    assert len(printed) == 4  # results written before the last checkpoint was asked: no choice line
+
+
+def test_the_round_kept_is_the_one_whose_answers_were_correct_most_often_the_earlier_on_a_tie():
+    # round k's checkpoint's correct share on the next round's new problems; held-out success is not among them.
+    assert bench.chosen_round([0.696, 0.568, 0.595, 0.605]) == 1
+    assert bench.chosen_round([0.671, 0.813, 0.798, 0.737]) == 2
+    assert bench.chosen_round([0.5, 0.6, 0.6, 0.4]) == 2
+    assert bench.chosen_round([0.3]) == 1
+    choice = {"asked_correct_shares": [0.671, 0.813, 0.798, 0.737], "chosen_round": 2,
+              "chosen_child": {"success_rate": 0.445}, "gain_points": 26.0}
+    row = {"seed": 0, "parent": {"success_rate": 0.185}, "rounds": [], "round_choice": choice}
+    assert bench.format_rounds(row).splitlines()[-1] == (
+        "chosen by its answers' correct share to the next round's problems (0.671 / 0.813 / 0.798 / 0.737; no held-out "
+        "answer used): round 2, held-out 0.445 (+26.0 points)")
+    below = {**row, "round_choice": {**choice, "gain_points": 7.8}}
+    assert bench.chosen_round_gain_met([row]) is True
+    assert bench.chosen_round_gain_met([row, below]) is False
+    assert bench.chosen_round_gain_met([row, {"seed": 1}]) is None  # a row without the choice: not judged
+
+
+def test_rounds_ask_the_last_checkpoint_too_and_keep_the_round_its_answers_chose(tmp_path, monkeypatch):
+    # Every costly step stands in with a fixed figure; what runs for real is how the rounds join them.
+    sft = tmp_path / "sft"
+    sft.mkdir()
+    (sft / "tiny_sft.json").write_text(json.dumps({"config": {"seed": 0}}))
+    correct_share = {str(sft): 0.34, "round1": 0.67, "round2": 0.81, "round3": 0.80, "round4": 0.74}
+    asked = []
+
+    def sampled_preferences(policy, *, seed, threads, problem_seed):
+        asked.append((policy.parent.name.rsplit("-", 1)[-1] if policy != sft else "parent", problem_seed))
+        share = correct_share[policy.parent.name.rsplit("-", 1)[-1] if policy != sft else str(sft)]
+        tasks = make_tasks("speed", n=8, seed=problem_seed, variant="train")
+        return {"problems": 8, "distinct_prompts": 8, "answers": 1000, "correct_answers": round(share * 1000),
+                "candidates": [(task, [f"right {i}"], [f"wrong {i}"]) for i, task in enumerate(tasks)]}
+
+    def run_grpo(run, config, args, **kwargs):
+        (run / "checkpoint").mkdir(parents=True)
+        (run / "ledger.json").write_text(json.dumps({"by_step": [], "completion_length": {}}))
+        (run / "run.json").write_text(json.dumps({"reward_model": {"identity": "sha256:rm"}}))
+        return 1.0, 60.0
+
+    heldout_of = [0.185, 0.405, 0.445, 0.450, 0.463]  # parent, then rounds 1-4: the last is not the best
+    monkeypatch.setattr(bench, "sampled_preferences", sampled_preferences)
+    monkeypatch.setattr(bench, "train_reward_model", lambda *a, **k: {"test": {"accuracy": 0.9}, "cpu_minutes": 1.0,
+                                                                       "wall_s": 60.0})
+    monkeypatch.setattr(bench, "run_grpo_on_reward_model", run_grpo)
+    monkeypatch.setattr(bench, "verified_afterwards", lambda *a, **k: {})
+    monkeypatch.setattr(bench, "evaluate", lambda checkpoints, *a, **k: {"checkpoints": [
+        {"all": {"success_rate": value, "interval": [0, 1], "scorers": ["speed@1"]}} for value in heldout_of]})
+    args = argparse.Namespace(steps=400, rounds=4, threads=1, pairing="random", beta=0.04, kl_reference="parent",
+                              samples=4)
+    row = bench.rounds_of_one_seed(tmp_path, 0, args, [], sft=sft, tasks=tmp_path / "tasks.jsonl", verifiable=[])
+
+    assert asked == [("parent", 5000), ("round1", 6000), ("round2", 7000), ("round3", 8000), ("round4", 9000)]
+    choice = row["round_choice"]
+    assert choice["asked_correct_shares"] == [0.67, 0.81, 0.80, 0.74]
+    assert choice["chosen_round"] == 2 and choice["chosen_child"]["success_rate"] == 0.445
+    assert choice["gain_points"] == 26.0 and row["gain_points"] == 27.8  # the last round's child is still reported
