@@ -420,6 +420,11 @@ def run_grpo_on_reward_model(run: Path, config: Path, args, *, base: Path, tasks
     return run_training("grpo", config, args.threads)
 
 
+def correct_share(sampled: dict) -> float:
+    """The share of sampled_preferences' answers the verifier found correct."""
+    return round(sampled["correct_answers"] / sampled["answers"], 4)
+
+
 def round_steps(steps: int, rounds: int) -> list[int]:
     """The GRPO budget split into `rounds` runs, the remainder to the last: 400 in 3 is 133, 133, 134."""
     return [steps // rounds] * (rounds - 1) + [steps - (steps // rounds) * (rounds - 1)]
@@ -492,7 +497,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         rounds.append({
             "round": number, "policy": "parent" if number == 1 else f"round {number - 1}'s checkpoint",
             "steps": steps,
-            "policy_correct_share": round(sampled["correct_answers"] / sampled["answers"], 4),
+            "policy_correct_share": correct_share(sampled),
             "new_pairs": counts,
             "snapshot": {"train": train, "test": len(rows) - train},
             "reward_model": {**reward, "epochs": epochs,
@@ -506,8 +511,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
     # share of its answers to new held-in problems, what reviewers of those answers would report.
     last_asked = sampled_preferences(checkpoints[-1], seed=seed, threads=args.threads,
                                      problem_seed=round_problem_seed(seed, len(rounds) + 1))
-    asked_shares = [one["policy_correct_share"] for one in rounds[1:]]
-    asked_shares.append(round(last_asked["correct_answers"] / last_asked["answers"], 4))
+    asked_shares = [one["policy_correct_share"] for one in rounds[1:]] + [correct_share(last_asked)]
     sampled = evaluate([sft, *checkpoints], heldout, samples=args.samples, temperature=RECIPE["temperature"],
                        seed=seed, threads=args.threads)
     parent = sampled["checkpoints"][0]["all"]
@@ -759,7 +763,7 @@ def format_audit_choice(rows: list[dict]) -> str:
         lines.append(f"{last}{'-':>19}" if chosen is None else
                      f"{last}{chosen['checkpoint_step']:>19}{chosen['correct']:>11}/{chosen['audited']:<5}"
                      f"{audited['chosen_child']['success_rate']:>14.3f}{audited['gain_points']:>+8.1f}")
-    met = audited_gain_met(rows)
+    met = chosen_gain_met(rows, "audited")
     gains = [(row.get("audited") or {}).get("gain_points") for row in rows]
     if met is not None:
         lines.append(f"target, audit-chosen child >= parent + {TARGET_GAIN_POINTS:.0f} points in every seed: "
@@ -812,16 +816,11 @@ def targets_met(rows: list[dict]) -> tuple[bool, bool]:
     return reward_met, all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
 
 
-def audited_gain_met(rows: list[dict]) -> bool | None:
-    """Every audit-chosen child at the target gain; None when some row has no audit-chosen child."""
-    gains = [(r.get("audited") or {}).get("gain_points") for r in rows]
-    return None if any(gain is None for gain in gains) else all(gain >= TARGET_GAIN_POINTS for gain in gains)
-
-
-def chosen_round_gain_met(rows: list[dict]) -> bool | None:
-    """--rounds: every round chosen by its answers' correct share at the target gain; None when some row has no
-    such choice (a single-round run, or rounds written before it was made)."""
-    gains = [(r.get("round_choice") or {}).get("gain_points") for r in rows]
+def chosen_gain_met(rows: list[dict], choice: str) -> bool | None:
+    """Every child chosen without held-out answers at the target gain: `choice` "audited" (the audit-chosen
+    checkpoint of one run) or "round_choice" (--rounds: the round chosen by its answers' correct share). None when
+    some row has no such child (another kind of run, or one written before that choice was made)."""
+    gains = [(r.get(choice) or {}).get("gain_points") for r in rows]
     return None if any(gain is None for gain in gains) else all(gain >= TARGET_GAIN_POINTS for gain in gains)
 
 
@@ -880,7 +879,8 @@ def write_seeds(args, rows: list[dict]) -> tuple[str, list[dict]]:
             "settings": {"seeds": sorted({*args.seeds, *(row["seed"] for row in others)}), **results_settings(args)},
             "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
                        "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met,
-                       "audited_gain_met": audited_gain_met(every), "chosen_round_gain_met": chosen_round_gain_met(every)},
+                       "audited_gain_met": chosen_gain_met(every, "audited"),
+                       "chosen_round_gain_met": chosen_gain_met(every, "round_choice")},
             "verifier_trained_children": verifier_trained_children(args, every),
             "runs": every,
         })

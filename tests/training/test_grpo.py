@@ -266,6 +266,7 @@ def test_difficulty_prepass_keeps_the_tasks_inside_the_band_whatever_the_order(t
     ("reference not a checkpoint", "reference_checkpoint"),
     ("reference of another architecture", "tie_word_embeddings is False but the base checkpoint's is True"),
     ("reference with sync_ref_model", "reference_checkpoint cannot be set with sync_ref_model"),
+    ("beta null", "beta is null; give a number: 0 for no KL term"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, grpo_checkpoint, speed_tasks, capsys, case,
                                                         message):
@@ -293,6 +294,8 @@ def test_bad_input_is_one_line_exit_2_and_no_run_folder(tmp_path, grpo_checkpoin
         extra = {"reference_checkpoint": str(untied), "beta": 0.04}
     elif case == "reference with sync_ref_model":
         extra = {"reference_checkpoint": str(grpo_checkpoint), "beta": 0.04, "sync_ref_model": True}
+    elif case == "beta null":
+        extra = {"beta": None}
     else:
         extra = {"num_generation": 4}
     assert main(["grpo", "--config", str(write_config(tmp_path, checkpoint, tasks, **extra))]) == 2

@@ -374,9 +374,9 @@ def test_the_round_kept_is_the_one_whose_answers_were_correct_most_often_the_ear
         "chosen by its answers' correct share to the next round's problems (0.671 / 0.813 / 0.798 / 0.737; no held-out "
         "answer used): round 2, held-out 0.445 (+26.0 points)")
     below = {**row, "round_choice": {**choice, "gain_points": 7.8}}
-    assert bench.chosen_round_gain_met([row]) is True
-    assert bench.chosen_round_gain_met([row, below]) is False
-    assert bench.chosen_round_gain_met([row, {"seed": 1}]) is None  # a row without the choice: not judged
+    assert bench.chosen_gain_met([row], "round_choice") is True
+    assert bench.chosen_gain_met([row, below], "round_choice") is False
+    assert bench.chosen_gain_met([row, {"seed": 1}], "round_choice") is None  # a row without the choice: not judged
 
 
 def test_rounds_ask_the_last_checkpoint_too_and_keep_the_round_its_answers_chose(tmp_path, monkeypatch):
@@ -384,12 +384,13 @@ def test_rounds_ask_the_last_checkpoint_too_and_keep_the_round_its_answers_chose
     sft = tmp_path / "sft"
     sft.mkdir()
     (sft / "tiny_sft.json").write_text(json.dumps({"config": {"seed": 0}}))
-    correct_share = {str(sft): 0.34, "round1": 0.67, "round2": 0.81, "round3": 0.80, "round4": 0.74}
+    correct_share = {"parent": 0.34, "round1": 0.67, "round2": 0.81, "round3": 0.80, "round4": 0.74}
     asked = []
 
     def sampled_preferences(policy, *, seed, threads, problem_seed):
-        asked.append((policy.parent.name.rsplit("-", 1)[-1] if policy != sft else "parent", problem_seed))
-        share = correct_share[policy.parent.name.rsplit("-", 1)[-1] if policy != sft else str(sft)]
+        name = "parent" if policy == sft else policy.parent.name.rsplit("-", 1)[-1]  # grpo-rm-0-roundK/checkpoint
+        asked.append((name, problem_seed))
+        share = correct_share[name]
         tasks = make_tasks("speed", n=8, seed=problem_seed, variant="train")
         return {"problems": 8, "distinct_prompts": 8, "answers": 1000, "correct_answers": round(share * 1000),
                 "candidates": [(task, [f"right {i}"], [f"wrong {i}"]) for i, task in enumerate(tasks)]}

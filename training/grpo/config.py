@@ -119,11 +119,13 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
         for key in ("max_generated_tokens", "verifier_workers"):
             if values[key] is not None and values[key] < 1:
                 raise key_error(source, key, f"must be at least 1 or null, got {values[key]}")
+        if values["beta"] is None:  # TRL's KL coefficient; every use compares it with 0
+            raise key_error(source, "beta", "is null; give a number: 0 for no KL term, or a coefficient such as 0.04")
         if values["reference_checkpoint"] is not None:
             if not str(values["reference_checkpoint"]).strip():
                 raise key_error(source, "reference_checkpoint", "is empty; give a checkpoint folder, or null for the "
                                                                 "base checkpoint")
-            if not (values["beta"] or 0) > 0:
+            if not values["beta"] > 0:
                 raise key_error(source, "reference_checkpoint", f"is used only by the KL term, and beta is "
                                                                 f"{values['beta']}; set beta above 0 or remove it")
             if values["use_peft"]:

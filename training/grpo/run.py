@@ -80,7 +80,7 @@ def checked_reference(config: GRPORunConfig, base_path: Path) -> Path | None:
 
     from training.run_folder import check_causal_lm_checkpoint
 
-    if config.reference_checkpoint is None or not (config.beta or 0) > 0:
+    if config.reference_checkpoint is None or not config.beta > 0:
         return None
     reference_path = check_causal_lm_checkpoint(config.reference_checkpoint, key="reference_checkpoint")
     base, reference = (AutoConfig.from_pretrained(path, local_files_only=True).to_dict()
