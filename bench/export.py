@@ -125,20 +125,24 @@ def fill(*, pairs: int, overlap: int) -> None:
         cursor.execute("VACUUM ANALYZE")  # as autovacuum would after a large load
 
 
-def copy_seconds(database: str, *, jit: bool) -> tuple[float, int, int]:
-    """Time a COPY of the export's own votes query (with texts); returns (seconds, rows, bytes). `jit` False
-    turns PostgreSQL's JIT off for it, as the export's own read does."""
+def votes_query() -> tuple[str, list]:
+    """The export's own votes query (with texts) for the bench's project, as COPY is given it."""
     import django
 
     django.setup()
-    import psycopg
-
     from annotate.exports.filters import filters_parse
     from annotate.exports.selectors import votes_sql
     from annotate.review.models import Project
 
-    sql, params = votes_sql(filters=filters_parse({}), excluded_reviewers=frozenset(), with_texts=True,
-                             project=Project.objects.get(slug="bench"))
+    return votes_sql(filters=filters_parse({}), excluded_reviewers=frozenset(), with_texts=True,
+                     project=Project.objects.get(slug="bench"))
+
+
+def copy_seconds(database: str, sql: str, params: list, *, jit: bool) -> tuple[float, int, int]:
+    """Time a COPY of the votes query; returns (seconds, rows, bytes). `jit` False turns PostgreSQL's JIT off for
+    it, as the export's own read does."""
+    import psycopg
+
     with psycopg.connect(database_url(database).replace("postgres://", "postgresql://")) as conn, conn.cursor() as cursor:
         if not jit:
             cursor.execute("SET jit = off")
@@ -189,10 +193,11 @@ def main() -> None:
     exports: list[tuple[float, float, float]] = []  # seconds, CPU seconds, peak RSS MB
     work = Path(tempfile.mkdtemp(prefix="bench-export-"))
     try:
+        sql, params = votes_query()
         for run in range(args.runs):
-            copy_s, copy_rows, copy_bytes = copy_seconds(args.database, jit=True)
+            copy_s, copy_rows, copy_bytes = copy_seconds(args.database, sql, params, jit=True)
             copies.append(copy_s)
-            copies_jit_off.append(copy_seconds(args.database, jit=False)[0])
+            copies_jit_off.append(copy_seconds(args.database, sql, params, jit=False)[0])
             out = work / f"snapshot-{run}"
             export_s, export_cpu_s, peak_mb, printed = run_export(out, args.database)
             exports.append((export_s, export_cpu_s, peak_mb))
