@@ -1,20 +1,24 @@
 """Reads of the export pipeline: votes per pair straight from SQL, and the export records.
 
 `pair_votes_stream` is the hot path. The database does the counting (GROUP BY pair over current,
-original, live judgments: answers of the qualification round are never votes) and hands back one row per pair, streamed (COPY, or a server-side cursor inside a transaction), so memory
-stays flat however many judgments there are; Python only sees pairs, never judgments. Each row also carries how many
-pairs the query returns in all (a window count over the grouped votes), so the progress bar's total costs no
-second pass over the judgments.
+original, live judgments: answers of the qualification round are never votes) and hands back one row per pair, streamed
+(COPY, or a server-side cursor inside a transaction), so memory stays flat however many judgments there are; Python
+only sees pairs, never judgments. Each row also carries how many pairs there are in all, so the progress bar's total
+costs no second pass over the judgments. With the answer texts, outside a transaction, the rows come one prompt-key
+range at a time (`_ranged_votes_batches`), so that the database sorts a range while Python writes the one before.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 
 import orjson
+import psycopg
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Max, QuerySet
@@ -60,12 +64,13 @@ class PairVotes:
     strength_b: float | None = None
 
 
-def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], with_texts: bool,
-               project: Project, live: bool = True) -> tuple[str, list]:
-    """The votes query; `live` False counts instead the qualification answers it leaves out (same filters)."""
+def votes_aggregate_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], project: Project,
+                        live: bool = True, with_total: bool = True) -> tuple[str, list]:
+    """The counting part of the votes query: one row per pair with its counted votes, newest criteria version and
+    mean strengths (and, `with_total`, how many pairs there are in all); `live` False counts instead the
+    qualification answers the export leaves out (same filters)."""
     assignment, judgment = Assignment._meta.db_table, Judgment._meta.db_table
-    criteria, pair = CriteriaVersion._meta.db_table, Pair._meta.db_table
-    prompt, response = Prompt._meta.db_table, Response._meta.db_table
+    criteria = CriteriaVersion._meta.db_table
     where = ["a.project_id = %s", "a.is_retest = %s", "j.retracted = %s"]
     if live:
         where.append(live_assignment_sql("a"))
@@ -92,15 +97,8 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
         where.append(f"NOT EXISTS (SELECT 1 FROM {RationaleCheck._meta.db_table} rc "
                      "WHERE rc.judgment_id = j.id AND rc.flagged = %s)")
         params.append(True)
-    texts = ("pr.messages, ra.text, rb.text" if with_texts else "NULL, NULL, NULL")
-    joins = (f"JOIN {response} ra ON ra.id = p.response_a_id JOIN {response} rb ON rb.id = p.response_b_id"
-             if with_texts else "")
-    # The columns, in the order and of the types VOTES_COLUMN_TYPES gives (the COPY read declares them).
+    total = ", count(*) OVER () AS pairs_total" if with_total else ""
     sql = f"""
-        SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
-               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version,
-               v.strength_a, v.strength_b, {texts}, v.pairs_total
-        FROM (
             SELECT a.pair_id AS pair_id,
                    SUM(CASE WHEN j.winner = 'a' THEN 1 ELSE 0 END) AS votes_a,
                    SUM(CASE WHEN j.winner = 'b' THEN 1 ELSE 0 END) AS votes_b,
@@ -113,21 +111,45 @@ def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], wit
                    CAST(SUM(CASE WHEN j.winner = 'a' THEN j.strength END) AS DOUBLE PRECISION)
                        / NULLIF(COUNT(CASE WHEN j.winner = 'a' THEN j.strength END), 0) AS strength_a,
                    CAST(SUM(CASE WHEN j.winner = 'b' THEN j.strength END) AS DOUBLE PRECISION)
-                       / NULLIF(COUNT(CASE WHEN j.winner = 'b' THEN j.strength END), 0) AS strength_b,
-                   count(*) OVER () AS pairs_total
+                       / NULLIF(COUNT(CASE WHEN j.winner = 'b' THEN j.strength END), 0) AS strength_b
+                   {total}
             FROM {assignment} a
             {qualification}
             JOIN {judgment} j ON j.id = a.current_judgment_id
             JOIN {criteria} cv ON cv.id = j.criteria_version_id
             WHERE {' AND '.join(where)}
             GROUP BY a.pair_id
-        ) v
+    """
+    return sql, params
+
+
+def _pairs_with_texts_sql(votes: str, *, with_texts: bool, total: str = "v.pairs_total", where: str = "") -> str:
+    """The votes (a subquery or a table, `v`) joined to their pairs, prompts and, `with_texts`, answer texts, in
+    the export's order. The columns, in the order and of the types VOTES_COLUMN_TYPES gives (the COPY read
+    declares them)."""
+    pair, prompt, response = Pair._meta.db_table, Prompt._meta.db_table, Response._meta.db_table
+    texts = ("pr.messages, ra.text, rb.text" if with_texts else "NULL, NULL, NULL")
+    joins = (f"JOIN {response} ra ON ra.id = p.response_a_id JOIN {response} rb ON rb.id = p.response_b_id"
+             if with_texts else "")
+    return f"""
+        SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
+               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version,
+               v.strength_a, v.strength_b, {texts}, {total}
+        FROM {votes} v
         JOIN {pair} p ON p.id = v.pair_id
         JOIN {prompt} pr ON pr.id = p.prompt_id
         {joins}
+        {where}
         ORDER BY pr.content_key, v.pair_id
     """
-    return sql, params
+
+
+def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], with_texts: bool,
+               project: Project, live: bool = True) -> tuple[str, list]:
+    """The votes query in one statement; `live` False counts instead the qualification answers it leaves out."""
+    aggregate, params = votes_aggregate_sql(filters=filters, excluded_reviewers=excluded_reviewers,
+                                            project=project, live=live)
+    return _pairs_with_texts_sql(f"({aggregate})", with_texts=with_texts), params
 
 
 def _json(value):
@@ -149,21 +171,152 @@ def _votes_batches(sql: str, params: list, fetch_rows: int) -> Iterator[Iterator
     progress, and sees the same committed rows. Inside a transaction (a caller's atomic block, whose own
     writes another connection cannot see) and on SQLite, a server-side cursor reads them, as before.
     """
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
+    if not _reads_through_copy():
         with connection.chunked_cursor() as cursor:
             cursor.execute(sql, params)
             yield iter(lambda: cursor.fetchmany(fetch_rows), [])
         return
-    copying = connection.get_new_connection(connection.get_connection_params())
+    copying = _copy_connection()
     try:
-        # The votes query crosses PostgreSQL's default JIT threshold, and compiling it cost more than it
-        # saved: about 2.4 CPU s of a 1M-judgment export's query, whose COPY ran 1.3 s faster without it.
-        copying.execute("SET jit = off")
         with copying.cursor() as cursor, cursor.copy(f"COPY ({sql}) TO STDOUT", params) as copy:
             copy.set_types(list(VOTES_COLUMN_TYPES))
             rows = copy.rows()
             yield iter(lambda: list(islice(rows, fetch_rows)), [])
     finally:
+        copying.close()
+
+
+def _reads_through_copy() -> bool:
+    return connection.vendor == "postgresql" and not connection.in_atomic_block
+
+
+def _copy_connection(isolation_level: psycopg.IsolationLevel | None = None):
+    """A connection of the export's own for its COPY reads, next to Django's."""
+    copying = connection.get_new_connection(connection.get_connection_params())
+    copying.isolation_level = isolation_level
+    # The votes query crosses PostgreSQL's default JIT threshold, and compiling it cost more than it
+    # saved: about 2.4 CPU s of a 1M-judgment export's query, whose COPY ran 1.3 s faster without it.
+    copying.execute("SET jit = off")
+    return copying
+
+
+# Pairs a prompt-key range holds, on average, when the export reads its votes range by range
+# (_ranged_votes_batches): the writer holds one range's rows and the reader the next, so this bounds the
+# export's memory whatever the project's size (at the bench's answer lengths, 222 MB peak against 181-190 MB
+# through one statement). Smaller ranges were slower: each range scans the counted votes again.
+RANGE_PAIRS = 40_000
+VOTES_TABLE = "pairwise_export_votes"  # a temporary table: it lives and dies with the export's COPY connection
+# After the count, the ranges' settings on the COPY connection: a range's sort fits in memory, and one process
+# joins it, so the database leaves the other core to the writer.
+RANGE_SETTINGS = ("SET work_mem = '64MB'", "SET max_parallel_workers_per_gather = 0")
+
+
+def key_range_bounds(pairs: int) -> list[str]:
+    """Bounds that cut prompt keys (sha256 hex) into ranges of about RANGE_PAIRS pairs each: four-digit hex
+    prefixes, evenly spaced. Whatever the bounds, the ranges read one after the other give the rows of the one
+    ordered statement: a prompt text (one key) falls in one range, and hex of one length sorts the same in
+    every collation (digits before letters), so the bounds rise in the ORDER BY's own order."""
+    ranges = max(1, -(-pairs // RANGE_PAIRS))
+    return [f"{i * 0x10000 // ranges:04x}" for i in range(1, ranges)]
+
+
+@contextmanager
+def _ranged_votes_batches(aggregate: str, params: list, *, project: Project) -> Iterator[Iterator[list[tuple]]]:
+    """The votes query's rows with their texts, read through COPY one prompt-key range at a time, so that
+    PostgreSQL joins and sorts a range while Python writes the one before.
+
+    Through one statement the database counted, joined and sorted every pair before the first row came, with
+    Python waiting; then Python wrote every row with the database waiting. Here the votes are counted once into
+    a temporary table (with their pairs' prompt and answer ids), in the one snapshot (repeatable read) that
+    every range then reads. A reader thread copies one range at a time (psycopg waits on the network without
+    the GIL) and starts the next only when the writer has taken the last, so memory holds two ranges at most.
+    """
+    copying = _copy_connection(psycopg.IsolationLevel.REPEATABLE_READ)
+    finished = threading.Event()
+    ranges: queue.Queue = queue.Queue(maxsize=1)
+    may_read = threading.Semaphore(1)  # released when the writer takes a range
+    reader: threading.Thread | None = None
+
+    def wait_for(step: Callable[[], bool]) -> bool:
+        """Retry `step` (it times out) until it succeeds or the export is finished; False when finished."""
+        while not finished.is_set():
+            if step():
+                return True
+        return False
+
+    def hand_over(item) -> bool:
+        def put() -> bool:
+            try:
+                ranges.put(item, timeout=0.1)
+            except queue.Full:
+                return False
+            return True
+        return wait_for(put)
+
+    try:
+        pair, prompt, response = Pair._meta.db_table, Prompt._meta.db_table, Response._meta.db_table
+        with copying.cursor() as cursor:
+            cursor.execute(f"""
+                CREATE TEMPORARY TABLE {VOTES_TABLE} AS
+                SELECT v.*, p.prompt_id, p.response_a_id, p.response_b_id
+                FROM ({aggregate}) v JOIN {pair} p ON p.id = v.pair_id
+            """, params)
+            total = cursor.rowcount
+            cursor.execute(f"ANALYZE {VOTES_TABLE}")
+            for setting in RANGE_SETTINGS:
+                cursor.execute(setting)
+        bounds = ["", *key_range_bounds(total), ""]
+
+        def read_ranges() -> None:
+            try:
+                for low, high in zip(bounds, bounds[1:], strict=False):
+                    if not wait_for(lambda: may_read.acquire(timeout=0.1)):
+                        return
+                    where, range_params = ["pr.project_id = %s"], [total, project.pk]
+                    if low:
+                        where.append("pr.content_key >= %s")
+                        range_params.append(low)
+                    if high:
+                        where.append("pr.content_key < %s")
+                        range_params.append(high)
+                    sql = f"""
+                        SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
+                               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version,
+                               v.strength_a, v.strength_b, pr.messages, ra.text, rb.text, %s::int8
+                        FROM {VOTES_TABLE} v
+                        JOIN {prompt} pr ON pr.id = v.prompt_id
+                        JOIN {response} ra ON ra.id = v.response_a_id
+                        JOIN {response} rb ON rb.id = v.response_b_id
+                        WHERE {" AND ".join(where)}
+                        ORDER BY pr.content_key, v.pair_id
+                    """
+                    with copying.cursor() as cursor, cursor.copy(f"COPY ({sql}) TO STDOUT", range_params) as copy:
+                        copy.set_types(list(VOTES_COLUMN_TYPES))
+                        rows = list(copy.rows())
+                    if not rows:
+                        may_read.release()  # nothing for the writer to take
+                    elif not hand_over(rows):
+                        return
+                hand_over(None)
+            except BaseException as error:  # raised again in the writer's thread
+                hand_over(error)
+
+        reader = threading.Thread(target=read_ranges, name="export-votes-reader", daemon=True)
+        reader.start()
+
+        def batches() -> Iterator[list[tuple]]:
+            while (item := ranges.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                may_read.release()
+                yield item
+
+        yield batches()
+    finally:
+        finished.set()
+        if reader is not None and reader.is_alive():
+            copying.cancel_safe()  # a range the writer no longer wants stops at once
+            reader.join()
         copying.close()
 
 
@@ -179,13 +332,19 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     `criteria_version` is the newest version among the pair's counted votes; `strength_a` (`strength_b`) the mean
     strength of those of its counted votes for a (for b) that gave one, None when none did.
     `on_total` is called once, before the first pair, with how many pairs the stream holds (0 when none).
-    On PostgreSQL the rows come through COPY on a connection of their own, or inside a transaction through a
-    server-side cursor (_votes_batches).
+    On PostgreSQL the rows come through COPY on a connection of their own (with texts, range by range:
+    _ranged_votes_batches), or inside a transaction through a server-side cursor (_votes_batches).
     """
-    sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
-                             project=project)
+    if with_texts and _reads_through_copy():
+        aggregate, params = votes_aggregate_sql(filters=filters, excluded_reviewers=excluded_reviewers,
+                                                project=project, with_total=False)
+        reading = _ranged_votes_batches(aggregate, params, project=project)
+    else:
+        sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
+                                project=project)
+        reading = _votes_batches(sql, params, fetch_rows)
     tags_of: dict = {}
-    with _votes_batches(sql, params, fetch_rows) as batches:
+    with reading as batches:
         total_told = on_total is None
         for rows in batches:
             if not total_told:
@@ -215,8 +374,8 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
 def qualification_answers_left_out(*, project: Project, filters: ExportFilters,
                                    excluded_reviewers: frozenset[int] = frozenset()) -> int:
     """How many answers of the qualification round the export's filters would otherwise have counted as votes."""
-    sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=False,
-                             project=project, live=False)
+    sql, params = votes_aggregate_sql(filters=filters, excluded_reviewers=excluded_reviewers, project=project,
+                                      live=False, with_total=False)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT coalesce(sum(votes_a + votes_b + votes_tie + votes_both_bad), 0) FROM ({sql}) counted",
                        params)

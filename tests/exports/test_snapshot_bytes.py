@@ -17,6 +17,7 @@ import orjson
 import pytest
 from django.db import connection, transaction
 
+from annotate.exports import selectors
 from annotate.exports.filters import filters_parse
 from annotate.exports.pipeline import (
     VOTE_EXCLUSIONS,
@@ -145,9 +146,16 @@ def test_a_fixed_dataset_gives_the_committed_bytes_in_any_stored_order(make_proj
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="the COPY read is PostgreSQL's")
-def test_outside_a_transaction_the_rows_read_by_copy_give_the_same_bytes_and_counts(make_project, tmp_path):
+@pytest.mark.parametrize("range_pairs", [selectors.RANGE_PAIRS, 7], ids=["one-range", "ranges-of-7-pairs"])
+def test_outside_a_transaction_the_rows_read_by_copy_give_the_same_bytes_and_counts(make_project, tmp_path,
+                                                                                  monkeypatch, range_pairs):
     """An export job runs outside any transaction: its votes come through COPY on a connection of its own
-    (annotate/exports/selectors.py), not the cursor the test above reads inside its transaction."""
+    (annotate/exports/selectors.py), not the cursor the test above reads inside its transaction; with ranges of
+    7 pairs the dataset's prompt keys are read in a dozen ranges, one after the other, and give the same bytes."""
+    monkeypatch.setattr(selectors, "RANGE_PAIRS", range_pairs)
+    ranges_read = []
+    monkeypatch.setattr(selectors, "key_range_bounds",
+                        lambda pairs, cut=selectors.key_range_bounds: ranges_read.append(len(cut(pairs)) + 1) or cut(pairs))
     project = make_project(slug="bytes", overlap=REVIEWERS, retest_rate=0)
     with transaction.atomic():  # its rows point at each other before all are in
         fill(project, shuffle=True)
@@ -155,6 +163,7 @@ def test_outside_a_transaction_the_rows_read_by_copy_give_the_same_bytes_and_cou
     got = {"default": written(project, tmp_path, "default", {}),
            "filtered": written(project, tmp_path, "filtered", FILTERED)}
     assert got == EXPECTED
+    assert ranges_read == ([14, 14] if range_pairs == 7 else [1, 1])  # each export's ranges: 96 pairs
     outside = export_preview(project=project, filters=filters_parse(FILTERED))  # no texts: NULL columns
     with transaction.atomic():
         inside = export_preview(project=project, filters=filters_parse(FILTERED))

@@ -1,0 +1,80 @@
+"""The export's votes read range by range (annotate/exports/selectors.py, _ranged_votes_batches): the bounds, the
+same pairs in the same order as the one-statement read, and a reader thread that stops with its writer."""
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+from annotate.exports import selectors
+from annotate.exports.filters import filters_parse
+from annotate.exports.selectors import key_range_bounds, pair_votes_stream
+
+pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the COPY read is PostgreSQL's")
+
+
+def readers_alive() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "export-votes-reader" and thread.is_alive()]
+
+
+def export_backends() -> int:
+    """Connections of the database whose last statement read or wrote the export's temporary votes table."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND pid <> pg_backend_pid() AND query LIKE %s", [f"%{selectors.VOTES_TABLE}%"])
+        return cursor.fetchone()[0]
+
+
+def export_backends_gone() -> bool:
+    """A closed connection's server process ends a moment after the client lets go: wait up to 10 s for it."""
+    deadline = time.monotonic() + 10
+    while export_backends() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return export_backends() == 0
+
+
+def test_bounds_cut_the_keys_into_rising_ranges_of_about_range_pairs():
+    assert key_range_bounds(0) == [] and key_range_bounds(selectors.RANGE_PAIRS) == []
+    bounds = key_range_bounds(333_334)  # the bench's pairs: 9 ranges
+    assert len(bounds) == 8 and bounds == sorted(bounds) and len(set(bounds)) == 8
+    assert all(len(bound) == 4 and int(bound, 16) for bound in bounds)
+    widths = [b - a for a, b in zip([0, *(int(x, 16) for x in bounds)], [*(int(x, 16) for x in bounds), 0x10000],
+                                    strict=True)]
+    assert max(widths) - min(widths) <= 1  # evenly spaced
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ranges_give_the_pairs_of_the_one_statement_read_in_its_order(voted_project, monkeypatch):
+    filters = filters_parse({})
+    with transaction.atomic():  # inside a transaction: the server-side cursor over the one statement
+        one_statement = list(pair_votes_stream(project=voted_project, filters=filters))
+    monkeypatch.setattr(selectors, "RANGE_PAIRS", 2)
+    totals: list[int] = []
+    ranged = list(pair_votes_stream(project=voted_project, filters=filters, on_total=totals.append))
+    assert len(key_range_bounds(len(ranged))) == 5  # 12 pairs in six ranges
+    assert totals == [12]
+    assert ranged == one_statement
+    assert [pair.prompt_key for pair in ranged] == sorted(pair.prompt_key for pair in ranged)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_that_stops_early_stops_the_reader_and_closes_its_connection(voted_project, monkeypatch):
+    monkeypatch.setattr(selectors, "RANGE_PAIRS", 2)
+    stream = pair_votes_stream(project=voted_project, filters=filters_parse({}))
+    first = next(stream)
+    assert first.text_a and readers_alive() and export_backends() == 1
+    stream.close()  # what an error in the writer does to the stream
+    assert readers_alive() == []
+    assert export_backends_gone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_error_in_the_reader_reaches_the_writer(voted_project, monkeypatch):
+    monkeypatch.setattr(selectors, "RANGE_PAIRS", 2)
+    # The prompt's external id ("p-0000") read as a number: the reader's COPY fails on the first row.
+    monkeypatch.setattr(selectors, "VOTES_COLUMN_TYPES", ("int8", "int8", "int8", *selectors.VOTES_COLUMN_TYPES[3:]))
+    with pytest.raises(ValueError, match="p-00"):
+        list(pair_votes_stream(project=voted_project, filters=filters_parse({})))
+    assert readers_alive() == []
+    assert export_backends_gone()
