@@ -29,7 +29,7 @@ import hashlib
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -345,10 +345,10 @@ def export_preview(*, project: Project, filters: ExportFilters) -> dict:
         excluded_reviewers = reviewer_ids_by_username(usernames=[r["username"] for r in flagged])
     tally = Tally(qualification_answers_left_out=qualification_answers_left_out(
         project=project, filters=filters, excluded_reviewers=excluded_reviewers))
-    stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers,
-                               with_texts=False)
-    for _ in _plan(stream, filters, tally, None, latest_rulings(project=project)):
-        pass
+    with closing(pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers,
+                                   with_texts=False)) as stream:
+        for _ in _plan(stream, filters, tally, None, latest_rulings(project=project)):
+            pass
     return {"train": tally.rows["train"], "test": tally.rows["test"], "prompts": dict(tally.prompts),
             **tally.counts()}
 
@@ -404,9 +404,10 @@ def snapshot_write(*, project: Project, filters: ExportFilters, out_dir: Path, c
             if on_total is not None:
                 on_total(total)
 
-        stream = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers,
-                                   on_total=total_known)
-        with _older_objects_left_out_of_collection():
+        votes = pair_votes_stream(project=project, filters=filters, excluded_reviewers=excluded_reviewers,
+                                  on_total=total_known)
+        # Closed on an error too, not whenever the traceback lets go of it: the votes' reader and connection stop.
+        with closing(votes) as stream, _older_objects_left_out_of_collection():
             for row in _plan(stream, filters, tally, on_progress, rulings):
                 pair = row.pair
                 chosen, rejected = (pair.text_a, pair.text_b) if row.winner == "a" else (pair.text_b, pair.text_a)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import islice
 
@@ -193,35 +193,44 @@ def _reads_through_copy() -> bool:
 def _copy_connection(isolation_level: psycopg.IsolationLevel | None = None):
     """A connection of the export's own for its COPY reads, next to Django's."""
     copying = connection.get_new_connection(connection.get_connection_params())
-    copying.isolation_level = isolation_level
-    # The votes query crosses PostgreSQL's default JIT threshold, and compiling it cost more than it
-    # saved: about 2.4 CPU s of a 1M-judgment export's query, whose COPY ran 1.3 s faster without it.
-    copying.execute("SET jit = off")
+    try:
+        copying.isolation_level = isolation_level
+        # The votes query crosses PostgreSQL's default JIT threshold, and compiling it cost more than it
+        # saved: about 2.4 CPU s of a 1M-judgment export's query, whose COPY ran 1.3 s faster without it.
+        copying.execute("SET jit = off")
+    except BaseException:
+        copying.close()
+        raise
     return copying
 
 
 # Pairs a prompt-key range holds, on average, when the export reads its votes range by range
 # (_ranged_votes_batches): the writer holds one range's rows and the reader the next, so this bounds the
-# export's memory whatever the project's size (at the bench's answer lengths, 222 MB peak against 181-190 MB
+# export's memory whatever the project's size (at the bench's answer lengths, 215-222 MB peak against 181-190 MB
 # through one statement). Smaller ranges were slower: each range scans the counted votes again.
 RANGE_PAIRS = 40_000
-VOTES_TABLE = "pairwise_export_votes"  # a temporary table: it lives and dies with the export's COPY connection
-# After the count, the ranges' settings on the COPY connection: a range's sort fits in memory, and one process
-# joins it, so the database leaves the other core to the writer.
+# Temporary tables: they live and die with the export's COPY connection.
+VOTES_TABLE = "pairwise_export_votes"
+BOUNDS_TABLE = "pairwise_export_key_bounds"
+# The count's setting on the COPY connection: the planner priced the gathering of the workers' partial counts
+# above what they save and counted alone, in 2.2 s where two workers took 1.4 s (1M judgments).
+COUNT_SETTINGS = ("SET parallel_tuple_cost = 0",)
+# After the count, the ranges' settings: a range's sort fits in memory, and one process joins it, so the database
+# leaves the other core to the writer.
 RANGE_SETTINGS = ("SET work_mem = '64MB'", "SET max_parallel_workers_per_gather = 0")
 
 
 def key_range_bounds(pairs: int) -> list[str]:
     """Bounds that cut prompt keys (sha256 hex) into ranges of about RANGE_PAIRS pairs each: four-digit hex
-    prefixes, evenly spaced. Whatever the bounds, the ranges read one after the other give the rows of the one
-    ordered statement: a prompt text (one key) falls in one range, and hex of one length sorts the same in
-    every collation (digits before letters), so the bounds rise in the ORDER BY's own order."""
+    prefixes, evenly spaced in code-point order. The database sorts them again in its own collation before they are
+    used (_ranged_votes_batches): not every collation sorts hex as code points do (Danish and Norwegian take "aa"
+    for "å", after "z")."""
     ranges = max(1, -(-pairs // RANGE_PAIRS))
     return [f"{i * 0x10000 // ranges:04x}" for i in range(1, ranges)]
 
 
 @contextmanager
-def _ranged_votes_batches(aggregate: str, params: list, *, project: Project) -> Iterator[Iterator[list[tuple]]]:
+def _ranged_votes_batches(aggregate: str, params: list) -> Iterator[Iterator[list[tuple]]]:
     """The votes query's rows with their texts, read through COPY one prompt-key range at a time, so that
     PostgreSQL joins and sorts a range while Python writes the one before.
 
@@ -230,6 +239,10 @@ def _ranged_votes_batches(aggregate: str, params: list, *, project: Project) -> 
     a temporary table (with their pairs' prompt and answer ids), in the one snapshot (repeatable read) that
     every range then reads. A reader thread copies one range at a time (psycopg waits on the network without
     the GIL) and starts the next only when the writer has taken the last, so memory holds two ranges at most.
+
+    The ranges give the rows of the one ordered statement, in its order: their bounds are sorted by the database in
+    the collation that both the range conditions and the ORDER BY use, so consecutive ranges follow one another in
+    that order, and one prompt text (one key) falls in one range.
     """
     copying = _copy_connection(psycopg.IsolationLevel.REPEATABLE_READ)
     finished = threading.Event()
@@ -256,6 +269,8 @@ def _ranged_votes_batches(aggregate: str, params: list, *, project: Project) -> 
     try:
         pair, prompt, response = Pair._meta.db_table, Prompt._meta.db_table, Response._meta.db_table
         with copying.cursor() as cursor:
+            for setting in COUNT_SETTINGS:
+                cursor.execute(setting)
             cursor.execute(f"""
                 CREATE TEMPORARY TABLE {VOTES_TABLE} AS
                 SELECT v.*, p.prompt_id, p.response_a_id, p.response_b_id
@@ -265,18 +280,23 @@ def _ranged_votes_batches(aggregate: str, params: list, *, project: Project) -> 
             cursor.execute(f"ANALYZE {VOTES_TABLE}")
             for setting in RANGE_SETTINGS:
                 cursor.execute(setting)
-        bounds = ["", *key_range_bounds(total), ""]
+            # The bounds sorted as the keys are: in a table whose column is made like Prompt.content_key, collation
+            # included.
+            cursor.execute(f"CREATE TEMPORARY TABLE {BOUNDS_TABLE} AS SELECT content_key FROM {prompt} WITH NO DATA")
+            cursor.execute(f"INSERT INTO {BOUNDS_TABLE} SELECT unnest(%s::text[])", [key_range_bounds(total)])
+            cursor.execute(f"SELECT DISTINCT content_key FROM {BOUNDS_TABLE} ORDER BY content_key")
+            bounds = [None, *(bound for (bound,) in cursor.fetchall()), None]
 
         def read_ranges() -> None:
             try:
                 for low, high in zip(bounds, bounds[1:], strict=False):
-                    if not wait_for(lambda: may_read.acquire(timeout=0.1)):
+                    if not wait_for(lambda: may_read.acquire(timeout=0.1)) or finished.is_set():
                         return
-                    where, range_params = ["pr.project_id = %s"], [total, project.pk]
-                    if low:
+                    where, range_params = ["TRUE"], [total]
+                    if low is not None:
                         where.append("pr.content_key >= %s")
                         range_params.append(low)
-                    if high:
+                    if high is not None:
                         where.append("pr.content_key < %s")
                         range_params.append(high)
                     sql = f"""
@@ -314,10 +334,15 @@ def _ranged_votes_batches(aggregate: str, params: list, *, project: Project) -> 
         yield batches()
     finally:
         finished.set()
-        if reader is not None and reader.is_alive():
-            copying.cancel_safe()  # a range the writer no longer wants stops at once
-            reader.join()
-        copying.close()
+        try:
+            # A range the writer no longer wants stops at once; asked again in case the reader's COPY had not
+            # reached the server when the first cancel did.
+            while reader is not None and reader.is_alive():
+                with suppress(psycopg.Error):
+                    copying.cancel_safe()
+                reader.join(timeout=1)
+        finally:
+            copying.close()
 
 
 def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_reviewers: frozenset[int] = frozenset(),
@@ -338,7 +363,7 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
     if with_texts and _reads_through_copy():
         aggregate, params = votes_aggregate_sql(filters=filters, excluded_reviewers=excluded_reviewers,
                                                 project=project, with_total=False)
-        reading = _ranged_votes_batches(aggregate, params, project=project)
+        reading = _ranged_votes_batches(aggregate, params)
     else:
         sql, params = votes_sql(filters=filters, excluded_reviewers=excluded_reviewers, with_texts=with_texts,
                                 project=project)

@@ -61,10 +61,11 @@ def test_ranges_give_the_pairs_of_the_one_statement_read_in_its_order(voted_proj
 @pytest.mark.django_db(transaction=True)
 def test_a_writer_that_stops_early_stops_the_reader_and_closes_its_connection(voted_project, monkeypatch):
     monkeypatch.setattr(selectors, "RANGE_PAIRS", 2)
+    assert export_backends_gone()  # an earlier test's export connection may still be ending
     stream = pair_votes_stream(project=voted_project, filters=filters_parse({}))
     first = next(stream)
     assert first.text_a and readers_alive() and export_backends() == 1
-    stream.close()  # what an error in the writer does to the stream
+    stream.close()  # what the export does to the stream when the writer fails
     assert readers_alive() == []
     assert export_backends_gone()
 
@@ -78,3 +79,31 @@ def test_an_error_in_the_reader_reaches_the_writer(voted_project, monkeypatch):
         list(pair_votes_stream(project=voted_project, filters=filters_parse({})))
     assert readers_alive() == []
     assert export_backends_gone()
+
+
+@pytest.fixture
+def danish_prompt_keys():
+    """review_prompt.content_key in a Danish collation, where "aa" sorts as "å", after "z" (and after "ff")."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_collation WHERE collname = 'da-x-icu'")
+        if cursor.fetchone() is None:
+            pytest.skip("this PostgreSQL has no ICU collation da-x-icu")
+        cursor.execute('ALTER TABLE review_prompt ALTER COLUMN content_key TYPE varchar(64) COLLATE "da-x-icu"')
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute('ALTER TABLE review_prompt ALTER COLUMN content_key TYPE varchar(64) COLLATE "default"')
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ranges_follow_the_databases_collation_not_code_points(voted_project, danish_prompt_keys, monkeypatch):
+    # Every two-digit hex prefix a bound, in code-point order: in Danish, "aa".."af" come after "ff", so ranges cut
+    # in this order would overlap and repeat pairs; the database sorts the bounds first.
+    monkeypatch.setattr(selectors, "key_range_bounds", lambda pairs: [f"{i:02x}" for i in range(1, 256)])
+    filters = filters_parse({})
+    with transaction.atomic():
+        one_statement = list(pair_votes_stream(project=voted_project, filters=filters))
+    ranged = list(pair_votes_stream(project=voted_project, filters=filters))
+    assert len(ranged) == 12 and len({pair.pair_id for pair in ranged}) == 12
+    assert ranged == one_statement
