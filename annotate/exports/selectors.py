@@ -209,6 +209,10 @@ def _copy_connection(isolation_level: psycopg.IsolationLevel | None = None):
 # export's memory whatever the project's size (at the bench's answer lengths, 215-222 MB peak against 181-190 MB
 # through one statement). Smaller ranges were slower: each range scans the counted votes again.
 RANGE_PAIRS = 40_000
+# ... and fewer where answers are long: a range's prompts and answers hold about this many bytes at most (the bench's
+# run about 25 MB a range, so its ranges stay at RANGE_PAIRS), so long answers do not make a range hundreds of MB.
+RANGE_TEXT_BYTES = 32 << 20
+ROW_WIDTH_SAMPLE = 1000  # counted pairs whose texts' length estimates a row's
 # Temporary tables: they live and die with the export's COPY connection.
 VOTES_TABLE = "pairwise_export_votes"
 BOUNDS_TABLE = "pairwise_export_key_bounds"
@@ -220,12 +224,17 @@ COUNT_SETTINGS = ("SET parallel_tuple_cost = 0",)
 RANGE_SETTINGS = ("SET work_mem = '64MB'", "SET max_parallel_workers_per_gather = 0")
 
 
-def key_range_bounds(pairs: int) -> list[str]:
-    """Bounds that cut prompt keys (sha256 hex) into ranges of about RANGE_PAIRS pairs each: four-digit hex
+def pairs_per_range(text_bytes_per_pair: float) -> int:
+    """How many pairs a range holds: RANGE_PAIRS, or fewer when a pair's prompt and answers are long."""
+    return max(1, min(RANGE_PAIRS, int(RANGE_TEXT_BYTES // max(text_bytes_per_pair, 1))))
+
+
+def key_range_bounds(pairs: int, per_range: int | None = None) -> list[str]:
+    """Bounds that cut prompt keys (sha256 hex) into ranges of about `per_range` pairs each: four-digit hex
     prefixes, evenly spaced in code-point order. The database sorts them again in its own collation before they are
     used (_ranged_votes_batches): not every collation sorts hex as code points do (Danish and Norwegian take "aa"
     for "å", after "z")."""
-    ranges = max(1, -(-pairs // RANGE_PAIRS))
+    ranges = max(1, -(-pairs // (per_range or RANGE_PAIRS)))
     return [f"{i * 0x10000 // ranges:04x}" for i in range(1, ranges)]
 
 
@@ -283,7 +292,16 @@ def _ranged_votes_batches(aggregate: str, params: list) -> Iterator[Iterator[lis
             # The bounds sorted as the keys are: in a table whose column is made like Prompt.content_key, collation
             # included.
             cursor.execute(f"CREATE TEMPORARY TABLE {BOUNDS_TABLE} AS SELECT content_key FROM {prompt} WITH NO DATA")
-            cursor.execute(f"INSERT INTO {BOUNDS_TABLE} SELECT unnest(%s::text[])", [key_range_bounds(total)])
+            cursor.execute(f"""
+                SELECT coalesce(avg(octet_length(pr.messages::text) + octet_length(ra.text) + octet_length(rb.text)), 0)
+                FROM (SELECT prompt_id, response_a_id, response_b_id FROM {VOTES_TABLE} LIMIT %s) v
+                JOIN {prompt} pr ON pr.id = v.prompt_id
+                JOIN {response} ra ON ra.id = v.response_a_id
+                JOIN {response} rb ON rb.id = v.response_b_id
+            """, [ROW_WIDTH_SAMPLE])
+            per_range = pairs_per_range(float(cursor.fetchone()[0]))
+            cursor.execute(f"INSERT INTO {BOUNDS_TABLE} SELECT unnest(%s::text[])",
+                           [key_range_bounds(total, per_range)])
             cursor.execute(f"SELECT DISTINCT content_key FROM {BOUNDS_TABLE} ORDER BY content_key")
             bounds = [None, *(bound for (bound,) in cursor.fetchall()), None]
 

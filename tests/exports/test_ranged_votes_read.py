@@ -44,6 +44,13 @@ def test_bounds_cut_the_keys_into_rising_ranges_of_about_range_pairs():
     assert max(widths) - min(widths) <= 1  # evenly spaced
 
 
+def test_long_answers_make_smaller_ranges():
+    assert selectors.pairs_per_range(600) == selectors.RANGE_PAIRS  # the bench's short answers
+    assert selectors.pairs_per_range(8192) == selectors.RANGE_TEXT_BYTES // 8192 == 4096
+    assert selectors.pairs_per_range(0) == selectors.RANGE_PAIRS and selectors.pairs_per_range(10**12) == 1
+    assert len(key_range_bounds(333_334, selectors.pairs_per_range(8192))) == 81  # 82 ranges of about 4,065 pairs
+
+
 @pytest.mark.django_db(transaction=True)
 def test_ranges_give_the_pairs_of_the_one_statement_read_in_its_order(voted_project, monkeypatch):
     filters = filters_parse({})
@@ -100,10 +107,24 @@ def danish_prompt_keys():
 def test_ranges_follow_the_databases_collation_not_code_points(voted_project, danish_prompt_keys, monkeypatch):
     # Every two-digit hex prefix a bound, in code-point order: in Danish, "aa".."af" come after "ff", so ranges cut
     # in this order would overlap and repeat pairs; the database sorts the bounds first.
-    monkeypatch.setattr(selectors, "key_range_bounds", lambda pairs: [f"{i:02x}" for i in range(1, 256)])
+    monkeypatch.setattr(selectors, "key_range_bounds", lambda pairs, per_range: [f"{i:02x}" for i in range(1, 256)])
     filters = filters_parse({})
     with transaction.atomic():
         one_statement = list(pair_votes_stream(project=voted_project, filters=filters))
     ranged = list(pair_votes_stream(project=voted_project, filters=filters))
     assert len(ranged) == 12 and len({pair.pair_id for pair in ranged}) == 12
     assert ranged == one_statement
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ranges_shrink_with_the_texts_length_and_give_the_same_pairs(voted_project, monkeypatch):
+    filters = filters_parse({})
+    with transaction.atomic():
+        one_statement = list(pair_votes_stream(project=voted_project, filters=filters))
+    # The fixture's prompt and answers run to about 110 bytes a pair: 250 bytes a range is two pairs.
+    monkeypatch.setattr(selectors, "RANGE_TEXT_BYTES", 250)
+    cuts = []
+    monkeypatch.setattr(selectors, "key_range_bounds",
+                        lambda pairs, per_range, cut=selectors.key_range_bounds: cuts.append(per_range) or cut(pairs, per_range))
+    assert list(pair_votes_stream(project=voted_project, filters=filters)) == one_statement
+    assert cuts == [2]

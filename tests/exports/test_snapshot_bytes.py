@@ -155,7 +155,8 @@ def test_outside_a_transaction_the_rows_read_by_copy_give_the_same_bytes_and_cou
     monkeypatch.setattr(selectors, "RANGE_PAIRS", range_pairs)
     ranges_read = []
     monkeypatch.setattr(selectors, "key_range_bounds",
-                        lambda pairs, cut=selectors.key_range_bounds: ranges_read.append(len(cut(pairs)) + 1) or cut(pairs))
+                        lambda pairs, per_range, cut=selectors.key_range_bounds:
+                        ranges_read.append(len(cut(pairs, per_range)) + 1) or cut(pairs, per_range))
     project = make_project(slug="bytes", overlap=REVIEWERS, retest_rate=0)
     with transaction.atomic():  # its rows point at each other before all are in
         fill(project, shuffle=True)
