@@ -326,10 +326,13 @@ def kill_worker_mid_export(*, base: str, admin_token: str, worker_box: list, env
     import httpx
     import psycopg
 
+    from annotate.exports.selectors import EXPORT_APPLICATION_NAME
+
     headers = {"Authorization": f"Token {admin_token}"}
     url = database_url.replace("postgres://", "postgresql://")
+    # The export's own connection (its votes read), waiting on a lock.
     waiting = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' "
-               "AND query LIKE '%%votes_both_bad%%' AND pid <> pg_backend_pid()")  # the export's votes query
+               f"AND application_name = '{EXPORT_APPLICATION_NAME}' AND pid <> pg_backend_pid()")
     started = time.monotonic()
     with httpx.Client(base_url=base, headers=headers, timeout=30) as api:
         # Hold the answers' table for the moment it takes the export to reach it: the kill lands mid-export.

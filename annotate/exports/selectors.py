@@ -190,11 +190,16 @@ def _reads_through_copy() -> bool:
     return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
+# The COPY connection's application_name: what an operator (and bench/soak.py) sees of the export in pg_stat_activity.
+EXPORT_APPLICATION_NAME = "pairwise export"
+
+
 def _copy_connection(isolation_level: psycopg.IsolationLevel | None = None):
     """A connection of the export's own for its COPY reads, next to Django's."""
     copying = connection.get_new_connection(connection.get_connection_params())
     try:
         copying.isolation_level = isolation_level
+        copying.execute("SELECT set_config('application_name', %s, false)", [EXPORT_APPLICATION_NAME])
         # The votes query crosses PostgreSQL's default JIT threshold, and compiling it cost more than it
         # saved: about 2.4 CPU s of a 1M-judgment export's query, whose COPY ran 1.3 s faster without it.
         copying.execute("SET jit = off")

@@ -19,10 +19,10 @@ def readers_alive() -> list[threading.Thread]:
 
 
 def export_backends() -> int:
-    """Connections of the database whose last statement read or wrote the export's temporary votes table."""
+    """Connections of the database that the export's votes read opened (by their application_name)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND pid <> pg_backend_pid() AND query LIKE %s", [f"%{selectors.VOTES_TABLE}%"])
+                       "AND pid <> pg_backend_pid() AND application_name = %s", [selectors.EXPORT_APPLICATION_NAME])
         return cursor.fetchone()[0]
 
 
