@@ -123,33 +123,36 @@ def votes_aggregate_sql(*, filters: ExportFilters, excluded_reviewers: frozenset
     return sql, params
 
 
-def _pairs_with_texts_sql(votes: str, *, with_texts: bool, total: str = "v.pairs_total", where: str = "") -> str:
-    """The votes (a subquery or a table, `v`) joined to their pairs, prompts and, `with_texts`, answer texts, in
-    the export's order. The columns, in the order and of the types VOTES_COLUMN_TYPES gives (the COPY read
-    declares them)."""
-    pair, prompt, response = Pair._meta.db_table, Prompt._meta.db_table, Response._meta.db_table
-    texts = ("pr.messages, ra.text, rb.text" if with_texts else "NULL, NULL, NULL")
-    joins = (f"JOIN {response} ra ON ra.id = p.response_a_id JOIN {response} rb ON rb.id = p.response_b_id"
-             if with_texts else "")
-    return f"""
-        SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
+def _votes_columns(*, texts: str, total: str) -> str:
+    """The columns of a votes read, in the order and of the types VOTES_COLUMN_TYPES gives (the COPY read declares
+    them): the votes `v`, the prompt `pr`, then `texts` (the prompt's messages and both answers, or NULLs) and
+    `total` (how many pairs in all)."""
+    return f"""v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
                v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version,
-               v.strength_a, v.strength_b, {texts}, {total}
-        FROM {votes} v
-        JOIN {pair} p ON p.id = v.pair_id
-        JOIN {prompt} pr ON pr.id = p.prompt_id
-        {joins}
-        {where}
-        ORDER BY pr.content_key, v.pair_id
-    """
+               v.strength_a, v.strength_b, {texts}, {total}"""
+
+
+TEXTS = "pr.messages, ra.text, rb.text"  # the texts' columns, with `ra` and `rb` the pair's answers
 
 
 def votes_sql(*, filters: ExportFilters, excluded_reviewers: frozenset[int], with_texts: bool,
                project: Project, live: bool = True) -> tuple[str, list]:
-    """The votes query in one statement; `live` False counts instead the qualification answers it leaves out."""
+    """The votes query in one statement, in the export's order; `live` False counts instead the qualification
+    answers it leaves out."""
     aggregate, params = votes_aggregate_sql(filters=filters, excluded_reviewers=excluded_reviewers,
                                             project=project, live=live)
-    return _pairs_with_texts_sql(f"({aggregate})", with_texts=with_texts), params
+    pair, prompt, response = Pair._meta.db_table, Prompt._meta.db_table, Response._meta.db_table
+    joins = (f"JOIN {response} ra ON ra.id = p.response_a_id JOIN {response} rb ON rb.id = p.response_b_id"
+             if with_texts else "")
+    sql = f"""
+        SELECT {_votes_columns(texts=TEXTS if with_texts else "NULL, NULL, NULL", total="v.pairs_total")}
+        FROM ({aggregate}) v
+        JOIN {pair} p ON p.id = v.pair_id
+        JOIN {prompt} pr ON pr.id = p.prompt_id
+        {joins}
+        ORDER BY pr.content_key, v.pair_id
+    """
+    return sql, params
 
 
 def _json(value):
@@ -260,25 +263,18 @@ def _ranged_votes_batches(aggregate: str, params: list) -> Iterator[Iterator[lis
     """
     copying = _copy_connection(psycopg.IsolationLevel.REPEATABLE_READ)
     finished = threading.Event()
-    ranges: queue.Queue = queue.Queue(maxsize=1)
-    may_read = threading.Semaphore(1)  # released when the writer takes a range
+    # Ranges' rows, then None, or the reader's error. may_read, not the queue, bounds what it holds: the reader
+    # starts a range only once the writer has taken the one before.
+    ranges: queue.Queue = queue.Queue()
+    may_read = threading.Semaphore(1)
     reader: threading.Thread | None = None
 
-    def wait_for(step: Callable[[], bool]) -> bool:
-        """Retry `step` (it times out) until it succeeds or the export is finished; False when finished."""
-        while not finished.is_set():
-            if step():
-                return True
-        return False
-
-    def hand_over(item) -> bool:
-        def put() -> bool:
-            try:
-                ranges.put(item, timeout=0.1)
-            except queue.Full:
+    def may_read_next() -> bool:
+        """Wait until the writer has taken the last range; False once the export is finished."""
+        while not may_read.acquire(timeout=0.1):
+            if finished.is_set():
                 return False
-            return True
-        return wait_for(put)
+        return not finished.is_set()
 
     try:
         pair, prompt, response = Pair._meta.db_table, Prompt._meta.db_table, Response._meta.db_table
@@ -313,7 +309,7 @@ def _ranged_votes_batches(aggregate: str, params: list) -> Iterator[Iterator[lis
         def read_ranges() -> None:
             try:
                 for low, high in zip(bounds, bounds[1:], strict=False):
-                    if not wait_for(lambda: may_read.acquire(timeout=0.1)) or finished.is_set():
+                    if not may_read_next():
                         return
                     where, range_params = ["TRUE"], [total]
                     if low is not None:
@@ -323,9 +319,7 @@ def _ranged_votes_batches(aggregate: str, params: list) -> Iterator[Iterator[lis
                         where.append("pr.content_key < %s")
                         range_params.append(high)
                     sql = f"""
-                        SELECT v.pair_id, pr.id, pr.external_id, pr.content_key, pr.tags, pr.gold_response_id,
-                               v.votes_a, v.votes_b, v.votes_tie, v.votes_both_bad, v.criteria_version,
-                               v.strength_a, v.strength_b, pr.messages, ra.text, rb.text, %s::int8
+                        SELECT {_votes_columns(texts=TEXTS, total="%s::int8")}
                         FROM {VOTES_TABLE} v
                         JOIN {prompt} pr ON pr.id = v.prompt_id
                         JOIN {response} ra ON ra.id = v.response_a_id
@@ -336,13 +330,13 @@ def _ranged_votes_batches(aggregate: str, params: list) -> Iterator[Iterator[lis
                     with copying.cursor() as cursor, cursor.copy(f"COPY ({sql}) TO STDOUT", range_params) as copy:
                         copy.set_types(list(VOTES_COLUMN_TYPES))
                         rows = list(copy.rows())
-                    if not rows:
+                    if rows:
+                        ranges.put(rows)
+                    else:
                         may_read.release()  # nothing for the writer to take
-                    elif not hand_over(rows):
-                        return
-                hand_over(None)
+                ranges.put(None)
             except BaseException as error:  # raised again in the writer's thread
-                hand_over(error)
+                ranges.put(error)
 
         reader = threading.Thread(target=read_ranges, name="export-votes-reader", daemon=True)
         reader.start()

@@ -7,9 +7,11 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from annotate.exports import selectors
-from annotate.exports.filters import filters_parse
+from annotate.exports import pipeline, selectors
+from annotate.exports.filters import ExportError, filters_parse
+from annotate.exports.pipeline import snapshot_write
 from annotate.exports.selectors import key_range_bounds, pair_votes_stream
+from training.snapshot import SnapshotWriter
 
 pytestmark = pytest.mark.skipif(connection.vendor != "postgresql", reason="the COPY read is PostgreSQL's")
 
@@ -75,6 +77,30 @@ def test_a_writer_that_stops_early_stops_the_reader_and_closes_its_connection(vo
     stream.close()  # what the export does to the stream when the writer fails
     assert readers_alive() == []
     assert export_backends_gone()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_export_whose_writer_fails_stops_the_reader_while_its_error_is_still_held(voted_project, monkeypatch,
+                                                                                  tmp_path):
+    monkeypatch.setattr(selectors, "RANGE_PAIRS", 2)
+    monkeypatch.setattr(pipeline, "CONSENSUS_BATCH", 1)  # rows are written as their pairs come, not 4,096 at a time
+    assert export_backends_gone()
+    readers_when_failing = []
+
+    def add_pair_failing_on_the_second(self, *args, **kwargs):
+        readers_when_failing.append(readers_alive())
+        if len(readers_when_failing) == 2:
+            raise ValueError("the writer failed")
+
+    monkeypatch.setattr(SnapshotWriter, "add_pair", add_pair_failing_on_the_second)
+    with pytest.raises(ExportError, match="the writer failed") as failure:
+        snapshot_write(project=voted_project, filters=filters_parse({}), out_dir=tmp_path / "snapshot",
+                       created_at="2026-01-02T03:04:05Z")
+    assert readers_when_failing[-1], "the reader was still at work when the writer failed"
+    # The traceback (and with it the pipeline's frames) is still alive here: the stream was closed, not collected.
+    assert failure.traceback and readers_alive() == []
+    assert export_backends_gone()
+    assert not (tmp_path / "snapshot").exists()
 
 
 @pytest.mark.django_db(transaction=True)
