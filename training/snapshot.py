@@ -218,7 +218,8 @@ class SnapshotWriter:
                             criteria_version=3, filters={...}, agreement={...}) as writer:
             writer.add_pair("train", prompt=..., chosen=..., rejected=..., meta={...})
 
-    Rows go straight to files inside a hidden sibling folder (memory stays flat however many rows); on a
+    Rows go straight to files inside a hidden sibling folder (what stays in memory is a key per prompt, about 90
+    bytes, for the split check and the prompt counts); on a
     clean exit the manifest is written and the folder renamed to `out_dir`; on an exception the hidden
     folder is removed and `out_dir` never appears. `created_at` comes from the caller so that the same
     inputs give byte-identical files. `snapshot_id` defaults to a hash of the manifest's content.
@@ -255,7 +256,7 @@ class SnapshotWriter:
         self._tmp: Path | None = None
         self._writers: dict = {}
         self._rows = dict.fromkeys(SPLITS, 0)
-        self._prompts: dict[str, set[bytes]] = {split: set() for split in SPLITS}
+        self._prompts: dict[str, set[int]] = {split: set() for split in SPLITS}
 
     def file_name(self, split: str) -> str:
         return f"{split}.{self.file_format}"
@@ -289,7 +290,9 @@ class SnapshotWriter:
         self._add_checked(split, row)
 
     def _add_checked(self, split: str, row: Mapping) -> None:
-        key = bytes.fromhex(prompt_key(row["prompt"]))  # 32 bytes a prompt, not 64 characters
+        # The key's first 128 bits as an int: 48 bytes a prompt in the set, against 72 for its 32 bytes, and still
+        # a collision only past about 2**64 prompts. These sets are what an export's memory grows with.
+        key = int(prompt_key(row["prompt"])[:32], 16)
         other = "test" if split == "train" else "train"
         if key in self._prompts[other]:
             raise ValueError(f"this prompt (the same messages) is already in the {other} split; a snapshot "

@@ -362,6 +362,13 @@ def _ranged_votes_batches(aggregate: str, params: list) -> Iterator[Iterator[lis
             copying.close()
 
 
+def _drained(rows: list) -> Iterator:
+    """The rows in order, each let go as it is taken: the writer's range shrinks while the reader fills the next."""
+    rows.reverse()
+    while rows:
+        yield rows.pop()
+
+
 def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_reviewers: frozenset[int] = frozenset(),
                       with_texts: bool = True, fetch_rows: int = FETCH_ROWS,
                       on_total: Callable[[int], None] | None = None) -> Iterator[PairVotes]:
@@ -393,7 +400,7 @@ def pair_votes_stream(*, project: Project, filters: ExportFilters, excluded_revi
                 on_total(int(rows[0][-1]))
                 total_told = True
             for (pair_id, prompt_pk, prompt_id, prompt_key, tags_json, gold_id, votes_a, votes_b, votes_tie,
-                 votes_both_bad, version, strength_a, strength_b, messages, text_a, text_b, _) in rows:
+                 votes_both_bad, version, strength_a, strength_b, messages, text_a, text_b, _) in _drained(rows):
                 if isinstance(tags_json, str):
                     tags = tags_of.get(tags_json)
                     if tags is None:

@@ -207,6 +207,19 @@ def test_unit_value_counts_and_distinct_rows():
         assert frequency[order].tolist() == expected_frequency.tolist()
 
 
+def test_distinct_rows_with_weights_count_as_the_rows_repeated():
+    rng = np.random.default_rng(6)
+    rows = rng.integers(0, 4, size=(300, 4))
+    weights = rng.integers(0, 5, size=300)
+    for data in (rows, rows * 10**5):  # packed keys, then the np.unique(axis=0) fallback
+        patterns, frequency = count_distinct_rows(rows=data, weights=weights)
+        repeated_patterns, repeated_frequency = count_distinct_rows(rows=np.repeat(data, weights, axis=0))
+        kept = frequency > 0  # a row whose weights are all 0 is still a pattern, with frequency 0
+        assert patterns[kept].tolist() == repeated_patterns.tolist()
+        assert frequency[kept].tolist() == repeated_frequency.tolist()
+        assert frequency.dtype == np.int64
+
+
 @pytest.mark.parametrize(("hits", "total"), [(0, 1), (3, 10), (5, 10), (61, 100), (100, 100), (1, 2)])
 def test_vectorised_binomial_p_value_equals_scipy_binomtest(hits, total):
     ours = binomial_two_sided_p(hits=np.array([hits]), total=np.array([total]))[0]
