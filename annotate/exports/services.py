@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -55,6 +56,19 @@ def default_out_dir(*, project: Project, export_id: int) -> Path:
     return Path(settings.SNAPSHOT_ROOT) / project.slug / f"export-{export_id:06d}"
 
 
+def _out_dir_unwritable(out_dir: Path) -> str | None:
+    """Why the export could not create `out_dir` (its missing parents are made), or None: told before the export
+    is recorded and its votes read, not as a failed export afterwards."""
+    ancestor = out_dir.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is a file, not a folder"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot write in {ancestor} (permission denied)"
+    return None
+
+
 def export_create(*, project: Project, filters: ExportFilters, created_by: AbstractBaseUser | None,
                   out_dir: Path | None = None, enqueue: bool = True) -> Export:
     """Record a queued export; with `enqueue`, send its task once the row is committed.
@@ -65,6 +79,8 @@ def export_create(*, project: Project, filters: ExportFilters, created_by: Abstr
     if out_dir is not None and (out_dir.exists() or out_dir.is_symlink()):
         raise ExportError(f"{out_dir} already exists; a snapshot is never overwritten, choose a new folder",
                           status=409)
+    if out_dir is not None and (problem := _out_dir_unwritable(out_dir)):
+        raise ExportError(f"{out_dir}: {problem}; choose a folder path this user can write to")
     exports_fail_stale()
     with transaction.atomic():
         export = Export.objects.create(project=project, filters=filters.as_dict(), created_by=created_by,

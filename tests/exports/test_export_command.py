@@ -134,8 +134,26 @@ def test_bad_input_is_one_line_and_writes_nothing(voted_project, tmp_path):
     (tmp_path / "taken").mkdir()
     with pytest.raises(CommandError, match="already exists; a snapshot is never overwritten"):
         export("voted", tmp_path / "taken")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+    # A path under a file is refused before an export is recorded or a vote read.
+    (tmp_path / "a-file").write_text("not a folder")
+    exports_before = Export.objects.count()
+    with pytest.raises(CommandError, match=r"a-file/deeper/snap: .*a-file is a file, not a folder; choose a folder"):
+        export("voted", tmp_path / "a-file" / "deeper" / "snap")
+    assert Export.objects.count() == exports_before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "taken"]
     assert not any((tmp_path / "taken").iterdir())
+
+
+def test_the_summary_says_none_when_nothing_was_excluded(make_project, make_user, tmp_path):
+    from tests.conftest import import_rows
+
+    from .conftest import judge, voted_items
+
+    project = make_project(slug="agreed", overlap=1, retest_rate=0)
+    import_rows(project, voted_items(4))
+    judge(project, make_user("dee"), lambda assignment: "a")
+    printed = export("agreed", tmp_path / "snap", "--test-ratio", "0")
+    assert printed.strip().endswith("4 train and 0 test row(s) from 4 pair(s); excluded: none")
 
 
 def test_a_prompt_the_standard_format_cannot_hold_fails_the_export_and_leaves_no_folder(

@@ -86,5 +86,5 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{out}: snapshot {export.snapshot_id}, {counts['train']} train and {counts['test']} test row(s) "
             f"from {counts['pairs_considered']} pair(s); excluded: "
-            + ", ".join(f"{reason} {n}" for reason, n in counts["excluded"].items() if n)
+            + (", ".join(f"{reason} {n}" for reason, n in counts["excluded"].items() if n) or "none")
         )
