@@ -30,6 +30,11 @@ ConfigT = TypeVar("ConfigT")
 RENAMED_KEYS = {"dtype": "model_init_kwargs: {dtype: bfloat16}"}
 
 
+# Old transformers name -> the name transformers 5 reads (the old one is a deprecated alias there).
+_CHECKPOINTING_RENAMES = (("gradient_checkpointing", "activation_checkpointing"),
+                          ("gradient_checkpointing_kwargs", "activation_checkpointing_kwargs"))
+
+
 class ConfigError(PairwiseInputError):
     """A config file that cannot be used as written."""
 
@@ -78,9 +83,24 @@ class PairwiseConfigMixin:
         "help": "Metric sinks besides metrics.jsonl: tensorboard (written to the run folder's tensorboard/), "
                 "none, or any transformers integration."})
 
+    def __post_init__(self):
+        # transformers 5 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs) and warns on
+        # every config built with the old name; Pairwise's documented key stays and is handed on under the new one,
+        # so no answer of the command starts with that warning. Older transformers have only the old name.
+        for old, new in _CHECKPOINTING_RENAMES:
+            if hasattr(self, new) and getattr(self, new) is None and getattr(self, old) is not None:
+                setattr(self, new, getattr(self, old))
+                setattr(self, old, None)
+        super().__post_init__()
+
     @classmethod
     def check_values(cls, values: dict[str, Any], source: str) -> None:
         """Value checks beyond types; raise key_error(source, key, why)."""
+        for old, new in _CHECKPOINTING_RENAMES:
+            # transformers would take the new name and drop the other without a word.
+            if values.get(new) is not None and values[old] is not None and values[new] != values[old]:
+                raise ConfigError(f"{source}: {old} ({json.dumps(values[old])}) and {new} "
+                                  f"({json.dumps(values[new])}) disagree; set only {old}")
         if values["bf16"] and values["fp16"]:
             raise ConfigError(f"{source}: bf16 and fp16 cannot both be true; choose one precision")
         if values["lora_r"] < 1:

@@ -224,7 +224,9 @@ def _age_line(state: StoredReportState, now) -> str:
     return ", ".join(parts)
 
 
-def _qualification_section(project, *, can_release: bool) -> dict:
+def _qualification_section(project, *, can_release: bool, gold_judgments: int = 0) -> dict:
+    """Qualification attempts and unannounced gold checks per reviewer. `gold_judgments` is the report's count behind
+    Gold accuracy, which also takes gold items judged as ordinary pairs, so the section says how the two differ."""
     rows = review_selectors.qualification_results(project=project)
     if project.qualification_items:
         # A reviewer whose round could not start (no gold item left for them) has no attempt yet, and still
@@ -252,7 +254,7 @@ def _qualification_section(project, *, can_release: bool) -> dict:
         "pass_mark": percent(project.qualification_pass_mark), "attempts": project.qualification_attempts,
         "gold_rate": percent(project.gold_rate, 1), "rows": rows, "can_release": can_release,
         "held": sum(row["status"] == "held" for row in rows),
-        "gold_short": qualification_gold_short(project),
+        "gold_short": qualification_gold_short(project), "gold_judgments": gold_judgments,
     }
 
 
@@ -321,7 +323,8 @@ def quality_dashboard(request, slug: str):
     state = stored_report_read(project=project, now=now)
     is_admin = bool(user_roles(request.user) & ADMIN_ROLES)
     sections = {
-        "qualification": _qualification_section(project, can_release=is_admin),
+        "qualification": _qualification_section(
+            project, can_release=is_admin, gold_judgments=((state.report or {}).get("gold") or {}).get("judgments", 0)),
         "rationale": _rationale_section(project, state.report),
         "model_reviewers": _model_reviewer_section(project, is_admin=is_admin),
     }

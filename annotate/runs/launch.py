@@ -138,7 +138,8 @@ def check_launch_keys(resolved: dict, expected: dict) -> None:
 
 
 def export_for_training(reference) -> Export:
-    """A finished export of the app, by id, whose snapshot folder is here; or one line saying what is wrong."""
+    """A finished export of the app, by id; or one line saying what is wrong. export_snapshot_folder checks its
+    folder."""
     text = str(reference if reference is not None else "").strip()
     export = (Export.objects.select_related("project").filter(pk=int(text)).first()
               if text.isdigit() and len(text) < 19 else None)
@@ -148,9 +149,15 @@ def export_for_training(reference) -> Export:
     if export.status != Export.Status.DONE:
         raise UserMistake(f"export {export.pk} of {export.project.slug} is {export.status}, not done; a run trains "
                           "on a finished snapshot")
+    return export
+
+
+def export_snapshot_folder(export: Export) -> Path:
+    """A finished export's snapshot folder as a run reads it; or one line saying why a launch refuses it (the folder
+    is gone, or lies outside the run input folders). The launch form offers only exports that pass."""
     if not Path(export.out_dir).is_dir():
         raise UserMistake(f"export {export.pk}'s snapshot folder {export.out_dir} is gone; export the project again")
-    return export
+    return input_path("snapshot", export.out_dir)
 
 
 def _input_path(kind: str, snapshot: str | None, tasks: str | None, export, task_set) -> tuple[str, str, dict]:
@@ -171,7 +178,7 @@ def _input_path(kind: str, snapshot: str | None, tasks: str | None, export, task
         raise UserMistake(f"{wanted} is required for a {kind} run: give {what}")
     if export:
         chosen = export_for_training(export)
-        return wanted, str(input_path("snapshot", chosen.out_dir)), {"export": chosen}
+        return wanted, str(export_snapshot_folder(chosen)), {"export": chosen}
     if task_set:
         chosen = task_set_resolve(task_set)
         return wanted, str(input_path("tasks", chosen.path)), {"task_set": chosen}

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from annotate.errors import UserMistake
 from annotate.exports.models import Export
+from annotate.runs.launch import export_for_training, export_snapshot_folder
 from annotate.runs.models import Checkpoint, Run, TaskSet
-from annotate.runs.services import snapshot_manifest
+from training.snapshot import SnapshotError, read_manifest
 from training.task_families import FAMILIES, VARIANTS
 
 # Short runs that finish on two CPU cores with the tiny demo model; an engineer edits them for real work.
@@ -25,24 +27,56 @@ LINK_KINDS = {"dpo_on_export": "dpo", "reward_on_export": "reward", "grpo_on_tas
 
 @dataclass(frozen=True)
 class SnapshotChoice:
-    """A finished export as the launch form lists it."""
+    """A finished export a launch would take, as the launch form lists it."""
 
     export: Export
+    manifest: dict
 
     @property
     def label(self) -> str:
         export, counts = self.export, self.export.counts or {}
-        version = (snapshot_manifest(export.out_dir) or {}).get("criteria_version")
+        version = self.manifest.get("criteria_version")  # null: the rows were judged under several versions
         criteria_text = f"criteria v{version}" if isinstance(version, int) else f"criteria {version or 'mixed'}"
         by = export.created_by.get_username() if export.created_by else "command line"
         return (f"{export.project.name} · export {export.pk} · {counts.get('train', 0)} train / "
                 f"{counts.get('test', 0)} test rows · {criteria_text} · {export.created_at:%Y-%m-%d %H:%M} by {by}")
 
 
+def usable_manifest(export: Export) -> dict:
+    """The manifest of a finished export's snapshot, or UserMistake with the reason a launch would refuse it: the
+    launch's own checks (export_snapshot_folder), then the training command's (a manifest it can read)."""
+    folder = export_snapshot_folder(export)
+    try:
+        return read_manifest(folder)
+    except SnapshotError as error:
+        raise UserMistake(str(error)) from None
+
+
 def snapshot_choices(limit: int = 200) -> list[SnapshotChoice]:
+    """The newest finished exports a launch would take; one it would refuse is not offered (snapshot_note says why
+    when a link or an earlier run names it)."""
     exports = (Export.objects.filter(status=Export.Status.DONE).select_related("project", "created_by")
                .order_by("-id")[:limit])
-    return [SnapshotChoice(export) for export in exports]
+    choices = []
+    for export in exports:
+        try:
+            choices.append(SnapshotChoice(export, usable_manifest(export)))
+        except UserMistake:
+            continue
+    return choices
+
+
+def snapshot_note(reference, choices: list[SnapshotChoice]) -> str | None:
+    """Why the export a link ("Train DPO on this snapshot") or a run launched again names is not among `choices`, in
+    the words a launch would refuse it with; None when it is listed (or when nothing is named)."""
+    text = str(reference or "").strip()
+    if not text or any(str(choice.export.pk) == text for choice in choices):
+        return None
+    try:
+        usable_manifest(export_for_training(text))
+    except UserMistake as mistake:
+        return str(mistake)
+    return None
 
 
 def task_set_label(task_set: TaskSet) -> str:

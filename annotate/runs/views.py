@@ -43,6 +43,7 @@ from annotate.runs.launch_form import (
     launch_inputs,
     launch_values,
     snapshot_choices,
+    snapshot_note,
     task_set_choices,
 )
 from annotate.runs.models import AuditJudgment, Checkpoint, Run, TaskSet
@@ -90,12 +91,14 @@ def runs_page(request):
     building = sft_build_under_way()
     # No reward model is offered as a base or to evaluate and compare: it scores answers but writes none.
     text_models, reward_models = checkpoints_by_role()
+    snapshots = snapshot_choices()
+    unlisted = snapshot_note(values["export"], snapshots) if values["kind"] in ("dpo", "reward") else None
     return render(request, "runs/list.html", {
         "runs": runs, "run_filters": run_filters, "checkpoints": text_models, "values": values, "error": error,
         "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & ADMIN_ROLES),
         "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_models,
         "open_variants": OPEN_VARIANTS,
-        "snapshots": snapshot_choices(), "task_sets": TaskSet.objects.order_by("name"),
+        "snapshots": snapshots, "snapshot_note": unlisted if unlisted != error else None, "task_sets": TaskSet.objects.order_by("name"),
         "task_set_choices": task_set_choices(), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,
         "sft_build": sft_progress(building) if building else None, "demo_checkpoint": DEMO_CHECKPOINT,
         "demo_steps": DEMO_STEPS,

@@ -154,3 +154,32 @@ def test_every_state_but_passed_has_the_admins_buttons_and_short_gold_is_shown(m
 
 def test_a_project_whose_gold_fills_its_round_shows_no_warning(onboarded, client, make_user):
     assert "Not enough gold" not in dashboard(client, make_user).content.decode()
+
+
+def test_gold_judged_as_ordinary_pairs_counts_in_gold_accuracy_and_the_section_says_so(make_project, make_user,
+                                                                                      client):
+    # As in the judged demo: gold items, but no qualification round and no gold rate, so no gold check is served.
+    project = make_project(slug="plain-gold", overlap=3, retest_rate=0)
+    rows = make_items(6)
+    for row in rows[:3]:
+        row["gold"] = {"preferred": 0, "reason": "It adds correctly."}
+    import_rows(project, rows)
+    judge_all(project, make_user("ann"), rationale=lambda a: f"Checked the sum of question {a.pair.prompt.external_id}.")
+    client.force_login(make_user("ada", "admin"))
+    response = client.get("/projects/plain-gold/quality/")
+    html = response.content.decode()
+    page = read_page(response)
+    assert page.figures["Gold accuracy"] == "100%" and "3 gold judgments" in html
+    section = html[html.index('id="qualification"'):html.index('id="rationale-flags"')]
+    assert "No reviewer has answered a qualification round or an unannounced gold check yet." in section
+    assert ("Gold accuracy above counts all 3 gold judgments: every judgment of a gold item outside a qualification "
+            "round, whether or not it was served as a gold check.") in section
+    assert "No reviewer has answered a gold check yet" not in html
+
+
+def test_a_project_without_gold_judgments_says_nothing_about_their_scope(make_project, make_user, client):
+    make_project(slug="no-gold", overlap=3, retest_rate=0)
+    client.force_login(make_user("ada", "admin"))
+    html = client.get("/projects/no-gold/quality/").content.decode()
+    assert "No reviewer has answered a qualification round or an unannounced gold check yet." in html
+    assert 'id="qualification-gold-scope"' not in html

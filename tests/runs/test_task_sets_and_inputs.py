@@ -3,7 +3,9 @@ own loader), exports picked for DPO, a project's prompts or a task set for a com
 API, under the run input folders."""
 
 import hashlib
+import html
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -153,6 +155,65 @@ def test_an_exports_row_offers_dpo_on_its_snapshot_and_the_form_comes_prefilled(
     runs_page = client.get(f"/runs/?dpo_on_export={finished_export.pk}").content.decode()
     assert f'<option value="{finished_export.pk}" selected>Speed · export {finished_export.pk} · 24 train / 8 test' \
         in runs_page
+
+
+@pytest.fixture
+def unusable_exports(finished_export, tmp_path, tmp_path_factory, settings):
+    """Three finished exports a launch refuses: its snapshot folder deleted, a snapshot outside the folders runs read
+    from, a snapshot whose manifest cannot be read."""
+    import shutil
+
+    from tests.conftest import built_once_root
+
+    inside = tmp_path / "inside"
+    settings.PAIRWISE_RUN_INPUT_ROOTS = [inside, built_once_root(tmp_path_factory)]  # the tiny snapshot's folder
+    deleted = inside / "deleted"
+    outside = shutil.copytree(finished_export.out_dir, tmp_path / "elsewhere")
+    broken = shutil.copytree(finished_export.out_dir, inside / "broken")
+    (broken / "manifest.json").write_text("{not json")
+
+    def export(folder):
+        return Export.objects.create(project=finished_export.project, filters={}, status=Export.Status.DONE,
+                                     out_dir=str(folder), counts={"train": 24, "test": 8})
+
+    return {"deleted": export(deleted), "outside": export(outside), "broken": export(broken)}
+
+
+def test_the_launch_form_offers_only_snapshots_a_launch_takes(base_checkpoint, finished_export, unusable_exports,
+                                                              make_user, client, engineer_api):
+    client.force_login(make_user("ed", "engineer"))
+    page = client.get("/runs/").content.decode()
+    offered = re.findall(r'<option value="(\d+)"[^>]*>Speed · export', page)
+    assert offered == [str(finished_export.pk)]
+    assert "criteria mixed" not in page
+    # The server's check stands: picked through the API, each is refused in one line.
+    refusals = {
+        "deleted": f"export {unusable_exports['deleted'].pk}'s snapshot folder {unusable_exports['deleted'].out_dir} "
+                   "is gone; export the project again",
+        "outside": f"snapshot {unusable_exports['outside'].out_dir} is outside the folders runs read from",
+    }
+    for name, detail in refusals.items():
+        refused = engineer_api.post("/api/v1/runs", {"base_checkpoint": "tiny-sft", "kind": "dpo",
+                                                     "export": unusable_exports[name].pk}, format="json")
+        assert refused.status_code == 400 and refused.json()["detail"].startswith(detail), refused.json()
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("deleted", "snapshot folder {out_dir} is gone; export the project again"),
+    ("outside", "snapshot {out_dir} is outside the folders runs read from"),
+    ("broken", "manifest.json is not valid JSON"),
+])
+def test_a_link_to_a_snapshot_the_form_leaves_out_says_why(base_checkpoint, finished_export, unusable_exports,
+                                                           make_user, client, name, reason):
+    client.force_login(make_user("ed", "engineer"))
+    export = unusable_exports[name]
+    page = client.get(f"/runs/?dpo_on_export={export.pk}").content.decode()
+    note = re.search(r'<p class="muted small" id="launch-snapshot-note">(.*?)</p>', page, re.S)
+    assert note is not None and "That snapshot is not offered below: " in note.group(1)
+    assert html.escape(reason.format(out_dir=export.out_dir), quote=True) in note.group(1)
+    assert f'<option value="{export.pk}"' not in page
+    assert "launch-snapshot-note" not in client.get(f"/runs/?dpo_on_export={finished_export.pk}").content.decode()
 
 
 def test_task_sets_over_the_api_made_uploaded_listed_and_refused_by_line(engineer_api):

@@ -21,6 +21,27 @@ def test_grpo_commands_refuse_bad_input_with_one_line(argv, message, capsys):
     assert len(err) == 1 and message in err[0], err
 
 
+@pytest.mark.parametrize(("command", "inputs", "message"), [
+    ("dpo", "snapshot: missing-snapshot\n", "snapshot missing-snapshot does not exist"),
+    ("grpo", "tasks: missing.jsonl\n", "tasks file missing.jsonl: cannot read the file"),
+    ("reward", "snapshot: missing-snapshot\n", "is not a Hugging Face checkpoint"),
+])
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_gradient_checkpointing_leaves_the_answer_one_line(command, inputs, message, value, tmp_path, capsys):
+    """The documented key `gradient_checkpointing` brings no transformers FutureWarning before the answer."""
+    import warnings
+
+    config = tmp_path / f"{command}.yaml"
+    config.write_text(f"base_checkpoint: {tmp_path}\n{inputs}output_dir: {tmp_path / 'run'}\n"
+                      f"gradient_checkpointing: {value}\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # what a user's terminal would show before the answer
+        assert main([command, "--config", str(config), "--check"]) == 2
+    assert [str(w.message) for w in caught if issubclass(w.category, FutureWarning)] == []
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
 @pytest.mark.parametrize("family", ["speed", "arithmetic", "code"])
 def test_made_tasks_score_their_own_worked_solutions_correct(family, tmp_path):
     """`tasks make` and `verify` agree: every task's worked solution is a correct completion."""

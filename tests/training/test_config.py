@@ -37,6 +37,8 @@ def test_typo_in_a_key_names_it_and_suggests_the_right_one(tmp_path):
     ("loss_type: [sigmoid, hingey]\n", "loss_type must be one of"),
     ("beta: 0\n", "beta must be above 0"),
     ("bf16: true\nfp16: true\n", "cannot both be true"),
+    ("gradient_checkpointing: true\nactivation_checkpointing: false\n",
+     r"gradient_checkpointing \(true\) and activation_checkpointing \(false\) disagree; set only gradient_checkpointing"),
 ])
 def test_bad_values_are_one_clear_line(tmp_path, line, message):
     with pytest.raises(ConfigError, match=message) as caught:
@@ -101,3 +103,18 @@ def test_every_yaml_the_commands_read_is_read_by_one_reader_whose_error_names_th
         "at line 3; fix the YAML syntax")
     with pytest.raises(ConfigError, match="line 2 repeats a value with the YAML alias"):
         yaml_config("a: &x [1, 2]\nb: *x\n", "criteria.yaml")
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_gradient_checkpointing_is_read_without_a_deprecation_warning(tmp_path, value):
+    """transformers 5 calls the key activation_checkpointing and warns on the old name; Pairwise's documented key
+    reaches the trainer under the new one, so the command's answer carries no FutureWarning."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        config = load_dpo_config(write(tmp_path, f"gradient_checkpointing: {str(value).lower()}\n"
+                                                 "gradient_checkpointing_kwargs: {use_reentrant: false}\n"))
+    assert [str(w.message) for w in caught if "checkpointing" in str(w.message)] == []
+    assert config.gradient_checkpointing is value and config.activation_checkpointing is value
+    assert config.activation_checkpointing_kwargs == {"use_reentrant": False}

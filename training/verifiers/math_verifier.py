@@ -58,6 +58,7 @@ MATH_SCORER_NAME = "math"
 # 2: math-verify's own extraction reads the answer (and the gold); ours keeps format, traps and units.
 # 3: commas in brackets and runs of numbers separate values; 11,\!111; a set answered by a solved
 #    inequality; a unit followed by prose ("212 °F at sea level"); "Final answer:" after the boxes.
+# Not for a reason's wording alone: statuses, rewards and components stay those of the same version.
 MATH_SCORER_VERSION = "3"
 
 
@@ -232,7 +233,8 @@ def score_math_answer(
     # A worked solution as gold is named by the answer math-verify read in it.
     shown = answer if len(answer) <= 60 and "\n" not in answer else (_reading_text(gold.values) or answer[:60])
     if not answer_right:
-        reason = f"answer {said} is not {shown}"
+        # With the gold's unit: "40 m/s is not 40" would read as if the number alone were wrong.
+        reason = f"answer {said} is not {shown} {unit or ''}".strip()
     elif gold_unit is not None and not components["unit"]:
         reason = f"answer {said} lacks the unit {unit}" if final is None or final.quantity.unit is None else (
             f"unit {final.quantity.unit_text} is not {unit}"

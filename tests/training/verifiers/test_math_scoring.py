@@ -134,3 +134,14 @@ def test_a_hung_worker_is_killed_and_reported_then_the_pool_recovers():
         assert not worker.alive
         verifier.config = MathScorerConfig(timeout_s=30)
         assert verifier.verify(task, "The answer is 50").status == "correct"
+
+
+@pytest.mark.parametrize(("completion", "answer", "unit", "reason"), [
+    ("Answer: 40 m/s", "40", "mph", "answer 40 m/s is not 40 mph"),
+    ("Answer: 7 km/h", "90", "m/s", "answer 7 km/h is not 90 m/s"),
+    ("Answer: 7", "90", None, "answer 7 is not 90"),
+])
+def test_a_wrong_answer_s_reason_names_the_expected_quantity_with_its_unit(completion, answer, unit, reason):
+    result = score_math_answer(completion, answer, unit)
+    assert result["status"] == "wrong"
+    assert result["reason"] == reason
