@@ -10,11 +10,16 @@ import copy
 import math
 import os
 import shutil
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from training.errors import PairwiseInputError
+
+# transformers 5 renamed is_gradient_checkpointing; TRL still reads the old name while it trains, whatever the
+# config says, and the warning in the middle of a run's log says nothing its user can act on.
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 def is_main_process() -> bool:
