@@ -79,7 +79,16 @@ def trainer_arguments(config, run):
     args.output_dir = str(run.trainer_checkpoints)
     args.report_to = [item for item in _report_to(config) if item != "tensorboard"]
     args.resume_from_checkpoint = None  # passed to train() explicitly
+    if args.dataloader_pin_memory and not _has_accelerator():
+        # Pinned memory only speeds copies to an accelerator; without one torch warns on every dataloader.
+        args.dataloader_pin_memory = False
     return args
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.accelerator.is_available()
 
 
 def run_callbacks(config, run) -> list:

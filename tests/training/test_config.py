@@ -118,3 +118,19 @@ def test_gradient_checkpointing_is_read_without_a_deprecation_warning(tmp_path, 
     assert [str(w.message) for w in caught if "checkpointing" in str(w.message)] == []
     assert config.gradient_checkpointing is value and config.activation_checkpointing is value
     assert config.activation_checkpointing_kwargs == {"use_reentrant": False}
+
+
+def test_a_run_without_an_accelerator_does_not_ask_for_pinned_memory(tmp_path):
+    """TRL's default pins the dataloader's memory; with no accelerator torch warns about it on every dataloader,
+    so a CPU run's trainer arguments turn it off, and the run's own config keeps what the file said."""
+    import torch
+
+    from training.run_folder import RunFolder
+    from training.trl_setup import trainer_arguments
+
+    assert not torch.accelerator.is_available()  # this suite runs on CPUs
+    config = load_dpo_config(write(tmp_path, ""))
+    assert config.dataloader_pin_memory is True
+    args = trainer_arguments(config, RunFolder(tmp_path / "run"))
+    assert args.dataloader_pin_memory is False
+    assert config.dataloader_pin_memory is True
