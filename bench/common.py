@@ -166,11 +166,26 @@ def wait_for_port(port: int, *, seconds: float, process: subprocess.Popen | None
     return False
 
 
-def start_gunicorn(*, env: dict, port: int, workers: int, threads: int) -> subprocess.Popen:
-    """The app under gunicorn with the deployment's config, listening on `port`."""
+def deployment_gunicorn(*, workers: int | None = None, threads: int | None = None) -> dict:
+    """The gunicorn layout a bench runs: deploy/gunicorn.conf.py's as this machine resolves it (its environment
+    variables included), with `workers` and `threads` in place of the config's where given."""
+    import runpy
+
+    config = runpy.run_path(str(ROOT / "deploy/gunicorn.conf.py"))
+    layout = {name: config[name] for name in ("workers", "threads", "worker_connections", "worker_class")}
+    layout.update({name: value for name, value in (("workers", workers), ("threads", threads)) if value is not None})
+    return layout
+
+
+def start_gunicorn(*, env: dict, port: int, workers: int | None = None, threads: int | None = None) -> subprocess.Popen:
+    """The app under gunicorn with the deployment's config, listening on `port`; `workers` and `threads`, where
+    given, in place of the config's."""
     command = [str(ROOT / ".venv/bin/gunicorn"), "-c", str(ROOT / "deploy/gunicorn.conf.py"), "annotate.wsgi:application"]
-    env = {**env, "PAIRWISE_BIND": f"127.0.0.1:{port}", "PAIRWISE_WORKERS": str(workers),
-           "PAIRWISE_THREADS": str(threads)}
+    env = {**env, "PAIRWISE_BIND": f"127.0.0.1:{port}"}
+    if workers is not None:
+        env["PAIRWISE_WORKERS"] = str(workers)
+    if threads is not None:
+        env["PAIRWISE_THREADS"] = str(threads)
     server = subprocess.Popen(command, cwd=ROOT, env=env)
     if not wait_for_port(port, seconds=30):
         server.kill()

@@ -16,7 +16,7 @@ checks the database: no pair ruled or held twice, no ruling lost, no pair handed
 and none passed over (a split pair left unruled and unheld before the last pair handed out).
 
     .venv/bin/python bench/review_load.py [--levels 1 8 32] [--far-ahead 10000] [--adaptive 32] [--seconds 15]
-                                          [--workers 3] [--adjudication 1000000] [--adjudicators 1 8] [--ruled 0.5]
+                                          [--workers N] [--threads N] [--adjudication 1000000] [--adjudicators 1 8] [--ruled 0.5]
 
 `--levels` with no number leaves out the reviewer levels (with --far-ahead 0 --adaptive 0, the run is the
 adjudication levels alone).
@@ -45,6 +45,7 @@ from bench.common import (
     ROOT,
     check_database,
     database_url,
+    deployment_gunicorn,
     free_port,
     machine,
     percentile,
@@ -253,7 +254,9 @@ async def run_level(base: str, tokens: list[str], seconds: float, *, slug: str =
         "next_p50_ms": percentile(record["next_ms"], 50),
         "next_p99_ms": percentile(record["next_ms"], 99),
         "submit_p99_ms": percentile(record["submit_ms"], 99),
+        # A tail past the p99 (a client left waiting to connect) shows as a mean above the p50 and in the max.
         "mean_ms": round(statistics.fmean(both), 1) if both else None,
+        "next_max_ms": round(max(record["next_ms"]), 1) if record["next_ms"] else None,
         "errors": len(record["errors"]),
         "first_errors": record["errors"][:3],
         "_created": record["created"],
@@ -480,7 +483,7 @@ def arguments_mistake(args) -> str | None:
     counts = {"--seconds": args.seconds, "--workers": args.workers, "--threads": args.threads,
               "--adjudicators": min(args.adjudicators)}
     for name, value in counts.items():
-        if value <= 0:
+        if value is not None and value <= 0:
             return f"{name} {value:g} must be above 0"
     for name, value in {"--levels": min(args.levels, default=1), "--far-ahead": args.far_ahead,
                         "--adaptive": args.adaptive, "--adjudication": args.adjudication}.items():
@@ -501,8 +504,10 @@ def main() -> int:
     parser.add_argument("--levels", type=int, nargs="*", default=[1, 8, 32],
                         help="reviewers at once, one level each (none: no reviewer levels)")
     parser.add_argument("--seconds", type=float, default=15.0, help="per concurrency level")
-    parser.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker (as deploy/gunicorn.conf.py)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="gunicorn worker processes (default: deploy/gunicorn.conf.py's)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads per gunicorn worker (default: deploy/gunicorn.conf.py's)")
     parser.add_argument("--prompts", type=int, default=6000)
     parser.add_argument("--far-ahead", type=int, default=10000,
                         help="judgments the far-ahead reviewer already has (0: no far-ahead level)")
@@ -588,11 +593,12 @@ def main() -> int:
     checks = check_database(created)
 
     if results:
-        print(f"{'level':<20} {'judgments/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'next p50':>9} {'next p99':>9} "
-              f"{'submit p99':>11} {'errors':>7}")
+        print(f"{'level':<20} {'judgments/s':>12} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'next p50':>9} "
+              f"{'next p99':>9} {'next max':>9} {'submit p99':>11} {'errors':>7}")
     for r in results:
-        print(f"{r['level']:<20} {r['judgments_per_s']:>12} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['next_p50_ms']:>9} "
-              f"{r['next_p99_ms']:>9} {r['submit_p99_ms']:>11} {r['errors']:>7}")
+        print(f"{r['level']:<20} {r['judgments_per_s']:>12} {r['p50_ms']:>8} {r['p99_ms']:>8} {r['mean_ms']:>8} "
+              f"{r['next_p50_ms']:>9} {r['next_p99_ms']:>9} {r['next_max_ms']:>9} {r['submit_p99_ms']:>11} "
+              f"{r['errors']:>7}")
     print("database:", ", ".join(f"{k}={v}" for k, v in checks.items()))
     for r in results:
         for error in r["first_errors"]:
@@ -601,7 +607,7 @@ def main() -> int:
         print_adjudication(adjudication)
     report = {
         "benchmark": "review_load", "levels": results, "database_checks": checks, "adjudication": adjudication,
-        "gunicorn": {"workers": args.workers, "threads": args.threads}, "seconds_per_level": args.seconds,
+        "gunicorn": deployment_gunicorn(workers=args.workers, threads=args.threads), "seconds_per_level": args.seconds,
         "adaptive": {"reviewers": args.adaptive, "min_overlap": 2, "max_overlap": 5, "stop_rule": "lead2"}
         if args.adaptive else None,
         "far_ahead": {"judged_before": args.far_ahead, "pairs": args.far_ahead_prompts, "others": 31,

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: 
 from bench.common import (
     ROOT,
     check_database,
+    deployment_gunicorn,
     free_port,
     machine,
     percentile,
@@ -458,8 +459,10 @@ def main() -> int:
     parser.add_argument("--drop", type=float, default=0.02, help="share of submits first sent on a dropped connection")
     parser.add_argument("--resend", type=float, default=0.02, help="share of stored judgments sent again on purpose")
     parser.add_argument("--down", type=float, default=3.0, help="seconds the database stays down")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=8, help="threads per gunicorn worker")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="gunicorn worker processes (default: deploy/gunicorn.conf.py's)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads per gunicorn worker (default: deploy/gunicorn.conf.py's)")
     parser.add_argument("--seed", type=int, default=0, help="the simulated reviewers' choices")
     parser.add_argument("--out", type=Path, default=results_path("soak"))
     args = parser.parse_args()
@@ -544,7 +547,7 @@ def main() -> int:
         "export_worker_killed": {k: v for k, v in export.items()},
         "worker_killed_during_training_run": "not run: training runs belong to annotate/runs",
         "invariants": invariants, "ok": all(invariants.values()),
-        "gunicorn": {"workers": args.workers, "threads": args.threads},
+        "gunicorn": deployment_gunicorn(workers=args.workers, threads=args.threads),
         "faults": {"drop": args.drop, "resend": args.resend, "restart_at": RESTART_AT, "export_at": EXPORT_AT},
         "machine": machine(),
         "created_at": utc_timestamp(),

@@ -6,13 +6,31 @@ workers use the cores. Everything can be overridden from the environment.
 
 import multiprocessing
 import os
+import sys
+
+import gunicorn
 
 bind = os.environ.get("PAIRWISE_BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("PAIRWISE_WORKERS", max(2, multiprocessing.cpu_count() + 1)))
-worker_class = "gthread"
-# A reviewer request spends most of its time waiting on PostgreSQL: with 4 threads per worker the
-# 2-core bench machine sat 20% idle at 190 judgments/s; with 8 it reached 230-250 (bench/review_load.py).
-threads = int(os.environ.get("PAIRWISE_THREADS", 8))
+# One worker a core: a worker's threads share its interpreter lock, and the cores also run PostgreSQL.
+workers = int(os.environ.get("PAIRWISE_WORKERS", max(2, multiprocessing.cpu_count())))
+# A reviewer request waits on PostgreSQL part of its time (row locks, commit flushes), which a few threads
+# overlap; more threads than that only queue on the worker's interpreter lock. At 32 reviewers on the 2-core
+# bench machine, 2 workers of 4 threads, each holding half the connections, answered `next` with a p99 of
+# 93-107 ms, against 140-175 ms for 3 workers of 8 at the same rate (bench/review_load.py, docs/design.md).
+threads = int(os.environ.get("PAIRWISE_THREADS", 4))
+# Connections a worker holds at once. A kept-alive connection stays with the worker that accepted it, so
+# without a bound one worker can hold most of the clients and queue them behind its threads while another
+# idles. A full worker hands a connection over to a waiting client (annotate/gunicorn_worker.py).
+worker_connections = int(os.environ.get("PAIRWISE_WORKER_CONNECTIONS", 16))
+# That worker subclasses gunicorn's own threaded one and reads its internals, so it is used with the
+# gunicorn versions it was written for; any other runs gunicorn's threaded worker, unbalanced.
+BALANCED_WORKER_GUNICORN = ((27,), (28,))
+if BALANCED_WORKER_GUNICORN[0] <= gunicorn.version_info < BALANCED_WORKER_GUNICORN[1]:
+    worker_class = "annotate.gunicorn_worker.BalancedThreadWorker"
+else:
+    worker_class = "gthread"
+    print(f"gunicorn {gunicorn.__version__}: Pairwise's balanced worker was written for gunicorn 27; "
+          "using gunicorn's gthread worker, which may queue clients on one worker", file=sys.stderr)
 backlog = 2048
 keepalive = 5
 # Recycle workers now and then, so a slow leak in any library never grows without bound.
