@@ -26,17 +26,23 @@ FULL_WORKER_POLL_SECONDS = 0.05
 IDLE_SECONDS_BEFORE_HANDOVER = 1.0
 
 
+def readable(sock) -> bool:
+    """Whether `sock` has something to read now (poll, not select: any descriptor number); False once closed."""
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return any(events & select.POLLIN for _, events in poller.poll(0))
+    except (OSError, ValueError):  # closed while the worker stops
+        return False
+
+
 class BalancedThreadWorker(ThreadWorker):
     def is_full(self) -> bool:
         return self.nr_conns >= self.worker_connections
 
     def clients_waiting(self) -> bool:
         """Whether a client waits in the listen queue: a listening socket is readable while one does."""
-        try:
-            readable, _, _ = select.select(self.sockets, [], [], 0)
-        except (OSError, ValueError):  # a socket closed while the worker stops
-            return False
-        return bool(readable)
+        return any(readable(listener) for listener in self.sockets)
 
     def wait_for_and_dispatch_events(self, timeout):
         if self.alive and self.is_full():
@@ -51,13 +57,15 @@ class BalancedThreadWorker(ThreadWorker):
         """(queue, connection) of the connection idle longest, if it has been idle long enough to hand over.
 
         Both queues are in the order their connections went idle: kept-alive connections after an answer,
-        pending ones (accepted, then silent while a thread waited for their first request). A connection's
-        `timeout` is when it went idle plus `keepalive`."""
+        pending ones when gunicorn set them aside (accepted, then silent for the 5 s a thread waits for a first
+        request). A connection's `timeout` is that moment plus `keepalive`."""
         heads = [(queue, queue[0]) for queue in (self.keepalived_conns, self.pending_conns) if queue]
         if not heads:
             return None
         queue, conn = min(heads, key=lambda head: head[1].timeout)
         if time.monotonic() - (conn.timeout - self.cfg.keepalive) < IDLE_SECONDS_BEFORE_HANDOVER:
+            return None
+        if readable(conn.sock):  # its request came in since the last poll: the poller hands it to a thread
             return None
         return queue, conn
 
@@ -72,5 +80,5 @@ class BalancedThreadWorker(ThreadWorker):
         # Runs in a request thread; the counts it reads are the main loop's and may be a step old, which only
         # moves the hand-over by one request.
         if self.is_full() and self.clients_waiting():
-            req.must_close = True  # the response says "Connection: close", so the client knows to reconnect
+            req.force_close()  # the response says "Connection: close", so the client knows to reconnect
         return super().handle_request(req, conn)

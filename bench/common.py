@@ -168,12 +168,15 @@ def wait_for_port(port: int, *, seconds: float, process: subprocess.Popen | None
 
 def deployment_gunicorn(*, workers: int | None = None, threads: int | None = None) -> dict:
     """The gunicorn layout a bench runs: deploy/gunicorn.conf.py's as this machine resolves it (its environment
-    variables included), with `workers` and `threads` in place of the config's where given."""
+    variables included), with `workers` and `threads` in place of the config's where given, and
+    GUNICORN_CMD_ARGS when set."""
     import runpy
 
     config = runpy.run_path(str(ROOT / "deploy/gunicorn.conf.py"))
     layout = {name: config[name] for name in ("workers", "threads", "worker_connections", "worker_class")}
     layout.update({name: value for name, value in (("workers", workers), ("threads", threads)) if value is not None})
+    if os.environ.get("GUNICORN_CMD_ARGS"):  # gunicorn reads these after the config file, over it
+        layout["GUNICORN_CMD_ARGS"] = os.environ["GUNICORN_CMD_ARGS"]
     return layout
 
 

@@ -104,10 +104,12 @@ def test_a_full_worker_with_a_client_waiting_closes_the_connection_it_answers(se
     time.sleep(5.2)
     asking, busy = connect(port), connect(port)
     ask(asking)
-    busy.request("GET", "/?sleep=0.2")  # full now, with one connection idle: gunicorn alone would keep `asking`
+    busy.request("GET", "/?sleep=1")  # full now, with one connection idle: gunicorn alone would keep `asking`
+    time.sleep(0.2)  # `busy` is in its thread before anyone waits, so its own answer keeps its connection
     waiting = [connect(port), connect(port)]  # two, so one still waits if `silent` is handed over meanwhile
     _, connection = ask(asking)  # idle for less than a second, so not handed over: answered after `busy`
     assert connection == "close"
+    assert busy.getresponse().read()
     assert all(ask(conn)[0] for conn in waiting)  # each served on a slot given up
     silent.close()
 
@@ -121,6 +123,8 @@ def test_the_deployment_uses_the_balanced_worker_only_on_the_gunicorn_it_was_wri
     assert low <= gunicorn.version_info < high
     monkeypatch.setattr(gunicorn, "version_info", high)
     monkeypatch.setattr(gunicorn, "__version__", ".".join(map(str, high)))
-    assert runpy.run_path(str(CONFIG))["worker_class"] == "gthread"
+    fallback = runpy.run_path(str(CONFIG))
+    assert fallback["worker_class"] == "gthread"
+    assert fallback["worker_connections"] == 1000  # gunicorn's own: no bound that nothing would hand over
     warning = capsys.readouterr().err.strip().splitlines()
     assert len(warning) == 1 and "using gunicorn's gthread worker" in warning[0]

@@ -128,7 +128,8 @@ def test_a_run_without_an_accelerator_does_not_ask_for_pinned_memory(tmp_path):
     from training.run_folder import RunFolder
     from training.trl_setup import trainer_arguments
 
-    assert not torch.accelerator.is_available()  # this suite runs on CPUs
+    if torch.accelerator.is_available():
+        pytest.skip("this machine has an accelerator: pinned memory is wanted there")
     config = load_dpo_config(write(tmp_path, ""))
     assert config.dataloader_pin_memory is True
     args = trainer_arguments(config, RunFolder(tmp_path / "run"))
