@@ -79,16 +79,12 @@ def trainer_arguments(config, run):
     args.output_dir = str(run.trainer_checkpoints)
     args.report_to = [item for item in _report_to(config) if item != "tensorboard"]
     args.resume_from_checkpoint = None  # passed to train() explicitly
-    if args.dataloader_pin_memory and not _has_accelerator():
+    if args.dataloader_pin_memory:
+        import torch
+
         # Pinned memory only speeds copies to an accelerator; without one torch warns on every dataloader.
-        args.dataloader_pin_memory = False
+        args.dataloader_pin_memory = torch.accelerator.is_available()
     return args
-
-
-def _has_accelerator() -> bool:
-    import torch
-
-    return torch.accelerator.is_available()
 
 
 def run_callbacks(config, run) -> list:

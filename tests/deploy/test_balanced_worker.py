@@ -5,13 +5,15 @@ connection handed over to it, not left waiting for a kept-alive one to time out.
 import http.client
 import os
 import runpy
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from gunicorn.workers.gthread import DEFAULT_WORKER_DATA_TIMEOUT
+
+from bench.common import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "deploy/gunicorn.conf.py"
@@ -19,12 +21,6 @@ CONFIG = ROOT / "deploy/gunicorn.conf.py"
 # connection to time out instead gets no answer within CLIENT_TIMEOUT and the test fails.
 KEEPALIVE_SECONDS = 60
 CLIENT_TIMEOUT = 20
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -100,8 +96,8 @@ def test_a_client_past_the_bound_gets_the_connection_idle_longest(serve):
 
 def test_a_full_worker_with_a_client_waiting_closes_the_connection_it_answers(serve):
     port = serve(workers=1, threads=1, connections=3)
-    silent = connect(port)  # sends nothing: gunicorn's thread waits for it 5 s, then sets it aside
-    time.sleep(5.2)
+    silent = connect(port)  # sends nothing: gunicorn's thread waits for its first request, then sets it aside
+    time.sleep(DEFAULT_WORKER_DATA_TIMEOUT + 0.2)
     asking, busy = connect(port), connect(port)
     ask(asking)
     busy.request("GET", "/?sleep=1")  # full now, with one connection idle: gunicorn alone would keep `asking`
