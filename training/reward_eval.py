@@ -8,8 +8,9 @@ Three figures on the same test rows, as a table and as JSON:
 - with --dpo-checkpoint, the same figures for a DPO child's implicit reward
   r = beta * (log pi(answer | prompt) - log pi_ref(answer | prompt)), its log-probabilities taken as
   `python -m training dpo` takes them (training.dpo.pair_logps);
-- the human ceiling: how often one reviewer agrees with the others (`human_ceiling`), which no model trained on
-  these votes can be expected to beat by much.
+- the human ceiling: how often one reviewer agrees with the others (`human_ceiling`: AlpacaFarm's human
+  agreement, each vote against the mode of the others), which no model trained on these votes can be expected to
+  beat by much.
 """
 
 from __future__ import annotations
@@ -24,18 +25,23 @@ from training.reward_model_scorer import DEFAULT_MAX_LENGTH  # RewardConfig's an
 from training.run_folder import checkpoint_parent_record, checkpoint_run_record
 
 REWARD_EVAL_FORMAT = "pairwise.reward_eval/1"
-CEILING_MIN_JUDGMENTS = 3  # with two votes, leaving one out leaves a single "majority" of one
+CEILING_MIN_JUDGMENTS = 2  # leaving one vote out must leave at least one other to agree with
 CHOICES = ("a", "b", "tie", "both_bad")
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
 DEFAULT_BATCH_SIZE = 8
+CEILING_DEFINITION = ("human agreement as AlpacaFarm measures it (Dubois et al. 2023, 'AlpacaFarm: A Simulation "
+                      "Framework for Methods that Learn from Human Feedback'; alpaca_eval's leave-one-out agreement): "
+                      "each vote held out in turn against the mode of the pair's other votes, ties between modes "
+                      "broken at random, taken here as the expectation over that coin")
 CEILING_NOTES = [
-    "each reviewer's vote of a pair is left out in turn; it agrees when it is a or b and the other votes have "
-    "a strict majority (strictly more votes than any other choice, the export's consensus rule) for the same side",
-    "a left-out vote counts as not agreeing when the other votes have no strict majority (a shared top count), "
-    "and when it is tie or both_bad (it names no side, as a model's equal rewards count as wrong)",
-    "agreement is averaged over a pair's votes, then over pairs; rows with fewer than 3 judgments are counted "
+    "each vote of a pair (a, b, tie or both_bad) is held out in turn and compared with the mode of the other votes; "
+    "when k choices share the top count it agrees with probability 1/k (the expectation of a random tie break, so "
+    "the figure needs no seed)",
+    "agreement is averaged over a pair's votes, then over pairs; rows with fewer than 2 judgments are counted "
     "(pairs_too_few_judgments) and left out",
+    "a 2-1 pair scores 1/3 (each majority voter meets a 1-1 tie: 1/2; the minority voter meets the majority: 0), "
+    "a unanimous pair 1",
 ]
 CEILING_INTERVAL = (f"percentile bootstrap over pairs, 95%, {BOOTSTRAP_RESAMPLES} resamples, "
                     f"numpy seed {BOOTSTRAP_SEED}")
@@ -44,25 +50,20 @@ CEILING_INTERVAL = (f"percentile bootstrap over pairs, 95%, {BOOTSTRAP_RESAMPLES
 # --- the human ceiling ----------------------------------------------------------------------------------
 
 
-def _strict_majority(votes: dict[str, int]) -> str | None:
-    """The choice with strictly more votes than any other, or None when two share the top count (or no votes)."""
-    top = max(votes.values(), default=0)
-    leaders = [choice for choice, count in votes.items() if count == top]
-    return leaders[0] if top > 0 and len(leaders) == 1 else None
-
-
 def pair_agreement(votes: dict[str, int]) -> float:
-    """Share of a pair's votes that agree with the strict majority of the others, each left out in turn."""
+    """Expected share of a pair's votes that match the mode of the others, each held out in turn (CEILING_NOTES)."""
     counts = {choice: int(votes.get(choice, 0) or 0) for choice in CHOICES}
     total = sum(counts.values())
-    if total == 0:
-        raise ValueError("a pair without votes has no agreement")
-    agreeing = 0
-    for side in ("a", "b"):  # a tie or both_bad vote never agrees: it names no side
-        if counts[side]:
-            others = {**counts, side: counts[side] - 1}
-            if _strict_majority(others) == side:
-                agreeing += counts[side]  # every vote for this side sees the same others
+    if total < CEILING_MIN_JUDGMENTS:
+        raise ValueError(f"a pair needs {CEILING_MIN_JUDGMENTS} or more votes to hold one out, got {total}")
+    agreeing = 0.0
+    for held_out, count in counts.items():
+        if count:
+            others = {**counts, held_out: count - 1}
+            top = max(others.values())
+            modes = [choice for choice, n in others.items() if n == top]
+            if held_out in modes:
+                agreeing += count / len(modes)  # every vote for this choice sees the same others
     return agreeing / total
 
 
@@ -75,8 +76,8 @@ def _judgments(meta: dict) -> int:
 
 def human_ceiling(votes_per_pair: list[dict[str, int] | None], *, resamples: int = BOOTSTRAP_RESAMPLES,
                   seed: int = BOOTSTRAP_SEED) -> dict:
-    """Leave-one-out agreement of reviewers over pairs with 3 or more votes (see CEILING_NOTES), with a
-    bootstrap interval over pairs. A None (or a dict with fewer than 3 votes) is counted and left out."""
+    """Leave-one-out agreement of reviewers (CEILING_DEFINITION) over pairs with 2 or more votes, with a bootstrap
+    interval over pairs. A None (or a dict with fewer than 2 votes) is counted and left out."""
     import numpy as np
 
     shares, too_few, votes_left_out = [], 0, 0
@@ -94,6 +95,7 @@ def human_ceiling(votes_per_pair: list[dict[str, int] | None], *, resamples: int
         "agreement": None,
         "interval": None,
         "interval_method": CEILING_INTERVAL,
+        "definition": CEILING_DEFINITION,
         "notes": CEILING_NOTES,
     }
     if shares:
@@ -292,7 +294,7 @@ def format_reward_eval_table(result: dict) -> str:
                      f"{ceiling['pairs_too_few_judgments']} pairs have fewer)")
     else:
         low, high = ceiling["interval"]
-        lines.append(f"human ceiling (leave-one-reviewer-out agreement): {ceiling['agreement']:.3f} "
+        lines.append(f"human ceiling (each vote against the mode of the others): {ceiling['agreement']:.3f} "
                      f"[{low:.3f}, {high:.3f}] over {ceiling['pairs']} pairs, bootstrap 95%; "
                      f"{ceiling['pairs_too_few_judgments']} pairs with fewer than {CEILING_MIN_JUDGMENTS} "
                      "judgments left out")

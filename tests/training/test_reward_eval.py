@@ -13,46 +13,60 @@ from .conftest import run_training_cli
 
 
 @pytest.mark.parametrize(("votes", "agreement"), [
-    # Each a voter, left out, sees a:2 among the others: a strict majority for a, so 3 of 3 agree.
+    # Each a voter, held out, meets a:2: the mode is a, so 3 of 3 agree.
     ({"a": 3, "b": 0, "tie": 0, "both_bad": 0}, 1.0),
-    # An a voter left out sees a:1 b:1 (a shared top, no majority: not agreeing), twice; the b voter sees
-    # a:2, a majority for the other side. 0 of 3 agree.
-    ({"a": 2, "b": 1, "tie": 0, "both_bad": 0}, 0.0),
-    # Each a voter sees a:2 b:1 (majority a: agrees), three times; the b voter sees a:3. 3 of 4 = 0.75.
+    # Each a voter meets a:1 b:1, two modes: agrees with probability 1/2, twice; the b voter meets a:2 and
+    # disagrees. (1/2 + 1/2 + 0) / 3 = 1/3. A strict-majority ceiling scored this pair 0.
+    ({"a": 2, "b": 1, "tie": 0, "both_bad": 0}, 1 / 3),
+    # Each a voter meets a:2 b:1 (mode a), three times; the b voter meets a:3. 3 of 4 = 0.75.
     ({"a": 3, "b": 1, "tie": 0, "both_bad": 0}, 0.75),
-    # Each b voter sees b:3 a:1 (agrees), four times; the a voter sees b:4. 4 of 5 = 0.8.
+    # Each b voter meets b:3 a:1 (agrees), four times; the a voter meets b:4. 4 of 5 = 0.8.
     ({"a": 1, "b": 4, "tie": 0, "both_bad": 0}, 0.8),
-    # Each a voter sees a:2 tie:1 (agrees), three times; the tie vote names no side and never agrees. 3 of 4.
+    # Each a voter meets a:2 tie:1 (agrees), three times; the tie voter meets a:3 (disagrees). 3 of 4.
     ({"a": 3, "b": 0, "tie": 1, "both_bad": 0}, 0.75),
-    # Whoever is left out, the other two are split one to one: no majority, 0 of 3.
+    # Whoever is held out meets a 1-1 split that excludes its own choice: 0 of 3.
     ({"a": 1, "b": 1, "tie": 0, "both_bad": 1}, 0.0),
+    # Two votes: each meets the other alone, the plain agreement of two people.
+    ({"a": 2, "b": 0, "tie": 0, "both_bad": 0}, 1.0),
+    ({"a": 1, "b": 1, "tie": 0, "both_bad": 0}, 0.0),
+    # Two tie votes agree with each other: a vote is any of the four choices.
+    ({"a": 0, "b": 0, "tie": 2, "both_bad": 0}, 1.0),
+    # a:2 b:2: each voter meets its own side at 1 and the other at 2, never a mode. 0 of 4.
+    ({"a": 2, "b": 2, "tie": 0, "both_bad": 0}, 0.0),
 ])
-def test_leave_one_out_agreement_of_one_pair(votes, agreement):
+def test_each_vote_against_the_mode_of_the_others(votes, agreement):
     assert pair_agreement(votes) == pytest.approx(agreement)
 
 
-def test_human_ceiling_averages_pairs_and_leaves_out_pairs_with_fewer_than_three_votes():
+def test_a_two_to_one_pair_is_not_scored_as_total_disagreement():
+    """Nine unanimous pairs and three 2-1 pairs: the unanimous share is 0.75, the human agreement 10/12."""
+    votes = [{"a": 3, "b": 0, "tie": 0, "both_bad": 0}] * 9 + [{"a": 2, "b": 1, "tie": 0, "both_bad": 0}] * 3
+    ceiling = human_ceiling(votes)
+    assert ceiling["agreement"] == pytest.approx(round((9 * 1.0 + 3 * (1 / 3)) / 12, 4))  # 0.8333
+    assert "AlpacaFarm" in ceiling["definition"] and "mode" in ceiling["definition"]
+
+
+def test_human_ceiling_averages_pairs_and_leaves_out_pairs_with_fewer_than_two_votes():
     votes = [
         {"a": 3, "b": 0, "tie": 0, "both_bad": 0},  # 1.0
-        {"a": 2, "b": 1, "tie": 0, "both_bad": 0},  # 0.0
+        {"a": 2, "b": 1, "tie": 0, "both_bad": 0},  # 1/3
         {"a": 3, "b": 1, "tie": 0, "both_bad": 0},  # 0.75
-        {"a": 1, "b": 1, "tie": 0, "both_bad": 0},  # two judgments: counted, left out
+        {"a": 1, "b": 1, "tie": 0, "both_bad": 0},  # 0.0
+        {"a": 1, "b": 0, "tie": 0, "both_bad": 0},  # one judgment: counted, left out
         None,                                        # no votes recorded: counted, left out
     ]
     ceiling = human_ceiling(votes)
-    # (1.0 + 0.0 + 0.75) / 3 = 0.58333...
-    assert ceiling["agreement"] == pytest.approx(0.5833)
-    assert ceiling["pairs"] == 3 and ceiling["pairs_too_few_judgments"] == 2
-    assert ceiling["votes_left_out"] == 3 + 3 + 4
+    assert ceiling["agreement"] == pytest.approx(round((1.0 + 1 / 3 + 0.75 + 0.0) / 4, 4))
+    assert ceiling["pairs"] == 4 and ceiling["pairs_too_few_judgments"] == 2
+    assert ceiling["votes_left_out"] == 3 + 3 + 4 + 2
     low, high = ceiling["interval"]
     assert 0.0 <= low <= ceiling["agreement"] <= high <= 1.0
     assert "bootstrap" in ceiling["interval_method"] and "seed 0" in ceiling["interval_method"]
-    assert any("no strict majority" in note or "shared top count" in note for note in ceiling["notes"])
     assert human_ceiling(votes) == ceiling  # the seed is fixed: the same votes, the same interval
 
 
 def test_human_ceiling_without_enough_votes_is_none_not_zero():
-    ceiling = human_ceiling([{"a": 1, "b": 1, "tie": 0, "both_bad": 0}, None])
+    ceiling = human_ceiling([{"a": 1, "b": 0, "tie": 0, "both_bad": 0}, None])
     assert ceiling["agreement"] is None and ceiling["interval"] is None
     assert ceiling["pairs"] == 0 and ceiling["pairs_too_few_judgments"] == 2
 
@@ -144,10 +158,10 @@ def test_a_trained_reward_model_beside_a_dpo_child_and_the_human_ceiling(tmp_pat
     assert dpo["mean_margin"] == 0.0 and "preference_accuracy" in dpo
     assert figures["dpo"]["reference"] == str(tiny_checkpoint)
 
-    # Test rows cycle through TEST_VOTES: 1.0, 0.0, 0.8 (b:4 both_bad:1, 4 of 5 agree), and a:2 left out.
+    # Test rows cycle through TEST_VOTES: 1.0, 1/3, 0.8 (b:4 both_bad:1, 4 of 5 agree) and 1.0 (a:2).
     ceiling = figures["human_ceiling"]
-    assert ceiling["pairs"] == 6 and ceiling["pairs_too_few_judgments"] == 2
-    assert ceiling["agreement"] == pytest.approx(round((1.0 + 0.0 + 0.8) * 2 / 6, 4))
+    assert ceiling["pairs"] == 8 and ceiling["pairs_too_few_judgments"] == 0
+    assert ceiling["agreement"] == pytest.approx(round((1.0 + 1 / 3 + 0.8 + 1.0) * 2 / 8, 4))
     low, high = ceiling["interval"]
     assert 0.0 <= low <= ceiling["agreement"] <= high <= 1.0
 
