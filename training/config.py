@@ -39,6 +39,68 @@ class ConfigError(PairwiseInputError):
     """A config file that cannot be used as written."""
 
 
+# --- what a config may hold at any depth -------------------------------------------------------------------
+#
+# A config is stored with its run (run.json, the app's run record) and its nested mappings reach loaders
+# (model_init_kwargs goes to from_pretrained), so the same rules hold at every depth: the top level, every
+# dict-valued key TRL reads (its `_VALID_DICT_FIELDS`: model_init_kwargs, generation_kwargs, deepspeed, ...),
+# the mappings inside them, and JSON text of a mapping, which TRL parses into one.
+
+# A word of the key's name marks a credential (`hub_token`, `wandb_api_key`, `db_password`); a tokenizer's special
+# tokens (`pad_token`, `eos_token_id`) are text, not secrets.
+CREDENTIAL_KEY = re.compile(r"(?:^|[_\-.])(?:token|secret|password|passwd|api_?key|apikey|access_?key|private_?key|"
+                            r"credentials?)(?:$|[_\-.])", re.IGNORECASE)
+SPECIAL_TOKEN_KEY = re.compile(r"^(?:pad|eos|bos|unk|sep|cls|mask|decoder_start)_token(?:_id)?$", re.IGNORECASE)
+# The keys of each mapping that reaches from_pretrained: how the weights are held in memory, nothing that fetches,
+# authenticates or runs code (trust_remote_code, token, revision, cache_dir, proxies, ... are refused).
+LOADER_KEYS = dict.fromkeys(("model_init_kwargs", "ref_model_init_kwargs"),
+                            ("dtype", "attn_implementation", "device_map", "low_cpu_mem_usage", "use_cache"))
+
+
+def is_credential_key(key) -> bool:
+    return bool(CREDENTIAL_KEY.search(str(key))) and not SPECIAL_TOKEN_KEY.match(str(key))
+
+
+def mapping_in_text(value):
+    """The mapping a JSON text holds, as TRL reads a dict-valued key given as text; else None."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return None  # not JSON: TRL's own parsing refuses it in one line
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+def nested_items(value, where: str = ""):
+    """Every (dotted path of the mapping, key, value) inside a config value at any depth: mappings, lists, and
+    mappings written as JSON text. The top level's path is ""."""
+    mapping = value if isinstance(value, dict) else mapping_in_text(value)
+    if mapping is not None:
+        for key, item in mapping.items():
+            yield where, str(key), item
+            yield from nested_items(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            yield from nested_items(item, f"{where}[{number}]")
+
+
+def check_nested_settings(data: dict, source: str) -> None:
+    """The rules every config holds at every depth, before anything is parsed or stored: no credential (refused,
+    never stored and hidden later), no code shipped with a checkpoint, and only LOADER_KEYS in a loader's mapping."""
+    for where, key, value in nested_items(data):
+        name = f"{where}.{key}" if where else key
+        if is_credential_key(key) and value not in (None, "", False):
+            raise ConfigError(f"{source}: {name} is a credential, and a config is stored with its run; remove it (a "
+                              "run reads local checkpoints only; a Hub token belongs in the environment, HF_TOKEN)")
+        if key == "trust_remote_code" and value not in (None, False):
+            raise ConfigError(f"{source}: {name} is refused: it runs code shipped with a checkpoint; remove it (runs "
+                              "load architectures transformers itself knows)")
+        if where in LOADER_KEYS and key not in LOADER_KEYS[where]:
+            raise ConfigError(f"{source}: {name} is not handed to the model loader; {where} takes only "
+                              f"{', '.join(LOADER_KEYS[where])}")
+
+
 def key_error(source: str, key: str, why: str) -> ConfigError:
     """The one-line error for a value that parses but cannot be used: "FILE: key why"."""
     return ConfigError(f"{source}: {key} {why}")
@@ -194,6 +256,7 @@ def config_from_mapping(data: dict, config_cls: type[ConfigT], *, source: str) -
             close = difflib.get_close_matches(str(key), list(actions), n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(f"{source}: unknown key '{key}'{hint}; see the keys with --help-config")
+    check_nested_settings(data, source)
     for key in config_cls.required_keys:
         if data.get(key) is None:
             help_text = actions[key].help or ""

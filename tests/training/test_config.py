@@ -1,5 +1,7 @@
 """Config files: TRL's own config classes read by TRL's parser; every mistake is one line naming the key."""
 
+import json
+
 import pytest
 
 from training.config import ConfigError, load_config
@@ -135,3 +137,61 @@ def test_a_run_without_an_accelerator_does_not_ask_for_pinned_memory(tmp_path):
     args = trainer_arguments(config, RunFolder(tmp_path / "run"))
     assert args.dataloader_pin_memory is False
     assert config.dataloader_pin_memory is True
+
+
+# --- nested mappings: the same rules at every depth ---------------------------------------------------------
+
+RECIPES = {"dpo": ("training.dpo", "DPORunConfig"), "grpo": ("training.grpo.config", "GRPORunConfig"),
+           "reward": ("training.reward", "RewardRunConfig")}
+
+
+def recipe_config(kind: str, tmp_path, text: str):
+    """Load `text` (beside the recipe's required keys) as `kind`'s config, as `python -m training KIND` does."""
+    import importlib
+
+    module, name = RECIPES[kind]
+    inputs = "tasks: tasks.jsonl\n" if kind == "grpo" else "snapshot: snap\n"
+    path = tmp_path / f"{kind}.yaml"
+    path.write_text(f"base_checkpoint: ckpt\n{inputs}output_dir: run\n{text}")
+    return load_config(path, getattr(importlib.import_module(module), name)), path
+
+
+NESTED_REFUSALS = [
+    ("model_init_kwargs: {trust_remote_code: true}\n",
+     "model_init_kwargs.trust_remote_code is refused: it runs code shipped with a checkpoint"),
+    ("model_init_kwargs: '{\"trust_remote_code\": true}'\n",
+     "model_init_kwargs.trust_remote_code is refused: it runs code shipped with a checkpoint"),
+    ("model_init_kwargs: '{\"token\": \"hf_abc\"}'\n", "model_init_kwargs.token is a credential"),
+    ("model_init_kwargs: {dtype: float32, cache_dir: /tmp/elsewhere}\n",
+     "model_init_kwargs.cache_dir is not handed to the model loader; model_init_kwargs takes only dtype, "),
+    ("deepspeed: {zero_optimization: {stage: 2, offload_param: {api_key: k1}}}\n",
+     "deepspeed.zero_optimization.offload_param.api_key is a credential"),
+    # JSON text inside JSON text, written as a YAML string
+    (f"lr_scheduler_kwargs: {json.dumps(json.dumps({'nested': json.dumps({'password': 'p'})}))}\n",
+     "lr_scheduler_kwargs.nested.password is a credential"),
+    ("hub_token: hf_abc\n", "hub_token is a credential"),
+]
+
+
+@pytest.mark.parametrize("kind", list(RECIPES))
+@pytest.mark.parametrize(("text", "message"), NESTED_REFUSALS)
+def test_nested_mappings_are_held_to_the_rules_of_the_top_level(tmp_path, kind, text, message):
+    with pytest.raises(ConfigError) as refused:
+        recipe_config(kind, tmp_path, text)
+    line = str(refused.value)
+    assert line.startswith(f"{tmp_path / f'{kind}.yaml'}: {message}") and "\n" not in line
+    assert "hf_abc" not in line and "k1" not in line  # a credential is never repeated
+
+
+def test_grpo_generation_kwargs_are_held_to_the_same_rules(tmp_path):
+    with pytest.raises(ConfigError, match=r"generation_kwargs\.trust_remote_code is refused"):
+        recipe_config("grpo", tmp_path, "generation_kwargs: {trust_remote_code: true}\n")
+
+
+def test_nested_settings_that_are_no_credential_still_load(tmp_path):
+    config, _ = recipe_config("grpo", tmp_path, (
+        "model_init_kwargs: '{\"dtype\": \"float32\", \"attn_implementation\": \"eager\"}'\n"
+        "generation_kwargs: {pad_token_id: 0, eos_token_id: 1}\n"
+        "gradient_checkpointing_kwargs: {use_reentrant: false}\nhub_token: null\n"))
+    assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "eager"}
+    assert config.generation_kwargs == {"pad_token_id": 0, "eos_token_id": 1}
