@@ -164,17 +164,23 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Login throttling (django-axes): after PAIRWISE_LOGIN_FAILURES wrong passwords for one username, or
-# from one address, every login for it is refused (429), the right password too, until
-# PAIRWISE_LOGIN_LOCKOUT_MINUTES pass without another try. Admins lift a lock in the admin (Axes >
-# Access attempts) or with `manage.py axes_reset_username USERNAME`.
+# Login throttling (django-axes; docs/security.md, "Login throttling"): after PAIRWISE_LOGIN_FAILURES wrong
+# passwords for one username from one address, that username is refused (429) from that address, the right
+# password too, until PAIRWISE_LOGIN_LOCKOUT_MINUTES pass without another try. One address is stopped for
+# every username after PAIRWISE_LOGIN_FAILURES_PER_ADDRESS failures in that time, whatever usernames it
+# tried. Admins lift a lock on the lockouts page (/accounts/lockouts/) or with `manage.py axes_reset_username`.
 AUTHENTICATION_BACKENDS = [
     "annotate.login_throttle.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env.int("PAIRWISE_LOGIN_FAILURES", default=10)
+PAIRWISE_LOGIN_FAILURES_PER_ADDRESS = env.int("PAIRWISE_LOGIN_FAILURES_PER_ADDRESS", default=100)
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("PAIRWISE_LOGIN_LOCKOUT_MINUTES", default=15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # either one: a username, or an address
+# The username and the address together: a lock on a username alone, or on an address alone at this limit,
+# would let anyone lock anyone out (a known username from anywhere, or a whole office from its address).
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Adds the per-address bound: axes compares one count with one limit (annotate/login_throttle.py says more).
+AXES_HANDLER = "annotate.login_throttle.LoginThrottleHandler"
 AXES_LOCKOUT_CALLABLE = "annotate.login_throttle.locked_out_response"
 AXES_CLIENT_IP_CALLABLE = "annotate.login_throttle.client_address"
 LOGIN_URL = "login"

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path, register_converter
 from drf_spectacular.views import SpectacularAPIView
 
-from annotate import api_errors, home
+from annotate import api_errors, home, login_throttle
 from annotate.exports import api as exports_api
 from annotate.exports import views as exports_views
 from annotate.quality import api as quality_api
@@ -66,6 +66,7 @@ urlpatterns = [
     path("projects/<slug:slug>/exports/<id:export_id>/retry", exports_views.export_retry_page, name="exports-retry"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("accounts/lockouts/", login_throttle.lockouts_page, name="login-lockouts"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("", include("annotate.runs.urls")),

@@ -83,6 +83,7 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "exports-retry": ("POST", "/projects/{slug}/exports/{export}/retry", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
     "login": ("GET", "/accounts/login/", None, _row(200, 200, 200, 200, 200, 200)),
     "logout": ("POST", "/accounts/logout/", {}, _row(302, 302, 302, 302, 302, 302)),
+    "login-lockouts": ("GET", "/accounts/lockouts/", None, _row(LOGIN, 403, 403, 403, 200, 403)),
     "runs-page": ("GET", "/runs/", None, _row(LOGIN, 403, 403, 200, 200, 403)),
     "runs-compare-page": ("POST", "/runs/compare", {}, _row(LOGIN, 403, 403, 403, 302, 403)),
     "runs-evaluate-page": ("POST", "/runs/evaluate", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
