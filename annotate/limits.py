@@ -32,10 +32,8 @@ MAX_CRITERIA = 100
 # The largest value of an integer column (a criteria version, a count): a bigger number matches nothing
 # and is refused rather than sent to the database.
 MAX_INT32 = 2**31 - 1
-# Arrays and objects inside one another, in a JSON body or an import line: what the app reads nests a few
-# levels; 100 KB of "[" would run Python's JSON reader out of recursion (a 500).
-MAX_JSON_DEPTH = 64
-JSON_TOO_DEEP = f"nests arrays or objects more than {MAX_JSON_DEPTH} levels deep"
+# JSON nested too deep or holding a number too long is refused where it is read: training/json_input.py (the
+# DRF parser, the item import and task files all read through it).
 
 
 def body_too_large(request) -> str | None:
@@ -117,17 +115,3 @@ def true_or_false(name: str, value, *, error=UserMistake) -> bool:
         return value.lower() in TRUE_WORDS
     raise error(f"{name}: {value!r} must be true or false")
 
-
-def json_too_deep(value) -> bool:
-    """Whether parsed JSON nests arrays or objects more than MAX_JSON_DEPTH levels (a walk without
-    recursion, which stops at the first one too deep)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > MAX_JSON_DEPTH:
-            return True
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False

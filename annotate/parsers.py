@@ -1,20 +1,23 @@
-"""The API's JSON parser: DRF's, refusing a body nested too deep in one line (400) rather than failing
-on it (annotate/limits.py: MAX_JSON_DEPTH)."""
+"""The API's JSON parser, used by every JSON endpoint: DRF's, reading through the one bounded JSON reader
+(training/json_input.py), so that a body nested too deep or holding a number too long for Python's reader is the
+same one-line 400 as any other bad body rather than a 500."""
+
+import codecs
 
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
+from rest_framework.utils import json as drf_json
 
-from annotate import limits
+from training.json_input import JsonRefused, read_json
 
 
 class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
+        encoding = parsers.get_encoding(parser_context or {})
+        parse_constant = drf_json.strict_constant if self.strict else None
         try:
-            data = super().parse(stream, media_type, parser_context)
-        except RecursionError:  # Python's reader gives up long before the body's end
-            too_deep = True
-        else:
-            too_deep = limits.json_too_deep(data)
-        if too_deep:
-            raise ParseError(f"the JSON body {limits.JSON_TOO_DEEP}; send a flatter one")
-        return data
+            return read_json(codecs.getreader(encoding)(stream).read(), parse_constant=parse_constant)
+        except JsonRefused as refused:
+            raise ParseError(f"the JSON body {refused.reason}; {refused.fix}") from None
+        except ValueError as exc:  # bad syntax, NaN or Infinity, bytes that are not the body's encoding
+            raise ParseError(f"JSON parse error - {exc}") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import keyword
+import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any
 
 from training.atomic_write import atomic_file
 from training.errors import PairwiseInputError
+from training.json_input import JsonRefused, read_json_line
+from training.text_input import hidden_character
 
 KINDS = ("math", "code", "missing_info", "short_answer", "open")
 # An open task is a prompt without a verifier (an explanation, advice, a summary): only a reward model scores it.
@@ -62,7 +65,8 @@ class TaskFileError(PairwiseInputError):
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    """A JSON number a task may hold: never true/false, NaN or an infinity (which no answer or limit can equal)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_prompt(prompt: Any) -> list[str]:
@@ -142,6 +146,8 @@ def _check_code(task: dict) -> list[str]:
 
 def _check_answer(task: dict) -> list[str]:
     answer = task.get("answer")
+    if isinstance(answer, float) and not math.isfinite(answer):
+        return [f"answer is {answer}, which no answer can equal; give a finite number or a string"]
     if isinstance(answer, bool) or not (isinstance(answer, str) and answer.strip() or _is_number(answer)):
         return ["answer must be a non-empty string (or a number)"]
     return []
@@ -198,6 +204,8 @@ def validate_task(task: Any) -> list[str]:
     task_id = task.get("task_id")
     if not isinstance(task_id, str) or not task_id.strip():
         errors.append("task_id must be a non-empty string")
+    elif hidden := hidden_character("task_id", task_id):
+        errors.append(hidden)
     kind = task.get("kind")
     if kind not in KINDS:
         return errors + [f"kind must be one of {', '.join(KINDS)}, not {kind!r}"]
@@ -276,9 +284,9 @@ def _decoded_lines(lines: list[str], errors: list[str]) -> Iterator[tuple[int, A
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            errors.append(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})")
+            yield number, read_json_line(line)
+        except JsonRefused as refused:
+            errors.append(f"line {number}: {refused.reason}")
 
 
 def parse_tasks(lines: list[str], path: str | os.PathLike = "<tasks>", *, check_solutions: bool = False,

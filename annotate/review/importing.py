@@ -8,24 +8,21 @@ finds them in its staging table.
 """
 
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from annotate.limits import (
-    JSON_TOO_DEEP,
     MAX_GOLD_REASON_CHARS,
     MAX_IMPORT_LINES,
-    MAX_JSON_DEPTH,
     MAX_PROMPT_CHARS,
     MAX_RESPONSE_CHARS,
     MAX_RESPONSES_PER_PROMPT,
     MAX_TAG_CHARS,
     MAX_TAGS,
-    json_too_deep,
     too_long,
 )
+from training.json_input import JsonRefused, read_json_line
 from training.snapshot import prompt_key
 
 ROLES = {"system", "user", "assistant"}
@@ -142,16 +139,9 @@ def _responses(value, where: str, errors: list[str]) -> list[ImportedResponse]:
 def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
     where = f"line {line_no}"
     try:
-        row = json.loads(raw)
-        # Counting the brackets first (those in strings too) spares the walk on every ordinary line.
-        too_deep = raw.count("[") + raw.count("{") > MAX_JSON_DEPTH and json_too_deep(row)
-    except json.JSONDecodeError as exc:
-        errors.append(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})")
-        return None
-    except RecursionError:  # Python's reader gives up long before the line's end
-        too_deep = True
-    if too_deep:
-        errors.append(f"{where}: {JSON_TOO_DEEP}")
+        row = read_json_line(raw)
+    except JsonRefused as refused:
+        errors.append(f"{where}: {refused.reason}")
         return None
     if not isinstance(row, dict):
         errors.append(f"{where}: must be a JSON object")

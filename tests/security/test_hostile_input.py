@@ -7,13 +7,16 @@ import json
 
 import pytest
 from django.contrib.auth import authenticate, get_user_model
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from annotate import limits
 from annotate.review.importing import ImportRejected, items_parse
 from annotate.review.models import Judgment, Prompt
+from annotate.runs.models import TaskSet
 from tests.security.helpers import assert_one_json_line
+from training.json_input import MAX_JSON_DEPTH, MAX_NUMBER_CHARS
 
 pytestmark = pytest.mark.django_db
 
@@ -177,14 +180,14 @@ def test_json_nested_deep_is_one_line_400(project, make_user, client_for, method
     admin = client_for(make_user("ada", role="admin"))
     url = url.format(slug=project.slug, assignment=_next_id(admin, project))
     refused = assert_one_json_line(getattr(admin, method)(url, body, content_type="application/json"), 400)
-    assert refused["detail"] == (f"the JSON body nests arrays or objects more than {limits.MAX_JSON_DEPTH} levels "
+    assert refused["detail"] == (f"the JSON body nests arrays or objects more than {MAX_JSON_DEPTH} levels "
                                  "deep; send a flatter one")
     assert not Judgment.objects.exists()
 
 
 def test_json_nested_to_the_limit_is_read_as_usual(project, reviewer_client, valid_judgment):
     url = f"/api/v1/assignments/{_next_id(reviewer_client, project)}/judgment"
-    deep = "[" * (limits.MAX_JSON_DEPTH - 1) + "]" * (limits.MAX_JSON_DEPTH - 1)  # inside the body's own object
+    deep = "[" * (MAX_JSON_DEPTH - 1) + "]" * (MAX_JSON_DEPTH - 1)  # inside the body's own object
     body = json.dumps(valid_judgment()).replace('"rationale"', f'"extra": {deep}, "rationale"')
     assert reviewer_client.post(url, body, content_type="application/json").status_code == 201
 
@@ -192,7 +195,44 @@ def test_json_nested_to_the_limit_is_read_as_usual(project, reviewer_client, val
 def test_an_import_line_nested_deep_is_named_by_line(make_project):
     with pytest.raises(ImportRejected) as rejected:
         items_parse([json.dumps(_row()), NESTED])
-    assert rejected.value.errors == [f"line 2: nests arrays or objects more than {limits.MAX_JSON_DEPTH} levels deep"]
+    assert rejected.value.errors == [f"line 2: nests arrays or objects more than {MAX_JSON_DEPTH} levels deep"]
+
+
+# What Python's own JSON reader cannot read (RecursionError, int's digit limit): each is the same one-line 400 as any
+# other bad body or line, at every place JSON comes in, with what was wrong.
+OBJECTS_NESTED = '{"a": ' * 5000 + "1" + "}" * 5000
+LONG_NUMBER = "1" * 100_000
+HOSTILE_JSON = {
+    "brackets": ("[" * 100_000, f"nests arrays or objects more than {MAX_JSON_DEPTH} levels deep"),
+    "objects": (OBJECTS_NESTED, f"nests arrays or objects more than {MAX_JSON_DEPTH} levels deep"),
+    "digits": ('{"families": ["speed"], "n": ' + LONG_NUMBER + ', "seed": 1}',
+               f"holds a number written with 100,000 characters; at most {MAX_NUMBER_CHARS:,}"),
+    "float": ('{"families": ["speed"], "n": 3, "seed": 1e999}', "holds the number 1e999, too large for a 64-bit float"),
+}
+
+
+@pytest.mark.parametrize("kind", HOSTILE_JSON)
+@pytest.mark.parametrize("url", ["/api/v1/task-sets", "/api/v1/runs", "/api/v1/projects/{slug}/exports"])
+def test_json_bodies_python_cannot_read_are_one_line_400(project, make_user, client_for, kind, url):
+    body, reason = HOSTILE_JSON[kind]
+    admin = client_for(make_user("ada", role="admin"))
+    refused = assert_one_json_line(admin.post(url.format(slug=project.slug), body, content_type="application/json"),
+                                   400)
+    assert refused["detail"].startswith(f"the JSON body {reason}; ")
+
+
+@pytest.mark.parametrize("kind", HOSTILE_JSON)
+def test_jsonl_uploads_python_cannot_read_are_refused_by_line(make_project, make_user, client_for, kind):
+    line, reason = HOSTILE_JSON[kind]
+    project = make_project("hostile")
+    admin = client_for(make_user("ada", role="admin"))
+    tasks = admin.post("/api/v1/task-sets", {"file": SimpleUploadedFile("tasks.jsonl", line.encode() + b"\n")},
+                       format="multipart")
+    assert assert_one_json_line(tasks, 400)["detail"] == f"tasks.jsonl: line 1: {reason}; fix these lines and run again"
+    items = admin.post(f"/api/v1/projects/{project.slug}/items",
+                       {"file": SimpleUploadedFile("items.jsonl", line.encode() + b"\n")}, format="multipart")
+    assert assert_one_json_line(items, 400)["errors"] == [f"line 1: {reason}"]
+    assert not Prompt.objects.exists() and not TaskSet.objects.exists()
 
 
 @pytest.fixture

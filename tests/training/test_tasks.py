@@ -161,3 +161,36 @@ def test_describe_checks_several_files_with_one_verifier_and_names_the_bad_file(
     refused = run_training_cli("tasks", "describe", "--tasks", str(good), "--tasks", str(broken))
     assert refused.returncode == 2
     assert str(broken) in refused.stderr and "line 2: the solution fails its own task" in refused.stderr
+
+
+def test_lines_pythons_json_reader_cannot_read_are_refused_by_line(tmp_path):
+    """100 KB of "[" and a 100,000-digit number stop Python's own reader (RecursionError, int's digit limit): a task
+    file holding them is refused by line like any other bad JSON, not with a traceback."""
+    rows = [MATH, "[" * 100_000, '{"task_id": "n", "kind": "math", "prompt": "?", "answer": ' + "9" * 100_000 + "}"]
+    with pytest.raises(TaskFileError) as refused:
+        load_tasks(write_lines(tmp_path / "t.jsonl", rows))
+    assert refused.value.errors == ["line 2: nests arrays or objects more than 64 levels deep",
+                                    "line 3: holds a number written with 100,000 characters; at most 4,300"]
+
+
+def test_a_task_id_with_an_invisible_character_or_an_answer_no_number_equals_is_refused_by_line(tmp_path):
+    """The training command and the app (which checks uploads with `tasks describe`) share one rule."""
+    from tests.training.conftest import run_training_cli
+
+    rows = [MATH, {**MATH, "task_id": "speed-\x00002"}, '{"task_id": "m3", "kind": "math", "prompt": "?", "answer": NaN}',
+            '{"task_id": "m4", "kind": "short_answer", "prompt": "?", "answer": -Infinity, "max_chars": 9}',
+            {**MATH, "task_id": "speed\u202e-005"}]
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    with pytest.raises(TaskFileError) as refused:
+        load_tasks(path, check_solutions=False)
+    assert refused.value.errors == [
+        "line 2: task_id holds U+0000 (a control character) at character 7, an invisible or control character; "
+        "remove it",
+        "line 3: answer is nan, which no answer can equal; give a finite number or a string",
+        "line 4: answer is -inf, which no answer can equal; give a finite number or a string",
+        "line 5: task_id holds U+202E (right-to-left override) at character 6, an invisible or control character; "
+        "remove it"]
+    described = run_training_cli("tasks", "describe", "--tasks", str(path))
+    assert described.returncode == 2 and described.stdout == ""
+    [line] = described.stderr.strip().splitlines()
+    assert "line 2: task_id holds U+0000" in line and "line 3: answer is nan" in line and "Traceback" not in line
