@@ -38,8 +38,9 @@ class SnapshotChoice:
         version = self.manifest.get("criteria_version")  # null: the rows were judged under several versions
         criteria_text = f"criteria v{version}" if isinstance(version, int) else f"criteria {version or 'mixed'}"
         by = export.created_by.get_username() if export.created_by else "command line"
-        return (f"{export.project.name} · export {export.pk} · {counts.get('train', 0)} train / "
-                f"{counts.get('test', 0)} test rows · {criteria_text} · {export.created_at:%Y-%m-%d %H:%M} by {by}")
+        test = f"{counts.get('test', 0)} test rows" if counts.get("test") else "no test split"
+        return (f"{export.project.name} · export {export.pk} · {counts.get('train', 0)} train / {test} · "
+                f"{criteria_text} · {export.created_at:%Y-%m-%d %H:%M} by {by}")
 
 
 def usable_manifest(export: Export) -> dict:
@@ -85,8 +86,21 @@ def task_set_label(task_set: TaskSet) -> str:
     return f"{task_set.name} · {task_set.count} tasks ({families}){variant}"
 
 
-def task_set_choices() -> list[tuple[int, str]]:
-    return [(task_set.pk, task_set_label(task_set)) for task_set in TaskSet.objects.order_by("name")]
+def task_set_choices(*, for_training: bool) -> list[tuple[int, str]]:
+    """The task sets a form offers, the ones its purpose wants first: train sets for a launch (a held-out set is
+    marked as being for evaluation, and a GRPO run on it is refused unless asked for), held-out sets to evaluate."""
+    task_sets = sorted(TaskSet.objects.all(), key=lambda task_set: ((task_set.variant == "heldout") == for_training,
+                                                                    task_set.name))
+    return [(task_set.pk, task_set_label(task_set) + (" (for evaluation)" if for_training and task_set.variant ==
+                                                      "heldout" else "")) for task_set in task_sets]
+
+
+def default_snapshot(choices: list[SnapshotChoice]) -> str:
+    """The export a launch form starts on: the newest with a test split (a run on one without cannot be judged on
+    held-out pairs), else the newest."""
+    with_test = [choice for choice in choices if (choice.export.counts or {}).get("test")]
+    chosen = (with_test or choices or [None])[0]
+    return str(chosen.export.pk) if chosen else ""
 
 
 def launch_values(query) -> dict:

@@ -29,6 +29,7 @@ from annotate.runs.demo_checkpoint import (
     DEMO_CHECKPOINT,
     DEMO_STEPS,
     demo_checkpoint_queue,
+    sft_build_estimate,
     sft_build_under_way,
     sft_progress,
 )
@@ -40,6 +41,7 @@ from annotate.runs.launch_form import (
     FORM_FIELDS,
     VARIANT_CHOICES,
     compare_prompts_source,
+    default_snapshot,
     launch_inputs,
     launch_values,
     snapshot_choices,
@@ -92,6 +94,7 @@ def runs_page(request):
     # No reward model is offered as a base or to evaluate and compare: it scores answers but writes none.
     text_models, reward_models = checkpoints_by_role()
     snapshots = snapshot_choices()
+    values["export"] = values["export"] or default_snapshot(snapshots)
     unlisted = snapshot_note(values["export"], snapshots) if values["kind"] in ("dpo", "reward") else None
     return render(request, "runs/list.html", {
         "runs": runs, "run_filters": run_filters, "checkpoints": text_models, "values": values, "error": error,
@@ -99,9 +102,10 @@ def runs_page(request):
         "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_models,
         "open_variants": OPEN_VARIANTS,
         "snapshots": snapshots, "snapshot_note": unlisted if unlisted != error else None, "task_sets": TaskSet.objects.order_by("name"),
-        "task_set_choices": task_set_choices(), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,
+        "training_task_sets": task_set_choices(for_training=True),
+        "evaluation_task_sets": task_set_choices(for_training=False), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,
         "sft_build": sft_progress(building) if building else None, "demo_checkpoint": DEMO_CHECKPOINT,
-        "demo_steps": DEMO_STEPS,
+        "demo_steps": DEMO_STEPS, "build_estimate": None if text_models or building else sft_build_estimate(),
         "busy": building is not None or any(not run.finished for run in runs),
     })
 
