@@ -214,3 +214,15 @@ def test_only_admins_see_the_lockouts_page_or_unlock(make_user, settings, role):
     assert client.post(LOCKOUTS, {"username": "rita", "address": "203.0.113.5"}).status_code == 403
     assert AccessAttempt.objects.filter(username="rita").exists()
     assert f'href="{LOCKOUTS}"' not in client.get("/").content.decode()
+
+
+def test_unlocking_a_username_on_an_address_over_its_bound_says_the_address_is_still_locked(make_user, settings):
+    settings.PAIRWISE_LOGIN_FAILURES_PER_ADDRESS = 3 * settings.AXES_FAILURE_LIMIT  # fewer tries
+    make_user("rita")
+    lock_out("rita", "203.0.113.9", settings)
+    spray("203.0.113.9", settings.PAIRWISE_LOGIN_FAILURES_PER_ADDRESS)  # over the bound without rita too
+    client = admin_client(settings, make_user)
+    text = post_unlock(client, username="rita", address="203.0.113.9").content.decode()
+    assert f"Unlocked rita from 203.0.113.9: removed {settings.AXES_FAILURE_LIMIT} failed logins." in text
+    assert "203.0.113.9 is still locked for every username" in text
+    assert log_in("rita", PASSWORD, address="203.0.113.9").status_code == 429
