@@ -337,8 +337,19 @@ def agreement_summary(*, votes: array, flagged: list[dict] | None) -> dict:
     }
 
 
+def empty_test_split_warning(*, counts: dict, test_ratio: float) -> str | None:
+    """One line when a snapshot has train rows but no test row: a run trained on it cannot be judged on held-out
+    pairs, and nothing else says so (a test share of 0.1 over 21 prompts can draw none). None otherwise."""
+    if counts.get("test") or not counts.get("train"):
+        return None
+    prompts = sum((counts.get("prompts") or {}).values()) or counts.get("train")
+    return (f"no test rows: a test share of {test_ratio:g} over {prompts} prompt(s) drew none, so a run trained on "
+            "this snapshot cannot be judged on held-out pairs; raise the test share or export more prompts")
+
+
 def export_preview(*, project: Project, filters: ExportFilters) -> dict:
-    """The counts a snapshot with these filters would get, without writing anything."""
+    """The counts a snapshot with these filters would get, without writing anything, and a warning when it would
+    have no test split."""
     excluded_reviewers = frozenset()
     if filters.exclude_flagged:
         flagged = _flagged_reviewers(project=project)
@@ -349,8 +360,10 @@ def export_preview(*, project: Project, filters: ExportFilters) -> dict:
                                    with_texts=False)) as stream:
         for _ in _plan(stream, filters, tally, None, latest_rulings(project=project)):
             pass
-    return {"train": tally.rows["train"], "test": tally.rows["test"], "prompts": dict(tally.prompts),
-            **tally.counts()}
+    counts = {"train": tally.rows["train"], "test": tally.rows["test"], "prompts": dict(tally.prompts),
+              **tally.counts()}
+    warning = empty_test_split_warning(counts=counts, test_ratio=filters.test_ratio)
+    return {**counts, "warnings": [warning] if warning else []}
 
 
 @contextmanager

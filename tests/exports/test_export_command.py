@@ -172,3 +172,26 @@ def test_a_prompt_the_standard_format_cannot_hold_fails_the_export_and_leaves_no
         export("chat", tmp_path / "snap", "--format", "standard")
     assert list(tmp_path.iterdir()) == []
     assert Export.objects.get().status == "failed"
+
+
+def test_an_export_with_no_test_rows_warns_in_the_preview_the_command_and_the_page(voted_project, tmp_path, client,
+                                                                                   make_user):
+    stdout, stderr = io.StringIO(), io.StringIO()
+    call_command("export_snapshot", "voted", "--preview", "--test-ratio", "0", stdout=stdout, stderr=stderr)
+    line = ("no test rows: a test share of 0 over 9 prompt(s) drew none, so a run trained on this snapshot cannot be "
+            "judged on held-out pairs; raise the test share or export more prompts")
+    assert json.loads(stdout.getvalue())["warnings"] == [line]
+    assert stderr.getvalue() == f"warning: {line}\n"
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    call_command("export_snapshot", "voted", "--out", str(tmp_path / "snap"), "--test-ratio", "0", stdout=stdout,
+                 stderr=stderr)
+    assert "9 train and 0 test row(s)" in stdout.getvalue() and f"warning: {line}" in stderr.getvalue()
+
+    client.force_login(make_user("ada", "admin"))
+    page = client.get("/projects/voted/exports/").content.decode()
+    assert ">no test split</span>" in page
+    preview = client.post("/projects/voted/exports/", {"action": "preview", "test_ratio": "0"}).content.decode()
+    assert f"Warning: {line}." in preview
+    with_test = client.post("/projects/voted/exports/", {"action": "preview", "test_ratio": "0.3"}).content.decode()
+    assert 'id="preview"' in with_test and "Warning:" not in with_test

@@ -7,7 +7,7 @@ from tqdm import tqdm
 from annotate.exports import services
 from annotate.exports.filters import ADJUDICATION_CHOICES, FIELDS, GOLD_CHOICES, ExportError, filters_parse
 from annotate.exports.models import Export
-from annotate.exports.pipeline import export_preview
+from annotate.exports.pipeline import empty_test_split_warning, export_preview
 from annotate.review.models import Project
 from training.snapshot import ROW_FORMATS
 
@@ -63,7 +63,10 @@ class Command(BaseCommand):
             field, _, reason = str(error).partition(": ")
             raise CommandError(f"{self.option_of.get(field, field)}: {reason}") from None
         if preview:
-            self.stdout.write(json.dumps(export_preview(project=project, filters=filters), indent=2))
+            preview = export_preview(project=project, filters=filters)
+            self.stdout.write(json.dumps(preview, indent=2))
+            for warning in preview["warnings"]:
+                self.stderr.write(f"warning: {warning}")
             return
         if out is None:
             raise CommandError("--out DIR is required: the snapshot folder to create")
@@ -88,3 +91,5 @@ class Command(BaseCommand):
             f"from {counts['pairs_considered']} pair(s); excluded: "
             + (", ".join(f"{reason} {n}" for reason, n in counts["excluded"].items() if n) or "none")
         )
+        if warning := empty_test_split_warning(counts=counts, test_ratio=export.filters.get("test_ratio", 0)):
+            self.stderr.write(f"warning: {warning}")
