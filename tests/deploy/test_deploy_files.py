@@ -1,5 +1,5 @@
 """deploy/: the compose file parses and everything it names exists; the Dockerfile copies what exists and
-runs unprivileged; .env.example names only what the app reads, and every setting the README lists.
+runs unprivileged; .env.example names only what the app reads, and every setting docs/settings.md lists.
 
 No container engine runs here (nor in CI): these checks read the files, they start nothing.
 """
@@ -95,19 +95,18 @@ def settings_read() -> set[str]:
     return names
 
 
-def test_env_example_names_only_what_is_read_and_every_setting_the_readme_lists():
+def test_env_example_names_only_what_is_read_and_every_setting_the_settings_page_lists():
     example = (DEPLOY / ".env.example").read_text()
     named = env_names(example)
     # The compose file reads POSTGRES_PASSWORD itself, for the database container.
     compose_reads = set(re.findall(r"\$\{([A-Z][A-Z0-9_]*)", (DEPLOY / "compose.yaml").read_text()))
     assert named - settings_read() - compose_reads == set()
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("## Settings"):readme.index("\n## ", readme.index("## Settings") + 1)]
+    table = (ROOT / "docs" / "settings.md").read_text()
     first_cells = [row.split("|")[1] for row in table.splitlines() if row.startswith("| `")]
     listed = {name for cell in first_cells for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cell)}
     assert len(listed) > 20
     assert listed - named == set()
-    assert listed - settings_read() == set()  # and the README lists nothing the app does not read
+    assert listed - settings_read() == set()  # and the page lists nothing the app does not read
 
 
 def test_env_example_holds_no_usable_secret():
