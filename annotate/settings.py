@@ -269,6 +269,9 @@ SNAPSHOT_ROOT = Path(env.str("PAIRWISE_SNAPSHOT_ROOT", default=str(DATA_DIR / "s
 RUN_ROOT = Path(env.str("PAIRWISE_RUN_ROOT", default=str(DATA_DIR / "runs")))
 # Files the app writes for runs to read: task sets (made or uploaded), prompt files of comparisons.
 INPUTS_ROOT = Path(env.str("PAIRWISE_INPUTS_ROOT", default=str(DATA_DIR / "inputs")))
+# The longest a task set's check may take in all (every reference solution run in the sandbox, off the request);
+# past it the set is refused in one line (docs/runs.md, "Task sets").
+PAIRWISE_TASK_SET_CHECK_S = env.int("PAIRWISE_TASK_SET_CHECK_S", default=300)
 # Steps of the demo's SFT checkpoint (manage.py build_demo_checkpoint): tiny-sft's own recipe by default.
 PAIRWISE_DEMO_SFT_STEPS = env.int("PAIRWISE_DEMO_SFT_STEPS", default=320)
 # The only folders whose files a run launched from the app may read (snapshots, task and prompt files,

@@ -62,14 +62,27 @@ class Checkpoint(OriginWrittenOnce):
         return self.name
 
 
+class ReadyTaskSets(models.Manager):
+    def get_queryset(self):
+        return super().get_queryset().filter(status=TaskSet.Status.READY)
+
+
 class TaskSet(models.Model):
     """A task file the app keeps (docs/runs.md, "Task sets"): made from the task families or uploaded, checked by
-    the training command's own loader, stored once under the run input folder and known by its content hash."""
+    the training command's own loader, stored once under the run input folder and known by its content hash.
+
+    An upload is checked off the request (a Celery task): until then it is `checking`, then `ready` or `refused`
+    with its one line. `objects` holds only ready sets, the ones a run may read; `records` holds every set."""
 
     class Source(models.TextChoices):
         MADE = "made"
         UPLOADED = "uploaded"
         PROMPTS = "prompts"  # open tasks from a project's prompts
+
+    class Status(models.TextChoices):
+        CHECKING = "checking"
+        READY = "ready"
+        REFUSED = "refused"
 
     name = models.CharField(max_length=200, unique=True)
     path = models.CharField(max_length=1000, help_text="The JSONL file, under the run input folders.")
@@ -84,6 +97,11 @@ class TaskSet(models.Model):
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
                                    related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.READY)
+    error = models.TextField(blank=True, default="", help_text="Why the check refused it, in one line.")
+
+    records = models.Manager()  # the default manager (the admin, lookups): every set, checking and refused too
+    objects = ReadyTaskSets()
 
     class Meta:
         ordering = ["name"]

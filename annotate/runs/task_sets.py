@@ -4,24 +4,32 @@ A task set is made from the task families (`python -m training tasks make`'s fam
 made from a project's prompts as open tasks (no verifier: a GRPO run's reward model scores them), or uploaded as
 JSONL. Either way the file is checked by the training command's own loader in a subprocess
 (`python -m training tasks describe`: every row, reference solutions run, errors as `line N: reason`), so the
-web process never imports the verifiers and a set the app lists is one a run can load. The file is stored once
+web process never imports the verifiers and a set the app lists is one a run can load. An upload's reference
+solutions are the uploader's code and may take as long as their limits allow, so an upload is checked off the
+request: it is recorded as `checking` and a Celery task (sent once the row is committed, run in-process in the
+embedded default, as exports are) makes it `ready` or `refused` with its one line. Every check is bounded in total
+by PAIRWISE_TASK_SET_CHECK_S. The file is stored once
 under PAIRWISE_INPUTS_ROOT/task-sets (a run input folder), named by its content hash, and never changed: the
 hash is what run.json records, so a run's lineage names the set it read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import re
 import subprocess
 import tempfile
+from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
+from annotate.celery import app as celery_app
 from annotate.errors import UserMistake
 from annotate.exports.filters import ExportFilters
 from annotate.exports.pipeline import prompt_split
@@ -35,7 +43,10 @@ from training.errors import PairwiseInputError
 from training.task_families import FAMILIES, VARIANTS, make_tasks
 from training.tasks import write_jsonl_atomically
 
-DESCRIBE_TIMEOUT_S = 300  # code tasks run their reference solutions in the sandbox
+logger = logging.getLogger(__name__)
+
+# The task that checks an uploaded set (annotate/runs/tasks.py), found by its name in Celery's registry.
+CHECK_TASK_SET = "annotate.runs.tasks.check_task_set"
 MAX_MADE_TASKS = 5000
 NAME_CHARS = 200
 
@@ -48,12 +59,14 @@ def describe_task_files(paths: list[Path], *, shown_as: list[str]) -> list[dict]
     """The training command's check and summary of task files (one subprocess for them all), or UserMistake with
     its one line, each file named as the user knows it."""
     args = [arg for path in paths for arg in ("--tasks", str(path))]
+    limit = settings.PAIRWISE_TASK_SET_CHECK_S
     try:
         done = subprocess.run(training_command("tasks", "describe", *args), capture_output=True, text=True,
-                              cwd=settings.BASE_DIR, env=training_env(), timeout=DESCRIBE_TIMEOUT_S)
+                              cwd=settings.BASE_DIR, env=training_env(), timeout=limit)
     except subprocess.TimeoutExpired:
-        raise UserMistake(f"checking {', '.join(shown_as)} took over {DESCRIBE_TIMEOUT_S} s; split it into smaller "
-                          "files", status=503) from None
+        raise UserMistake(f"checking {', '.join(shown_as)} took over {limit} s (PAIRWISE_TASK_SET_CHECK_S), its "
+                          "reference solutions running in the sandbox; split it into smaller files or make them "
+                          "faster", status=503) from None
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     if done.returncode == 2 and lines:
         message = lines[-1].removeprefix("error: ")
@@ -72,7 +85,7 @@ def _checked_name(name: str | None, default: str) -> str:
         raise UserMistake(f"task set name is {len(name)} characters; keep it to {NAME_CHARS}")
     if "\0" in name:
         raise UserMistake("task set name contains a NUL character; choose another name")
-    if TaskSet.objects.filter(name=name).exists():
+    if TaskSet.records.filter(name=name).exclude(status=TaskSet.Status.REFUSED).exists():
         raise UserMistake(f"a task set named {name!r} exists already; choose another name")
     return name
 
@@ -85,12 +98,17 @@ def _store(*, scratch: Path, name: str, shown_as: str, source: str, recipe: dict
                  created_by=created_by)
 
 
+def _same_tasks(sha256: str, shown_as: str, *, other_than: int | None = None) -> None:
+    """UserMistake naming the set (ready or being checked) that holds these bytes already."""
+    same = TaskSet.records.filter(sha256=sha256).exclude(status=TaskSet.Status.REFUSED).exclude(pk=other_than).first()
+    if same is not None:
+        raise UserMistake(f"{shown_as} holds the same tasks as task set {same.name!r} (sha256 {sha256[:12]}…); use "
+                          "that one")
+
+
 def _keep(*, scratch: Path, summary: dict, name: str, shown_as: str, source: str, recipe: dict | None,
           created_by: AbstractBaseUser | None) -> TaskSet:
-    same = TaskSet.objects.filter(sha256=summary["sha256"]).first()
-    if same is not None:
-        raise UserMistake(f"{shown_as} holds the same tasks as task set {same.name!r} (sha256 "
-                          f"{summary['sha256'][:12]}…); use that one")
+    _same_tasks(summary["sha256"], shown_as)
     target = task_set_folder() / f"{summary['sha256']}.jsonl"
     input_path("task set folder", target)  # PAIRWISE_INPUTS_ROOT must be one the runs may read
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -166,7 +184,9 @@ def task_set_make(*, families: list[str], variant: str = "train", n, seed, name:
 
 
 def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBaseUser | None = None) -> TaskSet:
-    """An uploaded JSONL task file (a Django UploadedFile), checked whole: any bad line refuses it all."""
+    """Record an uploaded JSONL task file (a Django UploadedFile) as `checking` and send its check, which runs once
+    the row is committed (`task_set_check`): any bad line refuses it all. A name in use, or the same bytes as a set
+    the app keeps or is checking, is refused here; a refused set's name and bytes may be uploaded again."""
     if upload is None:
         raise UserMistake("choose a task file (JSONL, one task a line) to upload")
     shown_as = Path(str(upload.name or "the uploaded file")).name
@@ -174,13 +194,79 @@ def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBase
     name = _checked_name(name, default)
     scratch = _scratch_file()
     try:
+        digest = hashlib.sha256()
         with open(scratch, "wb") as out:
             for chunk in upload.chunks():
+                digest.update(chunk)
                 out.write(chunk)
-        return _store(scratch=scratch, name=name, shown_as=shown_as, source=TaskSet.Source.UPLOADED, recipe=None,
-                      created_by=created_by)
-    finally:
+        _same_tasks(digest.hexdigest(), shown_as)
+        with transaction.atomic():
+            TaskSet.records.filter(status=TaskSet.Status.REFUSED).filter(
+                models.Q(name=name) | models.Q(sha256=digest.hexdigest())).delete()
+            task_set = TaskSet.records.create(
+                name=name, path=str(scratch), sha256=digest.hexdigest(), count=0, source=TaskSet.Source.UPLOADED,
+                recipe={"file": shown_as}, created_by=created_by, status=TaskSet.Status.CHECKING)
+            transaction.on_commit(partial(_send_check, task_set.pk))
+    except IntegrityError:  # the same name or bytes recorded by someone else meanwhile
         scratch.unlink(missing_ok=True)
+        raise UserMistake(f"task set {name!r} or the same tasks were uploaded just now by someone else; reload the "
+                          "list") from None
+    except BaseException:
+        scratch.unlink(missing_ok=True)
+        raise
+    return task_set
+
+
+def _send_check(task_set_id: int) -> None:
+    """Hand the check to Celery (after commit); a broker that cannot be reached refuses the set, saying so."""
+    try:
+        celery_app.tasks[CHECK_TASK_SET].delay(task_set_id)
+    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
+        logger.exception("task set %s could not be queued for its check", task_set_id)
+        _refuse(task_set_id, f"the check could not be queued ({type(error).__name__}: {error}); check "
+                             "CELERY_BROKER_URL, then upload the file again")
+
+
+def _refuse(task_set_id: int, reason: str) -> None:
+    checking = TaskSet.records.filter(pk=task_set_id, status=TaskSet.Status.CHECKING)
+    for path in checking.values_list("path", flat=True):
+        Path(path).unlink(missing_ok=True)
+    checking.update(status=TaskSet.Status.REFUSED, error=" ".join(reason.split()))
+
+
+def task_set_check(task_set_id: int) -> TaskSet | None:
+    """Check an uploaded set being checked with the training command's loader, then keep its file under its hash
+    (`ready`) or refuse it with its one line (`refused`); None when the set is gone or no longer being checked (it
+    was forgotten, or this is a repeated delivery)."""
+    task_set = TaskSet.records.filter(pk=task_set_id, status=TaskSet.Status.CHECKING).first()
+    if task_set is None:
+        return None
+    scratch, shown_as = Path(task_set.path), (task_set.recipe or {}).get("file") or task_set.name
+    try:
+        [summary] = describe_task_files([scratch], shown_as=[shown_as])
+        _same_tasks(summary["sha256"], shown_as, other_than=task_set.pk)
+        target = task_set_folder() / f"{summary['sha256']}.jsonl"
+        input_path("task set folder", target)
+        move_into_place(scratch, target)
+    except UserMistake as mistake:
+        _refuse(task_set.pk, str(mistake))
+    except Exception as error:
+        logger.exception("task set %s: the check failed", task_set.pk)
+        _refuse(task_set.pk, f"the check failed ({type(error).__name__}: {error}); upload the file again")
+    else:
+        TaskSet.records.filter(pk=task_set.pk, status=TaskSet.Status.CHECKING).update(
+            status=TaskSet.Status.READY, path=str(target), sha256=summary["sha256"], count=summary["count"],
+            variant=summary.get("variant") or "", families=summary["families"], scorers=summary["scorers"])
+    return TaskSet.records.filter(pk=task_set.pk).first()
+
+
+def task_set_forget(task_set: TaskSet) -> None:
+    """The way out of a set being checked or refused: forget it (its check, if still to run, then does nothing)."""
+    if task_set.status == TaskSet.Status.READY:
+        raise UserMistake(f"task set {task_set.name!r} is kept; only a set being checked or refused can be forgotten")
+    if task_set.status == TaskSet.Status.CHECKING:
+        Path(task_set.path).unlink(missing_ok=True)
+    task_set.delete()
 
 
 OPEN_VARIANTS = ("all", "train", "heldout")
@@ -246,6 +332,12 @@ def task_set_resolve(reference, *, key: str = "task_set") -> TaskSet:
     found = TaskSet.objects.filter(pk=int(text)).first() if text.isdigit() and len(text) < 19 else None
     if found is None and text:
         found = TaskSet.objects.filter(name=text).first()
+    if found is None and text:
+        unready = TaskSet.records.filter(name=text).first()
+        if unready is not None:
+            state = ("is still being checked: wait for it (the Training runs page shows it)"
+                     if unready.status == TaskSet.Status.CHECKING else f"was refused: {unready.error}")
+            raise UserMistake(f"{key} {text!r} {state}")
     if found is None:
         names = list(TaskSet.objects.order_by("name").values_list("name", flat=True)[:10])
         known = f"known: {', '.join(names)}" if names else "none exists yet: make one on the Training runs page"

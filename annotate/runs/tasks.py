@@ -6,7 +6,7 @@ calls it."""
 from celery import shared_task
 from celery.signals import worker_ready
 
-from annotate.runs import execute, model_reviewer_scoring, sweeps
+from annotate.runs import execute, model_reviewer_scoring, sweeps, task_sets
 from annotate.runs.queue import EXECUTE_RUN, QUEUE
 
 
@@ -23,6 +23,14 @@ def score_model_reviewer(reviewer_id: int, attempt: int) -> str:
     nothing. On the training queue, as a run, since it runs a training command."""
     reviewer = model_reviewer_scoring.model_reviewer_run(reviewer_id=reviewer_id, attempt=attempt)
     return reviewer.status if reviewer is not None else "skipped"
+
+
+@shared_task(name=task_sets.CHECK_TASK_SET)
+def check_task_set(task_set_id: int) -> str:
+    """Check an uploaded task set (annotate/runs/task_sets.py); a forgotten set or a repeated delivery does nothing.
+    On the default queue: the check is bounded (PAIRWISE_TASK_SET_CHECK_S) and must not wait behind a run."""
+    task_set = task_sets.task_set_check(task_set_id)
+    return task_set.status if task_set is not None else "skipped"
 
 
 @shared_task

@@ -57,7 +57,13 @@ from annotate.runs.present import (
     ledger_rows,
     run_payload,
 )
-from annotate.runs.task_sets import OPEN_VARIANTS, task_set_from_prompts, task_set_make, task_set_upload
+from annotate.runs.task_sets import (
+    OPEN_VARIANTS,
+    task_set_forget,
+    task_set_from_prompts,
+    task_set_make,
+    task_set_upload,
+)
 
 
 def _staff_only(request, to: str) -> None:
@@ -101,7 +107,7 @@ def runs_page(request):
         "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & ADMIN_ROLES),
         "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_models,
         "open_variants": OPEN_VARIANTS,
-        "snapshots": snapshots, "snapshot_note": unlisted if unlisted != error else None, "task_sets": TaskSet.objects.order_by("name"),
+        "snapshots": snapshots, "snapshot_note": unlisted if unlisted != error else None, "task_sets": TaskSet.records.order_by("name"),
         "training_task_sets": task_set_choices(for_training=True),
         "evaluation_task_sets": task_set_choices(for_training=False), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,
         "sft_build": sft_progress(building) if building else None, "demo_checkpoint": DEMO_CHECKPOINT,
@@ -129,7 +135,28 @@ def task_set_make_page(request):
     except UserMistake as mistake:
         messages.error(request, f"Task set: {mistake}")
         return redirect(reverse("runs-page") + "#task-sets")
-    messages.success(request, f"Task set {task_set.name!r}: {task_set.count} tasks kept.")
+    task_set.refresh_from_db()  # an upload is checked already where its check runs in-process
+    if task_set.status == TaskSet.Status.CHECKING:
+        messages.success(request, f"Task set {task_set.name!r} is being checked; the list below shows its result.")
+    elif task_set.status == TaskSet.Status.REFUSED:
+        messages.error(request, f"Task set: {task_set.error}")
+    else:
+        messages.success(request, f"Task set {task_set.name!r}: {task_set.count} tasks kept.")
+    return redirect(reverse("runs-page") + "#task-sets")
+
+
+@require_POST
+def task_set_forget_page(request, pk: int):
+    _staff_only(request, "forget task sets")
+    task_set = TaskSet.records.filter(pk=pk).first()
+    if task_set is None:
+        raise Http404(f"no task set {pk}")
+    try:
+        task_set_forget(task_set)
+    except UserMistake as mistake:
+        messages.error(request, f"Task set: {mistake}")
+    else:
+        messages.success(request, f"Task set {task_set.name!r} forgotten.")
     return redirect(reverse("runs-page") + "#task-sets")
 
 

@@ -6,19 +6,22 @@ import hashlib
 import html
 import json
 import re
+import uuid
 from pathlib import Path
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from annotate.celery import app as celery_app
 from annotate.errors import UserMistake
 from annotate.exports.models import Export
 from annotate.runs.compare import compare_launch
 from annotate.runs.evaluation import eval_launch
 from annotate.runs.launch import run_launch
 from annotate.runs.models import Run, TaskSet
-from annotate.runs.task_sets import task_set_make, task_set_upload
+from annotate.runs.task_sets import CHECK_TASK_SET, task_set_make, task_set_resolve, task_set_upload
 from tests.conftest import import_rows, make_items
+from tests.exports.helpers import REDIS_URL, Worker, configure_celery, needs_redis, wait_for
 
 pytestmark = pytest.mark.django_db
 
@@ -53,32 +56,44 @@ def test_a_task_set_made_from_families_is_checked_kept_by_hash_and_listed(settin
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing half-written beside it
 
 
-def test_an_uploaded_task_file_with_bad_lines_is_refused_whole_by_line(settings):
+def test_an_uploaded_task_file_with_bad_lines_is_refused_whole_by_line(settings, django_capture_on_commit_callbacks):
+    """An upload is checked once recorded (in-process here, as in the embedded default); a refused one keeps its
+    one line and no file, and the same name may be uploaded again."""
     good = {"task_id": "t-1", "kind": "math", "prompt": "What is 2 + 3?", "answer": "5"}
     lines = [json.dumps(good), json.dumps({"task_id": "t-2", "kind": "math", "prompt": ""}), "{not json"]
     upload = SimpleUploadedFile("my-tasks.jsonl", "\n".join(lines).encode())
-    with pytest.raises(UserMistake) as refused:
-        task_set_upload(upload=upload)
-    message = str(refused.value)
+    with django_capture_on_commit_callbacks(execute=True):
+        refused = task_set_upload(upload=upload)
+    refused.refresh_from_db()
+    message = refused.error
+    assert refused.status == "refused" and not TaskSet.objects.exists()
     assert message.startswith("my-tasks.jsonl: line 2: ") and "line 3: " in message and "\n" not in message
     assert str(settings.INPUTS_ROOT) not in message  # the user's file name, not where the server kept it
-    assert not TaskSet.objects.exists()
     assert not [p for p in (Path(settings.INPUTS_ROOT) / "task-sets").iterdir()]
 
-    kept = task_set_upload(upload=SimpleUploadedFile("my-tasks.jsonl", json.dumps(good).encode() + b"\n"))
-    assert (kept.name, kept.count, kept.source, kept.families, kept.variant) == ("my-tasks", 1, "uploaded",
-                                                                                {"math": 1}, "")
+    with django_capture_on_commit_callbacks(execute=True):
+        kept = task_set_upload(upload=SimpleUploadedFile("my-tasks.jsonl", json.dumps(good).encode() + b"\n"))
+    kept.refresh_from_db()
+    assert (kept.name, kept.status, kept.count, kept.source, kept.families, kept.variant) == (
+        "my-tasks", "ready", 1, "uploaded", {"math": 1}, "")
+    assert Path(kept.path).name == f"{kept.sha256}.jsonl" and list(TaskSet.records.all()) == [kept]
 
 
-def test_the_runs_page_makes_and_uploads_task_sets_and_says_what_went_wrong(make_user, client):
+def test_the_runs_page_makes_and_uploads_task_sets_and_says_what_went_wrong(make_user, client,
+                                                                            django_capture_on_commit_callbacks):
     client.force_login(make_user("eve", "engineer"))
     made = client.post("/runs/task-sets", {"source": "make", "families": ["arithmetic"], "variant": "train",
                                            "n": "4", "seed": "1", "name": "sums"}, follow=True)
     page = made.content.decode()
     assert "Task set &#x27;sums&#x27;: 4 tasks kept." in page and "Train GRPO on this task set" in page
-    refused = client.post("/runs/task-sets", {"source": "upload", "file": SimpleUploadedFile("x.jsonl", b"[1]\n")},
-                          follow=True).content.decode()
-    assert "Task set: x.jsonl: line 1: " in refused
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post("/runs/task-sets", {"source": "upload", "file": SimpleUploadedFile("x.jsonl", b"[1]\n")})
+    refused = client.get("/runs/").content.decode()
+    row = refused.split('id="task-set-list"')[1].split("</table>")[0]
+    assert "refused: x.jsonl: line 1: " in row and "Forget it" in row
+    forget = re.search(r'action="(/runs/task-sets/\d+/forget)"', row).group(1)
+    assert "Task set &#x27;x&#x27; forgotten." in client.post(forget, follow=True).content.decode()
+    assert not TaskSet.records.filter(name="x").exists()
     assert client.post("/runs/task-sets", {"source": "make", "families": [], "n": "4", "seed": "1"},
                        follow=True).content.decode().count("Task set: no family chosen") == 1
 
@@ -216,16 +231,21 @@ def test_a_link_to_a_snapshot_the_form_leaves_out_says_why(base_checkpoint, fini
     assert "launch-snapshot-note" not in client.get(f"/runs/?dpo_on_export={finished_export.pk}").content.decode()
 
 
-def test_task_sets_over_the_api_made_uploaded_listed_and_refused_by_line(engineer_api):
+def test_task_sets_over_the_api_made_uploaded_listed_and_refused_by_line(engineer_api,
+                                                                        django_capture_on_commit_callbacks):
     made = engineer_api.post("/api/v1/task-sets", {"families": ["convert"], "variant": "heldout", "n": 3, "seed": 4},
                              format="json")
     assert made.status_code == 201, made.json()
     body = made.json()
     assert (body["name"], body["count"], body["families"], body["variant"]) == (
         "convert · heldout · 3 · seed 4", 3, {"convert": 3}, "heldout")
-    refused = engineer_api.post("/api/v1/task-sets", {"file": SimpleUploadedFile("bad.jsonl", b'{"kind": "math"}\n')},
-                                format="multipart")
-    assert refused.status_code == 400 and refused.json()["detail"].startswith("bad.jsonl: line 1: task_id must be")
+    upload = {"file": SimpleUploadedFile("bad.jsonl", b'{"kind": "math"}\n')}
+    with django_capture_on_commit_callbacks(execute=True):  # the check runs in-process once the row is committed
+        refused = engineer_api.post("/api/v1/task-sets", upload, format="multipart")
+    assert refused.status_code == 202 and refused.json()["status"] == "checking"
+    shown = engineer_api.get(f"/api/v1/task-sets/{refused.json()['id']}").json()
+    assert shown["status"] == "refused" and shown["error"].startswith("bad.jsonl: line 1: task_id must be")
+    assert engineer_api.delete(f"/api/v1/task-sets/{refused.json()['id']}").status_code == 204
     assert engineer_api.post("/api/v1/task-sets", {"families": "speed", "n": 3, "seed": 1},
                              format="json").json() == {"detail": 'families must be a list of task families, such as '
                                                                  '["speed", "code"]'}
@@ -242,3 +262,56 @@ def test_the_django_admin_lists_task_sets_and_changes_only_their_name(make_user,
     assert client.get("/admin/runs/taskset/add/").status_code == 403  # made or uploaded where the file is checked
     page = client.get(f"/admin/runs/taskset/{kept.pk}/change/").content.decode()
     assert 'name="name"' in page and 'name="sha256"' not in page
+
+
+@pytest.fixture
+def task_set_worker(tmp_path, settings, monkeypatch):
+    """Task-set checks sent through Redis to a real Celery worker on a queue of its own, its checks bounded to a few
+    seconds (PAIRWISE_TASK_SET_CHECK_S, read by the worker)."""
+    queue = f"task-sets-test-{uuid.uuid4().hex[:10]}"
+    monkeypatch.setenv("PAIRWISE_INPUTS_ROOT", str(settings.INPUTS_ROOT))
+    monkeypatch.setenv("PAIRWISE_TASK_SET_CHECK_S", "5")
+    saved = {key: celery_app.conf[key] for key in ("broker_url", "task_always_eager", "task_routes")}
+    configure_celery(broker_url=REDIS_URL, task_always_eager=False,
+                     task_routes={CHECK_TASK_SET: {"queue": queue}})
+    worker = Worker(queue=queue, name="task-sets@pairwise-tests", snapshot_root=tmp_path / "snapshots",
+                    log=tmp_path / "worker.log")
+    yield worker
+    worker.stop()
+    configure_celery(**saved)
+
+
+SLEEPY = {"task_id": "sleepy", "kind": "code", "prompt": "Write double(x).", "entry_point": "double",
+          "reference_solution": "import time\ndef double(x):\n    time.sleep(60)\n    return 2 * x",
+          "public_tests": [{"args": [1], "expected": 2}], "limits": {"time_s": 60}}
+
+
+@pytest.mark.postgres
+@needs_redis
+@pytest.mark.django_db(transaction=True)
+def test_an_upload_is_checked_off_the_request_by_a_worker_and_a_slow_one_is_refused_at_the_bound(
+        engineer_api, task_set_worker, settings):
+    """A task file whose reference solutions sleep a minute each held the upload's request until they ended; now
+    the API answers at once with the set `checking`, a worker checks it, and the check stops at its bound."""
+    good = {"task_id": "t-1", "kind": "math", "prompt": "What is 2 + 3?", "answer": "5"}
+    uploaded = {}
+    for name, rows in (("sums", [good]), ("sleepy", [{**SLEEPY, "task_id": f"sleepy-{i}"} for i in range(3)])):
+        body = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        answer = engineer_api.post("/api/v1/task-sets", {"file": SimpleUploadedFile(f"{name}.jsonl", body)},
+                                   format="multipart")
+        assert (answer.status_code, answer.json()["status"]) == (202, "checking"), answer.json()
+        uploaded[name] = answer.json()["id"]
+
+    def settled(name: str) -> dict | None:
+        shown = engineer_api.get(f"/api/v1/task-sets/{uploaded[name]}").json()
+        return shown if shown["status"] != "checking" else None
+
+    sums = wait_for(lambda: settled("sums"), "the good set's check")
+    assert (sums["status"], sums["count"], sums["error"]) == ("ready", 1, None), task_set_worker.log.read_text()[-2000:]
+    assert Path(sums["path"]).is_relative_to(settings.INPUTS_ROOT) and Path(sums["path"]).is_file()
+    sleepy = wait_for(lambda: settled("sleepy"), "the slow set's check")
+    assert sleepy["status"] == "refused" and sleepy["error"].startswith(
+        "checking sleepy.jsonl took over 5 s (PAIRWISE_TASK_SET_CHECK_S)"), sleepy
+    assert [row["name"] for row in engineer_api.get("/api/v1/task-sets").json()] == ["sleepy", "sums"]
+    with pytest.raises(UserMistake, match="^task_set 'sleepy' was refused: checking sleepy.jsonl took over 5 s"):
+        task_set_resolve("sleepy")  # what a launch, evaluation or comparison naming it is told

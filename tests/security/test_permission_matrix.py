@@ -66,6 +66,7 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "audit-judgment": ("POST", "/api/v1/audits/{missing}/judgment", {}, _row(401, 400, 403, 403, 400, 400)),
     "checkpoints": ("GET", "/api/v1/checkpoints", None, _row(401, 403, 403, 200, 200, 403)),
     "task-sets": ("GET", "/api/v1/task-sets", None, _row(401, 403, 403, 200, 200, 403)),
+    "task-set": ("GET", "/api/v1/task-sets/{missing}", None, _row(401, 403, 403, 404, 404, 403)),
     "checkpoint-detail": ("PATCH", "/api/v1/checkpoints/{missing}", {"name": "x"}, _row(401, 403, 403, 404, 404, 403)),
     "schema": ("GET", "/api/schema/", None, _row(200, 200, 200, 200, 200, 200)),
     # pages
@@ -89,6 +90,7 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "runs-evaluate-page": ("POST", "/runs/evaluate", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
     "runs-curves-page": ("GET", "/runs/curves", None, _row(LOGIN, 403, 403, 400, 400, 403)),
     "task-sets-page": ("POST", "/runs/task-sets", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
+    "task-set-forget-page": ("POST", "/runs/task-sets/{missing}/forget", {}, _row(LOGIN, 403, 403, 404, 404, 403)),
     "demo-checkpoint-page": ("POST", "/runs/demo-checkpoint", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
     "run-page": ("GET", "/runs/{missing}/", None, _row(LOGIN, 403, 403, 404, 404, 403)),
     "run-cancel-page": ("POST", "/runs/{missing}/cancel", {}, _row(LOGIN, 403, 403, 404, 404, 403)),
