@@ -7,8 +7,9 @@ what was last shown is kept on the review side (ReviewerStanding).
 from django.contrib.auth.models import AbstractBaseUser
 
 from annotate.quality.models import StoredAgreementReport
-from annotate.review.models import Judgment, Project, ReviewerStanding, ReviewerTally
+from annotate.review.models import Judgment, Project, ReviewerStanding
 from annotate.review.qualification import qualification_state
+from annotate.review.selectors import reviewer_progress
 
 # A rate needs this many of the reviewer's own judgments behind it before their page shows it.
 STANDING_MIN_COUNTS = {"gold_accuracy": 1, "retest_consistency": 1, "agreement_with_others": 10}
@@ -72,8 +73,8 @@ def reviewer_standing(*, project: Project, reviewer: AbstractBaseUser) -> dict:
     that moved after every judgment would give away, by the difference, the others' majority on the pair
     just judged. A stale report queues a recompute and the last figures are shown meanwhile.
     """
-    judged = (ReviewerTally.objects.filter(project=project, reviewer=reviewer)
-              .values_list("judged", flat=True).first()) or 0
+    # The reviewer page's own count, so the standing and the header never disagree (reviewer_progress).
+    judged = reviewer_progress(project=project, reviewer=reviewer)["judged"]
     standing = {"judged": judged, "min_judgments": project.standing_min_judgments, "available": False,
                 "reason": "", "as_of": None, "figures": {},
                 "qualification": qualification_state(project=project, reviewer=reviewer)}

@@ -321,10 +321,20 @@ def claim_pair(*, pair_id: int, overlap: int, first_needed: int | None = None) -
 # one of the reviewer's assignments, 30 ms instead of 0.4 ms for a reviewer with 800 judgments.
 # Open pairs are counted emptiest first, where the reviewer's own pairs almost never are: in id order,
 # a reviewer ahead of the others walked past every pair they had judged on every request.
+# The reviewer page's two counts (docs/agreement.md, "What the reviewer page counts"). Judged: the reviewer's
+# current live judgments, retests included (the quality table's Judgments): the tally less their answers in the
+# qualification round, which the page shows apart. Left: the pairs they have not judged and could still be given;
+# never a retest, which would announce one.
+_JUDGED_LIVE = (
+    f"{_JUDGED} - (SELECT count(*) FROM review_goldcheck g JOIN review_assignment qa ON qa.id = g.assignment_id "
+    "WHERE g.project_id = %(project)s AND g.reviewer_id = %(reviewer)s AND g.attempt_id IS NOT NULL "
+    "AND qa.current_judgment_id IS NOT NULL)"
+)
 _PROGRESS_COLUMNS = f"""
-    {_JUDGED},
-    (SELECT count(*) FROM review_assignment
-     WHERE project_id = %(project)s AND reviewer_id = %(reviewer)s AND status IN ('active', 'scheduled')),
+    {_JUDGED_LIVE},
+    (SELECT count(*) FROM review_assignment a
+     WHERE a.project_id = %(project)s AND a.reviewer_id = %(reviewer)s AND a.status IN ('active', 'scheduled')
+       AND NOT a.is_retest AND {live_assignment_sql("a")}),
     (SELECT count(*) FROM (
        SELECT 1 FROM review_pair p
        WHERE p.project_id = %(project)s AND p.open_fill < {{overlap}}

@@ -126,3 +126,68 @@ def test_one_more_judgment_never_moves_the_figures_so_the_others_choice_stays_hi
     later = standing_of(client, project).json()["figures"]["agreement_with_others"]
     assert (later["value"], later["out_of"]) == (round((2 * STANDING_STEP - 1) / (2 * STANDING_STEP), 3),
                                                  2 * STANDING_STEP)
+
+
+def test_the_header_and_the_standing_count_the_same_live_judgments_and_never_a_retest_as_left(
+    make_project, make_user, client_for, valid_judgment
+):
+    """One meaning for each count (docs/agreement.md, "What the reviewer page counts"): "judged" is the
+    reviewer's current live judgments, retests included and qualification answers not (the quality table's
+    Judgments); "left" is the pairs they have not judged yet and could still be given, never a retest."""
+    from tests.review.helpers import gold_items, live_items
+
+    project = make_project(slug="counts", overlap=1, retest_rate=0.5, qualification_items=2,
+                           qualification_pass_mark=0.5, standing_min_judgments=50)
+    project.retest_gap = 1
+    project.save(update_fields=["retest_gap"])
+    import_rows(project, gold_items(4) + live_items(6))
+    rita = make_user("rita")
+    client = client_for(rita)
+
+    def header():
+        response = client.get(f"/api/v1/projects/{project.slug}/assignments/next")
+        if response.status_code == 204:
+            return None, {"judged": int(response["X-Judged"]), "remaining": 0}
+        body = response.json()
+        return body, body["progress"]
+
+    def standing_judged():
+        return standing_of(client, project).json()["judged"]
+
+    def table_judgments():
+        report = agreement_report_for_project(project=project, bootstrap=0)
+        return next((row["judgments"] for row in report["reviewers"] if row["username"] == "rita"), 0)
+
+    for _ in range(2):  # the qualification round: its answers are shown apart, not counted as judged
+        body, progress = header()
+        assert body["qualification"]["answered"] == _
+        side = "left" if body["left"]["text"].startswith("Good") else "right"
+        answered = client.post(f"/api/v1/assignments/{body['id']}/judgment", valid_judgment(side), format="json")
+        assert answered.status_code == 201 and answered.json()["feedback"]["qualification"]["next"] in (
+            "continue", "live")
+    live_pairs = 8  # the 6 live pairs and the 2 gold pairs the round did not use
+    body, progress = header()
+    assert progress["judged"] == standing_judged() == table_judgments() == 0
+    assert progress["remaining"] == live_pairs
+
+    first_time, retests_seen = 0, 0
+    while body is not None:
+        is_retest = body["id"] in retest_ids(project, rita)
+        answered = client.post(f"/api/v1/assignments/{body['id']}/judgment", valid_judgment("left"), format="json")
+        assert answered.status_code == 201
+        first_time += not is_retest
+        retests_seen += is_retest
+        body, progress = header()
+        judged = first_time + retests_seen
+        assert progress["judged"] == standing_judged() == table_judgments() == judged
+        # The pair on screen counts as left only when it is a first judgment; a retest is never announced.
+        assert progress["remaining"] == live_pairs - first_time
+    assert retests_seen >= 2, "the reviewer was shown pairs again"
+    assert (first_time, progress["remaining"]) == (live_pairs, 0)
+
+
+def retest_ids(project, reviewer) -> set[int]:
+    from annotate.review.models import Assignment
+
+    return set(Assignment.objects.filter(project=project, reviewer=reviewer, is_retest=True)
+               .values_list("pk", flat=True))
