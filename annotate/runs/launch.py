@@ -32,7 +32,7 @@ from annotate.runs.queue import run_folder_for, send
 from annotate.runs.services import snapshot_manifest
 from annotate.runs.task_sets import task_set_for_path, task_set_resolve
 from annotate.runs.training_process import training_command, training_env
-from training.config import ConfigError, yaml_config
+from training.config import ConfigError, check_nested_settings, nested_items, yaml_config
 from training.trl_setup import resume_value
 
 logger = logging.getLogger(__name__)
@@ -45,12 +45,13 @@ CHECK_TIMEOUT_S = 180
 # Keys the launch sets from its own fields; a config naming them would contradict the form.
 SET_BY_LAUNCH = {"base_checkpoint": "base_checkpoint", "output_dir": "the run folder (chosen by the app)",
                  "snapshot": "snapshot", "tasks": "tasks"}
-# Keys that would send a run, its metrics or its checkpoint off this server, or run code shipped with a
-# checkpoint: refused when set to anything but null or false. The training subprocess is offline as well
-# (training_env).
-OFF_SERVER_KEYS = ("push_to_hub", "hub_model_id", "hub_token", "hub_strategy", "hub_private_repo", "hub_always_push",
+# Keys that would send a run, its metrics or its checkpoint off this server: refused at any depth of the config when
+# set to anything but null or false. The training subprocess is offline as well (training_env). Credentials and
+# trust_remote_code are refused at every depth by the training command's own rule (check_nested_settings), which
+# the launch applies first.
+OFF_SERVER_KEYS = ("push_to_hub", "hub_model_id", "hub_strategy", "hub_private_repo", "hub_always_push",
                    "hub_revision", "log_completions_hub_repo", "trackio_space_id", "trackio_bucket_id",
-                   "trackio_static_space_id", "vllm_server_base_url", "vllm_server_host", "trust_remote_code")
+                   "trackio_static_space_id", "vllm_server_base_url", "vllm_server_host")
 LOCAL_REPORT_TO = ("tensorboard", "none")
 # Config keys whose text value is a file the trainer reads (a dict value is the settings themselves).
 FILE_KEYS = ("accelerator_config", "deepspeed", "fsdp_config")
@@ -94,19 +95,16 @@ def parse_config(raw) -> dict:
         raw = raw or {}
     if not isinstance(raw, dict):
         raise UserMistake("config must be a mapping of key: value lines (TRL's DPOConfig/GRPOConfig keys)")
+    try:  # before anything is written, even the checked copy: a credential is refused, never stored
+        check_nested_settings(raw, "config")
+    except ConfigError as error:
+        raise UserMistake(str(error)) from None
+    check_stays_on_server(raw)
     config = dict(raw)
     for key, value in raw.items():
         if key in SET_BY_LAUNCH:
             raise UserMistake(f"config: {key} is set by the launch itself ({SET_BY_LAUNCH[key]}); remove it from "
                               "the config")
-        if key in OFF_SERVER_KEYS and value not in (None, False):
-            raise UserMistake(f"config: {key} is refused: a run launched from the app stays on this server (no Hub, "
-                              "no remote services, no code shipped with a checkpoint); remove it")
-        if key == "report_to":
-            for sink in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
-                if sink not in LOCAL_REPORT_TO:
-                    raise UserMistake(f"config: report_to {sink!r} would send metrics off this server; a run "
-                                      "launched from the app reports to tensorboard (in its folder) or none")
         if key in FILE_KEYS and isinstance(value, str):
             path = input_path(f"config: {key}", value)
             if not path.is_file():
@@ -127,6 +125,21 @@ def parse_config(raw) -> dict:
                                       "checkpoint folder (RUN/trainer_checkpoints/checkpoint-N)")
                 config[key] = str(path)
     return config
+
+
+def check_stays_on_server(raw: dict) -> None:
+    """The app's own rule, at every depth of the config (nested mappings and JSON text of one included): nothing
+    that would send the run, its metrics or its checkpoint off this server."""
+    for where, key, value in nested_items(raw):
+        name = f"{where}.{key}" if where else key
+        if key in OFF_SERVER_KEYS and value not in (None, False):
+            raise UserMistake(f"config: {name} is refused: a run launched from the app stays on this server (no Hub, "
+                              "no remote services); remove it")
+        if key == "report_to":
+            for sink in [value] if isinstance(value, str) else value if isinstance(value, list) else []:
+                if sink not in LOCAL_REPORT_TO:
+                    raise UserMistake(f"config: {name} {sink!r} would send metrics off this server; a run "
+                                      "launched from the app reports to tensorboard (in its folder) or none")
 
 
 def check_launch_keys(resolved: dict, expected: dict) -> None:

@@ -10,21 +10,16 @@ from django.urls import reverse
 from annotate.runs.audit import audit_results
 from annotate.runs.charts import run_charts, zero_variance_share
 from annotate.runs.checkpoints import is_reward_model
+from annotate.runs.demo_checkpoint import sft_log_metrics
 from annotate.runs.evaluation import TOO_FEW_TO_JUDGE, eval_side_by_side, too_few_to_judge
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.services import why_no_checkpoint_made
+from training.config import is_credential_key
 
-# Config keys whose values are credentials (TRL's `hub_token`, a tracker's API key). New launches refuse them,
-# but a run recorded before that, or registered from a folder, may still hold one: it is never shown.
-# A word of the key's name, not any substring: `hub_token` and `wandb_api_key` are credentials, `max_new_tokens`
-# and `max_prompt_length` are not.
-CREDENTIAL_KEY = re.compile(r"(?:^|[_\-.])(?:token|secret|password|passwd|api_?key|apikey|credentials?)(?:$|[_\-.])",
-                            re.IGNORECASE)
+# Config keys whose values are credentials (training.config.is_credential_key: `hub_token`, a tracker's API key).
+# Configs holding one are refused at any depth, but a run recorded before that, or registered from a folder, may
+# still hold one: it is never shown.
 HIDDEN = "(hidden)"
-
-
-def is_credential_key(key) -> bool:
-    return bool(CREDENTIAL_KEY.search(str(key)))
 
 
 def config_without_secrets(value):
@@ -274,6 +269,9 @@ CYCLE_WORK = (("generation_s", "generation"), ("verification_s", "verification")
 CYCLE_COUNTS = (("cycles", "cycles"), ("switching_share", "switching share of wall time"),
                 ("records_dropped_stale", "records dropped as stale"), ("stage_restarts", "stage restarts"),
                 ("tokens_generated", "tokens generated"), ("mean_length", "mean completion length"))
+# The parts of switching (training/grpo/cycle.py's SWITCHING_PARTS), each a row under switching.
+CYCLE_SWITCHING_PARTS = (("cold_start_s", "process start"), ("loading_s", "loading"),
+                         ("hashing_s", "hashing the weights"), ("saving_s", "saving"), ("export_s", "writing the version"))
 CYCLE_PER_BATCH = ("batch", "generated_by", "trained", "lag", "generation_s", "verification_s", "switching_s",
                    "update_s", "loss")
 VERSION_NAME = re.compile(r"^v(\d{4,})$")
@@ -322,6 +320,10 @@ def cycle_ledger(ledger: dict | None) -> dict | None:
     idle = cycle.get("idle_s") if isinstance(cycle.get("idle_s"), dict) else {}
     time_rows = [(name, cycle.get(key)) for key, name in CYCLE_WORK]
     time_rows += [(f"{lane} lane idle", seconds) for lane, seconds in sorted(idle.items())]
+    split = cycle.get("switching_split_s") if isinstance(cycle.get("switching_split_s"), dict) else {}
+    time_rows += [(f"switching / {name}", split[key]) for key, name in CYCLE_SWITCHING_PARTS if key in split]
+    if "queue_idle_s" in cycle:
+        time_rows.append(("queue and idle (no stage running)", cycle["queue_idle_s"]))
     return {
         "mode": cycle.get("mode"), "max_staleness": cycle.get("max_staleness"),
         "wall": _ledger_value("wall_s", wall),
@@ -338,6 +340,26 @@ def latest(metrics: list[dict]) -> dict:
     """The last training row: step, loss and the rest as last logged."""
     rows = [row for row in metrics if row.get("event", "train") == "train" and "loss" in row]
     return rows[-1] if rows else {}
+
+
+# The kinds that train through TRL and log its metrics; an SFT build logs its loss in its log; evaluations and
+# comparisons train nothing, so their pages draw no curve.
+TRL_TRAINING_KINDS = (Run.Kind.DPO, Run.Kind.GRPO, Run.Kind.REWARD)
+
+
+def training_rows(run: Run) -> list[dict]:
+    """A run's training rows: its metrics.jsonl, or an SFT build's step lines."""
+    return sft_log_metrics(run.log_tail) if run.kind == Run.Kind.SFT else run.metrics
+
+
+def run_curves(run: Run) -> dict[str, str]:
+    """The charts a run of its kind draws: every curve for DPO, GRPO and reward runs, the loss of an SFT build,
+    none for an evaluation or a comparison."""
+    if run.kind == Run.Kind.SFT:
+        return {"loss": str(run_charts(training_rows(run))["loss"])}
+    if run.kind not in TRL_TRAINING_KINDS:
+        return {}
+    return {name: str(svg) for name, svg in run_charts(run.metrics).items()}
 
 
 def run_payload(run: Run, *, detail: bool = False) -> dict:
@@ -358,7 +380,7 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
         "no_output_checkpoint": unmade.reason if unmade else None,
         "weights_unchanged": unmade.weights_unchanged if unmade else False,
         "folder": run.folder,
-        "steps": latest(run.metrics).get("step"),
+        "steps": latest(training_rows(run)).get("step"),
         "exit_code": run.exit_code,
         "error": run.error or None,
         "cancel_requested": run.cancel_requested,
@@ -383,7 +405,7 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
             "too_few_to_judge_under": TOO_FEW_TO_JUDGE,
             "evaluation": eval_side_by_side(run) if run.kind == Run.Kind.EVAL else None,
             "log_tail": run.log_tail,
-            "charts": {name: str(svg) for name, svg in run_charts(run.metrics).items()},
+            "charts": run_curves(run),
             "audit": audit_results(run=run) if run.kind == Run.Kind.GRPO else [],
         })
     return payload

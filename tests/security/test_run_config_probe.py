@@ -140,9 +140,47 @@ def test_keys_that_leave_the_server_are_refused(engineer_api, base_checkpoint, t
     if key == "report_to":
         assert detail == ("config: report_to 'wandb' would send metrics off this server; a run launched from the "
                           "app reports to tensorboard (in its folder) or none")
+    elif key == "hub_token":
+        assert detail.startswith("config: hub_token is a credential, and a config is stored with its run; remove it")
+    elif key == "trust_remote_code":
+        assert detail.startswith("config: trust_remote_code is refused: it runs code shipped with a checkpoint")
     else:
         assert detail.startswith(f"config: {key} is refused: a run launched from the app stays on this server")
     assert "hf_probe_secret_token" not in detail  # never shown, never stored
+    assert_run_root_empty(run_root)
+
+
+NESTED_PROBES = [
+    ({"model_init_kwargs": {"trust_remote_code": True}},
+     "config: model_init_kwargs.trust_remote_code is refused: it runs code shipped with a checkpoint"),
+    ({"model_init_kwargs": '{"trust_remote_code": true}'},
+     "config: model_init_kwargs.trust_remote_code is refused: it runs code shipped with a checkpoint"),
+    ({"model_init_kwargs": '{"token": "hf_probe_secret_token"}'},
+     "config: model_init_kwargs.token is a credential, and a config is stored with its run; remove it"),
+    ({"model_init_kwargs": {"dtype": "float32", "revision": "main"}},
+     "config: model_init_kwargs.revision is not handed to the model loader; model_init_kwargs takes only dtype, "),
+    ({"deepspeed": {"zero_optimization": {"stage": 2, "wandb_api_key": "hf_probe_secret_token"}}},
+     "config: deepspeed.zero_optimization.wandb_api_key is a credential"),
+    ({"deepspeed": {"zero_optimization": {"stage": 2}, "hub_model_id": "someone/tiny"}},
+     "config: deepspeed.hub_model_id is refused: a run launched from the app stays on this server"),
+    ({"lr_scheduler_kwargs": '{"report_to": ["wandb"]}'},
+     "config: lr_scheduler_kwargs.report_to 'wandb' would send metrics off this server"),
+    ("max_steps: 2\nmodel_init_kwargs: '{\"token\": \"hf_probe_secret_token\"}'\n",
+     "config: model_init_kwargs.token is a credential"),
+]
+
+
+@pytest.mark.parametrize("kind", ["dpo", "grpo", "reward"])
+@pytest.mark.parametrize(("config", "message"), NESTED_PROBES)
+def test_nested_settings_are_held_to_the_rules_of_the_top_level(engineer_api, base_checkpoint, tiny_snapshot,
+                                                                 tasks_file, run_root, kind, config, message):
+    """The probe's nested requests (a mapping, JSON text of one, YAML text) for every kind a config launches: one
+    line, nothing queued, and a credential is never repeated, stored or shown."""
+    inputs = {"tasks": str(tasks_file)} if kind == "grpo" else {"snapshot": str(tiny_snapshot)}
+    answer = engineer_api.post("/api/v1/runs", {"kind": kind, "base_checkpoint": "tiny-sft", **inputs,
+                                                "config": config}, format="json")
+    assert refused(answer).startswith(message)
+    assert "hf_probe_secret_token" not in answer.content.decode()
     assert_run_root_empty(run_root)
 
 

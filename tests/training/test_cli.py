@@ -67,3 +67,19 @@ def test_dpo_help_config_lists_keys(capsys):
     assert main(["dpo", "--help-config"]) == 0
     out = capsys.readouterr().out
     assert "base_checkpoint" in out and "learning_rate" in out and "beta" in out
+
+
+@pytest.mark.parametrize("command", ["dpo", "grpo", "reward"])
+@pytest.mark.parametrize("check", [["--check"], []])
+@pytest.mark.parametrize(("nested", "message"), [
+    ("model_init_kwargs: {trust_remote_code: true}\n", "model_init_kwargs.trust_remote_code is refused"),
+    ("model_init_kwargs: '{\"token\": \"hf_abc\"}'\n", "model_init_kwargs.token is a credential"),
+])
+def test_a_nested_refusal_is_one_line_and_leaves_no_run_folder(command, check, nested, message, tmp_path, capsys):
+    inputs = "tasks: tasks.jsonl\n" if command == "grpo" else "snapshot: snap\n"
+    config = tmp_path / f"{command}.yaml"
+    config.write_text(f"base_checkpoint: {tmp_path}\n{inputs}output_dir: {tmp_path / 'run'}\n{nested}")
+    assert main([command, "--config", str(config), *check]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {config}: {message}") and "hf_abc" not in err[0]
+    assert not (tmp_path / "run").exists()
