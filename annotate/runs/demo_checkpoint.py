@@ -38,6 +38,7 @@ DEMO_CHECKPOINT = "tiny-sft"
 DEMO_STEPS = 320  # tiny-sft's own default recipe; PAIRWISE_DEMO_SFT_STEPS or build_demo_checkpoint --steps change it
 CHECKPOINT_FOLDER = "checkpoint"
 STEP_LINE = re.compile(r"step\s+(\d+)\s*/\s*(\d+)")
+STEP_LOSS_LINE = re.compile(r"step\s+(\d+)\s*/\s*\d+\s+loss\s+([0-9.]+)")
 SHIPPED_FOLDER = Path(__file__).resolve().parent / "demo_files" / DEMO_CHECKPOINT
 SHIPPED_MANIFEST = SHIPPED_FOLDER.with_name(f"{DEMO_CHECKPOINT}.manifest.json")
 MANIFEST_FORMAT = "pairwise.shipped-checkpoint/1"
@@ -172,6 +173,12 @@ def sft_progress(run: Run, *, now=None) -> dict:
         minutes_left = max(1, round(elapsed / done * (total - done) / 60))
     return {"step": done, "steps": total, "percent": round(100 * done / total) if total else 0,
             "name": run.config.get("name", DEMO_CHECKPOINT), "run": run, "minutes_left": minutes_left}
+
+
+def sft_log_metrics(log_tail: str) -> list[dict]:
+    """An SFT build's training rows from its log's `step N/M  loss X` lines (it writes no metrics.jsonl), in the
+    shape the run page's charts read."""
+    return [{"step": int(step), "loss": float(loss)} for step, loss in STEP_LOSS_LINE.findall(log_tail or "")]
 
 
 def sft_build_estimate(steps: int = DEMO_STEPS) -> dict | None:
