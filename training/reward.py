@@ -28,7 +28,7 @@ from trl import RewardConfig
 
 from training.config import PairwiseConfigMixin, key_error, load_config
 from training.errors import PairwiseInputError
-from training.reward_model_scorer import sequence_ids, sequence_rewards
+from training.reward_model_scorer import fits_max_length, over_max_length_line, sequence_ids, sequence_rewards
 from training.trl_setup import (
     is_main_process,
     is_zero3,
@@ -176,11 +176,12 @@ def reward_summary(pairs: list[ScoredPair], *, left_out: int) -> dict:
 
 
 def score_test_split(model, tokenizer, rows: list[dict], config: "RewardRunConfig") -> dict | None:
-    """reward_summary of the test rows; None when no pair fits max_length (RewardTrainer's length filter)."""
+    """reward_summary of the test rows; None when no pair fits max_length (fits_max_length, the rule RewardTrainer's
+    length filter applies to the train split)."""
     tokenized, kept = [], []
     for row in rows:
         ids = (sequence_ids(tokenizer, row, "chosen"), sequence_ids(tokenizer, row, "rejected"))
-        if config.max_length is None or max(len(ids[0]), len(ids[1])) <= config.max_length:
+        if all(fits_max_length(sequence, config.max_length) for sequence in ids):
             tokenized.extend(ids)
             kept.append(row)
     if not kept:
@@ -264,6 +265,7 @@ def run_reward(config: RewardRunConfig) -> dict:
 
     with trainer_setup(run, config, recipe="Reward", fresh=fresh, is_main=is_main):
         trainer = _build_trainer(config, run, train, tokenizer, base_path)
+        train_left_out = len(train) - len(trainer.train_dataset)
         test_rows = list(splits["test"])
         can_score = bool(test_rows) and not is_zero3(trainer)
         # The weights training starts from: the base's body and the new head (or a LoRA adapter at its start).
@@ -292,6 +294,8 @@ def run_reward(config: RewardRunConfig) -> dict:
         write_snapshot_run_ledger(run, trainer, config, base_path=base_path, base_hash=base_hash, manifest=manifest,
                                   out_hash=out_hash, train_pairs=len(splits["train"]), wall_s=wall_s)
         test = {"test": results} if results else {"test": None, "note": _score_note(test_rows, trainer, config)}
+        # TRL's RewardTrainer dropped them by the same rule (fits_max_length): said, never silent.
+        test["train_over_max_length"] = {"pairs": train_left_out, "of": len(train), "max_length": config.max_length}
         return record_completed(run, trainer, train_output, wall_s=wall_s, out_hash=out_hash,
                                 weights_changed=weights_changed, results=test)
 
@@ -326,6 +330,10 @@ def reward_main(args) -> int:
     if record:
         results = record.get("results", {})
         print(format_reward_table(results["test"]) if results.get("test") else results.get("note"))
+        left_out = results.get("train_over_max_length") or {}
+        if left_out.get("pairs"):
+            print("train split: " + over_max_length_line(left_out["pairs"], left_out["of"], left_out["max_length"],
+                                                         "pairs") + "; left out of training")
         print(f"run {record['run']}: {record['status']} after {record['steps']} steps; checkpoint "
               f"{record['output_checkpoint']['path']} ({record['output_checkpoint']['content_hash'][:23]}...)")
         if record.get("weights_changed") is False:

@@ -7,6 +7,13 @@ Used wherever a reward model's judgment is needed after training: GRPO's `reward
 template with the answer as the assistant's message, a plain prompt followed by the answer and the
 end-of-sequence token.
 
+One length rule everywhere a reward model meets a sequence (fits_max_length): a sequence longer than the
+max_length the model was trained under is not scored, never cut. Training drops such pairs (TRL's RewardTrainer,
+counted in the run's results), test scoring leaves them out, and every scorer here answers None for such an
+answer ("cannot score this") and counts it: reward-score writes a null score and the count, a model reviewer
+shows how many pairs it left out for it, rescoring and GRPO count them (GRPO passes None to TRL, which treats
+the completion as unscored by this reward function).
+
 The identity is `reward_model@sha256:...`, the content hash of the checkpoint's weight files: a rollout
 scored by one reward model is never mistaken for one scored by another, as a verifier's `name@version`.
 """
@@ -36,6 +43,18 @@ def sequence_ids(tokenizer, row: dict, key: str) -> list[int]:
     if not answer.endswith(eos):
         answer += eos
     return list(tokenizer(row["prompt"] + answer)["input_ids"])
+
+
+def fits_max_length(ids: list[int], max_length: int | None) -> bool:
+    """The one length rule of a reward model (module docstring): whether a sequence is short enough to score.
+    Cutting a longer one would show the model a sequence unlike any it was trained on (training drops them)."""
+    return max_length is None or len(ids) <= max_length
+
+
+def over_max_length_line(count: int, total: int, max_length: int | None, noun: str) -> str:
+    """How a count of sequences the rule left out is said wherever results are shown."""
+    return (f"{count} of {total} {noun} longer than max_length ({max_length} tokens) not scored "
+            "(a reward model scores only what fits the length it was trained under)")
 
 
 def sequence_rewards(model, sequences: list[list[int]], *, batch_size: int, pad_id: int) -> list[float]:
@@ -86,11 +105,10 @@ def trained_max_length(folder: Path) -> int | None:
 
 
 class RewardModelScorer:
-    """Loads a reward-model checkpoint once; `score(prompts, answers)` returns one float per answer.
+    """Loads a reward-model checkpoint once; `score(prompts, answers)` returns one float per answer, or None for
+    an answer whose sequence is longer than the length the model was trained under (fits_max_length).
 
-    An answer whose sequence is longer than the length the model was trained on is cut to its last
-    `max_length` tokens (the classifier reads the final token, so the end of the answer is what it must see).
-    `seconds` adds up the time spent scoring."""
+    `over_max_length` counts those answers and `seconds` the time spent scoring, over every call."""
 
     def __init__(self, checkpoint: str | os.PathLike, *, batch_size: int = DEFAULT_BATCH_SIZE, key: str = "reward_model",
                  device: str | None = None, content_hash: str | None = None):
@@ -105,6 +123,7 @@ class RewardModelScorer:
         self.max_length = trained_max_length(self.path)
         self.model, self.tokenizer = load_reward_model(self.path, device=device)
         self.seconds = 0.0
+        self.over_max_length = 0
 
     def sequence(self, prompt: str | list[dict], answer: str) -> list[int]:
         """Token ids of the prompt and the answer as the reward run built them (sequence_ids)."""
@@ -112,8 +131,7 @@ class RewardModelScorer:
             row = {"prompt": prompt, "answer": [{"role": "assistant", "content": answer}]}
         else:
             row = {"prompt": prompt, "answer": answer}
-        ids = sequence_ids(self.tokenizer, row, "answer")
-        return ids[-self.max_length:] if self.max_length is not None else ids
+        return sequence_ids(self.tokenizer, row, "answer")
 
     def check_prompts(self, prompts: list[str | list[dict]], *, where: str) -> None:
         """One line naming the first prompt the model cannot tokenize (a chat prompt for a checkpoint without a
@@ -127,15 +145,21 @@ class RewardModelScorer:
                                          f"({reason}); use prompts in the form the reward model was trained on "
                                          "(plain text, or chat messages for a checkpoint with a chat template)") from None
 
-    def score(self, prompts: list[str | list[dict]], answers: list[str]) -> list[float]:
+    def score(self, prompts: list[str | list[dict]], answers: list[str]) -> list[float | None]:
         import time
 
         if len(prompts) != len(answers):
             raise ValueError(f"{len(prompts)} prompts but {len(answers)} answers")
         started = time.perf_counter()
         sequences = [self.sequence(prompt, answer) for prompt, answer in zip(prompts, answers, strict=True)]
-        rewards = sequence_rewards(self.model, sequences, batch_size=self.batch_size,
-                                   pad_id=self.tokenizer.pad_token_id)
+        fitting = [number for number, ids in enumerate(sequences) if fits_max_length(ids, self.max_length)]
+        rewards: list[float | None] = [None] * len(sequences)
+        if fitting:
+            scored = sequence_rewards(self.model, [sequences[number] for number in fitting],
+                                      batch_size=self.batch_size, pad_id=self.tokenizer.pad_token_id)
+            for number, reward in zip(fitting, scored, strict=True):
+                rewards[number] = reward
+        self.over_max_length += len(sequences) - len(fitting)
         self.seconds += time.perf_counter() - started
         return rewards
 
@@ -197,7 +221,13 @@ def reward_score_main(args) -> int:
         "format": "pairwise.reward_scores/1",
         "reward_model": {"path": str(scorer.path.resolve()), "content_hash": scorer.content_hash,
                          "identity": scorer.identity, "max_length": scorer.max_length},
+        # null: longer than max_length, not scored (fits_max_length)
         "scores": [{"id": row["id"], "score": score} for row, score in zip(rows, scores, strict=True)],
+        "over_max_length": scorer.over_max_length,
     })
-    print(f"scored {len(rows)} answers with {scorer.identity[:36]}... into {args.out} ({scorer.seconds:.1f} s)")
+    print(f"scored {len(rows) - scorer.over_max_length} answers with {scorer.identity[:36]}... into {args.out} "
+          f"({scorer.seconds:.1f} s)")
+    if scorer.over_max_length:
+        print(over_max_length_line(scorer.over_max_length, len(rows), scorer.max_length, "answers")
+              + "; their score is null")
     return 0

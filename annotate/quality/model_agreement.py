@@ -10,11 +10,13 @@ reviewer"):
   interval, and Cohen's kappa over the categories a, b and tie with a percentile bootstrap interval over
   pairs. Like every agreement figure of the report, kappa counts each pair in both orientations (which
   answer is "a" is only the import file's order), so a model that agrees with people on every pair has
-  kappa 1 whatever the file's order;
+  kappa 1 whatever the file's order. Both are given on the pairs it never saw first, then on the pairs of its
+  training snapshot's train split (the checkpoint's lineage names them), then on all: agreement on pairs a model
+  was trained on measures memory, not judgment;
 - order consistency: the share of scored pairs where its choice in the order reviewers were shown and in
   the swapped order is the same answer. Both choices come from the same two scores, so it is 1 by
   construction (ORDER_CONSISTENCY_NOTE): kept as the figure people and models are compared on, not a
-  measurement of this model;
+  measurement of this model, and so given without an interval;
 - left rate: the share of its a/b choices that went to the answer shown on the left in the order reviewers
   saw. With answers scored alone this follows the left/right coin of the assignments (LEFT_RATE_NOTE), not
   the model;
@@ -42,6 +44,7 @@ MODEL_SWAP = np.array([WINNER_B, WINNER_A, WINNER_TIE])
 LEFT, RIGHT, TIE = "left", "right", "tie"
 LEFT_OUT_REASONS = {
     "not_scored": "judged since the model last scored (score again to include them)",
+    "over_max_length": "an answer is longer than the reward model's max_length: not scored, never cut",
     "no_votes": "no first-time judgment counts (only retests, or withdrawn)",
     "no_majority": "the people's votes have no strict majority",
     "tie_majority": "the people's majority says tie",
@@ -116,13 +119,21 @@ def kappa_with_interval(*, human: np.ndarray, model: np.ndarray, n_resamples: in
 
 
 def model_reviewer_figures(*, votes: np.ndarray, scored: np.ndarray, winner_shown: np.ndarray,
-                           winner_swapped: np.ndarray, chose_left: np.ndarray, n_resamples: int = KAPPA_RESAMPLES,
-                           seed: int = 0) -> dict:
+                           winner_swapped: np.ndarray, chose_left: np.ndarray, over_max_length: np.ndarray | None = None,
+                           seen: np.ndarray | None = None, n_resamples: int = KAPPA_RESAMPLES, seed: int = 0) -> dict:
     """The model reviewer's figures over the project's judged pairs, one row each: (p, 4) human votes (a, b, tie,
     both_bad), and (p,) whether the model scored the pair, its winner in the order reviewers were shown and in the
-    swapped order, and whether it chose the answer shown on the left (False for a tie or an unscored pair)."""
+    swapped order, and whether it chose the answer shown on the left (False for a tie or an unscored pair); and
+    whether its last scoring left the pair out for an answer over its max_length, and whether the pair is in the
+    train split of the snapshot its checkpoint was trained on (`seen`; None: no pair is known to be).
+
+    Agreement is given on the pairs it never saw first (`agreement_unseen`), then on its training pairs
+    (`agreement_seen`), then on both (`agreement`): agreement on pairs a model was trained on measures memory,
+    not judgment."""
     votes = np.asarray(votes, dtype=np.int64).reshape(-1, 4)
     scored = np.asarray(scored, dtype=bool)
+    over_max_length = (np.zeros_like(scored) if over_max_length is None
+                       else np.asarray(over_max_length, dtype=bool) & ~scored)
     winner_shown, winner_swapped = np.asarray(winner_shown), np.asarray(winner_swapped)
     # A pair judged only by retests (or whose first-time judgments were withdrawn) has no votes: it is left out
     # for that, not counted as a split.
@@ -131,30 +142,39 @@ def model_reviewer_figures(*, votes: np.ndarray, scored: np.ndarray, winner_show
     human[voted] = strict_majority(votes[voted])[0]
     decisive_human = (human == WINNER_A) | (human == WINNER_B)
     counted = scored & decisive_human
-    agrees = winner_shown[counted] == human[counted]
+    seen = None if seen is None else np.asarray(seen, dtype=bool)
     decisive_model = scored & (winner_shown != WINNER_TIE)
     left_out = {
-        "not_scored": int((~scored).sum()),
+        "not_scored": int((~scored & ~over_max_length).sum()),
+        "over_max_length": int(over_max_length.sum()),
         "no_votes": int((scored & ~voted).sum()),
         "no_majority": int((scored & voted & (human == NO_CONSENSUS)).sum()),
         "tie_majority": int((scored & (human == WINNER_TIE)).sum()),
         "both_bad_majority": int((scored & (human == WINNER_BOTH_BAD)).sum()),
     }
-    kappa = kappa_with_interval(human=human[counted], model=winner_shown[counted], n_resamples=n_resamples,
-                                seed=seed)
+
+    def agreement(among: np.ndarray) -> dict:
+        among = counted & among
+        kappa = kappa_with_interval(human=human[among], model=winner_shown[among], n_resamples=n_resamples, seed=seed)
+        return {
+            "n": int(among.sum()),
+            "too_few_to_judge": int(among.sum()) < TOO_FEW_TO_JUDGE_UNDER,
+            "share": _rate(int((winner_shown[among] == human[among]).sum()), int(among.sum())),
+            "cohen_kappa": kappa,
+            "model_ties": int((winner_shown[among] == WINNER_TIE).sum()),
+        }
+
+    consistent = int((winner_shown[scored] == winner_swapped[scored]).sum())
     return {
         "judged_pairs": int(votes.shape[0]),
         "scored_pairs": int(scored.sum()),
-        "agreement": {
-            "n": int(counted.sum()),
-            "too_few_to_judge": int(counted.sum()) < TOO_FEW_TO_JUDGE_UNDER,
-            "share": _rate(int(agrees.sum()), int(counted.sum())),
-            "cohen_kappa": kappa,
-            "model_ties": int((winner_shown[counted] == WINNER_TIE).sum()),
-        },
+        "agreement_unseen": None if seen is None else agreement(~seen),
+        "agreement_seen": None if seen is None else agreement(seen),
+        "agreement": agreement(np.ones_like(scored)),
+        # No interval: both choices come from the same two scores, so it is 1 by construction, not an estimate.
         "order_consistency": {
-            **_rate(int((winner_shown[scored] == winner_swapped[scored]).sum()), int(scored.sum())),
-            "by_construction": True, "note": ORDER_CONSISTENCY_NOTE},
+            "value": consistent / int(scored.sum()) if scored.any() else None, "hits": consistent,
+            "n": int(scored.sum()), "by_construction": True, "note": ORDER_CONSISTENCY_NOTE},
         "left_rate": {
             **_rate(int(np.asarray(chose_left, dtype=bool)[decisive_model].sum()), int(decisive_model.sum())),
             "note": LEFT_RATE_NOTE},

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from functools import lru_cache
 
 import numpy as np
 from django.db import transaction
@@ -39,6 +40,7 @@ from annotate.quality.services import judgments_since
 from annotate.review.choices import WINNERS
 from annotate.review.models import Assignment, Pair, Project, live_assignment
 from annotate.review.overlap import reviewers_with_one_more, votes_of_pairs
+from training.reward_model_scorer import over_max_length_line
 
 # A queued or running scoring silent for longer than this counts as failed (its worker was killed, its message
 # lost, the web process running it in a thread restarted): long against the scoring's heartbeat, short against a day.
@@ -76,9 +78,13 @@ def attachable_checkpoints_provide(lookup: Callable[[], list]) -> None:
     _attachable_checkpoints[:] = [lookup]
 
 
-def attachable_checkpoints() -> list:
-    """The checkpoints the dashboard's attach form offers (none before the runs app is ready)."""
-    return _attachable_checkpoints[0]() if _attachable_checkpoints else []
+def attachable_checkpoints(project: Project) -> list:
+    """The checkpoints the dashboard's attach form offers the project (none before the runs app is ready): reward
+    models whose weights are not attached to it already (attaching them again is refused)."""
+    if not _attachable_checkpoints:
+        return []
+    attached = set(attached_model_reviewers(project).values_list("content_hash", flat=True))
+    return [checkpoint for checkpoint in _attachable_checkpoints[0]() if checkpoint.content_hash not in attached]
 
 
 # --- a scoring that stopped reporting --------------------------------------------------------------------
@@ -208,6 +214,52 @@ def offer_confident_disagreements(*, reviewer: ModelReviewer) -> int:
     return offered
 
 
+# --- what it was trained on -----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=16)
+def _train_pair_ids(snapshot: str, snapshot_id: str | None, project_slug: str) -> frozenset[int]:
+    """meta.pair_id of every row of a snapshot's train split when it is a snapshot of this project, else none (pair
+    ids name this app's pairs only). A snapshot is written once: cached by path and id."""
+    from training.snapshot import iter_rows, verify
+
+    manifest = verify(snapshot)
+    if manifest.get("project") != project_slug:
+        return frozenset()
+    return frozenset(row["meta"]["pair_id"] for row in iter_rows(snapshot, "train", manifest=manifest)
+                     if isinstance(row["meta"], dict) and isinstance(row["meta"].get("pair_id"), int))
+
+
+def training_lineage(reviewer: ModelReviewer) -> dict:
+    """The snapshot its checkpoint was trained on (checkpoint -> run -> snapshot, else the run.json beside the
+    checkpoint folder) and the ids of the pairs in that snapshot's train split: the pairs it has seen.
+    `train_pair_ids` is None when the lineage names no snapshot or it cannot be read (`note` says why)."""
+    from training.run_folder import checkpoint_run_record
+    from training.snapshot import SnapshotError
+
+    checkpoint = reviewer.checkpoint
+    run = checkpoint.run if checkpoint.run_id else None
+    snapshot, snapshot_id = (run.snapshot_path or None, (run.snapshot_manifest or {}).get("snapshot_id")) \
+        if run is not None else (None, None)
+    if snapshot is None:
+        record = checkpoint_run_record(checkpoint.uri) or {}
+        recorded = record.get("snapshot") if isinstance(record.get("snapshot"), dict) else {}
+        snapshot, snapshot_id = recorded.get("path"), recorded.get("snapshot_id")
+        if snapshot is None and record.get("kind") == "reward":
+            snapshot = (record.get("config") or {}).get("snapshot")
+    lineage = {"snapshot": snapshot, "snapshot_id": snapshot_id, "train_pair_ids": None, "note": None}
+    if not snapshot:
+        lineage["note"] = ("its checkpoint's lineage names no training snapshot, so pairs it saw in training cannot "
+                           "be told from pairs it never saw")
+        return lineage
+    try:
+        lineage["train_pair_ids"] = _train_pair_ids(str(snapshot), snapshot_id, reviewer.project.slug)
+    except (SnapshotError, OSError) as error:
+        lineage["note"] = (f"its training snapshot cannot be read ({str(error).splitlines()[0]}), so pairs it saw "
+                           "in training cannot be told from pairs it never saw")
+    return lineage
+
+
 # --- reading -------------------------------------------------------------------------------------------
 
 
@@ -236,9 +288,14 @@ def model_reviewer_summary(*, reviewer: ModelReviewer, votes: dict[int, list[int
     a_on_left = np.array([row[0] for row in present], dtype=bool)
     shown = np.array([row[1] for row in present], dtype=object)
     swapped = np.array([row[2] for row in present], dtype=object)
+    lineage = training_lineage(reviewer)
+    seen_ids = lineage["train_pair_ids"]
+    over_max_length = set(reviewer.pairs_over_max_length or ())
     figures = model_reviewer_figures(
         votes=np.array([votes[pair_id] for pair_id in pair_ids], dtype=np.int64).reshape(-1, len(WINNERS)),
         scored=np.array([pair_id in scores for pair_id in pair_ids], dtype=bool),
+        over_max_length=np.array([pair_id in over_max_length for pair_id in pair_ids], dtype=bool),
+        seen=None if seen_ids is None else np.array([pair_id in seen_ids for pair_id in pair_ids], dtype=bool),
         winner_shown=winner_of_screen_choice(shown, a_on_left=a_on_left),
         # In the swapped order response a is on the left where it was on the right.
         winner_swapped=winner_of_screen_choice(swapped, a_on_left=~a_on_left),
@@ -267,6 +324,15 @@ def model_reviewer_summary(*, reviewer: ModelReviewer, votes: dict[int, list[int
         "judgment_watermark": reviewer.judgment_watermark if scored else None,
         "judgments_since": (judgments_since(project=reviewer.project, watermark=reviewer.judgment_watermark)
                             if scored else None),
+        "over_max_length": ({"pairs": len(over_max_length), "max_length": reviewer.max_length,
+                             "note": over_max_length_line(len(over_max_length), len(over_max_length)
+                                                          + reviewer.pairs_scored, reviewer.max_length, "pairs")
+                             + "; they are left out of every figure"}
+                            if scored and over_max_length else None),
+        "training_snapshot": {"path": lineage["snapshot"], "snapshot_id": lineage["snapshot_id"],
+                              "train_pairs_here": (None if seen_ids is None
+                                                   else int(np.isin(pair_ids, list(seen_ids)).sum())),
+                              "note": lineage["note"]},
         "figures": figures,
     }
 

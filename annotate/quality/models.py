@@ -58,6 +58,11 @@ class ModelReviewer(models.Model):
     disagreement_threshold = models.FloatField(
         default=1.0, help_text="Score difference above which a disagreement with the people's majority is confident.")
     pairs_scored = models.PositiveIntegerField(default=0)
+    max_length = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The max_length its last scoring kept to (its reward run's); null: none.")
+    pairs_over_max_length = models.JSONField(
+        default=list, blank=True, help_text="Ids of the pairs its last scoring could not score: an answer's sequence "
+                                            "was longer than max_length (training.reward_model_scorer).")
     judgment_watermark = models.BigIntegerField(
         default=0, help_text="Id of the project's newest Judgment row when the last scoring read the pairs.")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,

@@ -281,20 +281,30 @@ def _rate_figure(block: dict, noun: str) -> Figure:
     return Figure(value=_percent_1(block["value"]), detail=_spread(block["ci"], block["n"], noun))
 
 
+def _agreement_figures(agreement: dict | None, label: str) -> dict | None:
+    """A model reviewer's agreement share and kappa over one set of pairs, under its label."""
+    if agreement is None:
+        return None
+    kappa = agreement["cohen_kappa"]
+    return {"label": label, "share": _rate_figure(agreement["share"], "pairs with a majority for a or b"),
+            "kappa": (Figure(value="too few to judge", detail=f"{agreement['n']} pairs")
+                      if agreement["too_few_to_judge"]
+                      else _figure(kappa["value"], _number_3, detail=_ci(kappa["ci"], number),
+                                   reason="the people and the model used one category throughout"))}
+
+
 def _model_reviewer_rows(summaries: list[dict]) -> list[dict]:
     rows = []
     for summary in summaries:
         figures = summary["figures"]
-        agreement = figures["agreement"]
-        kappa = agreement["cohen_kappa"]
-        kappa_figure = (
-            Figure(value="too few to judge", detail=f"{agreement['n']} pairs") if agreement["too_few_to_judge"]
-            else _figure(kappa["value"], _number_3, detail=_ci(kappa["ci"], number),
-                         reason="the people and the model used one category throughout"))
+        # Pairs it never saw lead: agreement on its own training pairs measures memory (model_agreement.py).
+        agreements = [block for block in (
+            _agreement_figures(figures["agreement_unseen"], "pairs it never saw"),
+            _agreement_figures(figures["agreement_seen"], "its training pairs"),
+            _agreement_figures(figures["agreement"], "all pairs")) if block is not None]
         rows.append({
             **summary,
-            "share": _rate_figure(agreement["share"], "pairs with a majority for a or b"),
-            "kappa": kappa_figure,
+            "agreements": agreements,
             # Not a measurement: both choices come from the same two scores (ORDER_CONSISTENCY_NOTE).
             "order": _figure(figures["order_consistency"]["value"], _number_3, reason="no scored pairs",
                              detail=f"by construction · of {figures['order_consistency']['n']} scored pairs"),
@@ -307,7 +317,7 @@ def _model_reviewer_rows(summaries: list[dict]) -> list[dict]:
 def _model_reviewer_section(project, *, is_admin: bool) -> dict:
     return {
         "rows": _model_reviewer_rows(model_reviewer_summaries(project=project)),
-        "checkpoints": attachable_checkpoints() if is_admin else [],
+        "checkpoints": attachable_checkpoints(project) if is_admin else [],
         "can_change": is_admin,
         "adaptive": project.overlap_is_adaptive,
         "too_few_under": TOO_FEW_TO_JUDGE_UNDER,

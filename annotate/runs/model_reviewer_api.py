@@ -19,7 +19,11 @@ from annotate.quality.model_reviewers import (
 )
 from annotate.quality.models import ModelReviewer
 from annotate.review.selectors import project_or_404
-from annotate.runs.model_reviewer_scoring import model_reviewer_attach, model_reviewer_score_again
+from annotate.runs.model_reviewer_scoring import (
+    DEFAULT_DISAGREEMENT_THRESHOLD,
+    model_reviewer_attach,
+    model_reviewer_score_again,
+)
 
 ATTACH_FIELDS = {"checkpoint", "offer_disagreements", "disagreement_threshold"}
 CHANGE_FIELDS = {"offer_disagreements", "disagreement_threshold"}
@@ -56,7 +60,7 @@ class ModelReviewersView(_AdminWrites):
             "disagreement_threshold": serializers.FloatField(required=False, default=1.0)}),
         responses={201: OpenApiResponse(description="the model reviewer"),
                    400: OpenApiResponse(description='{"detail": "..."}: not a reward model, unknown checkpoint, '
-                                                    'no judged pairs, attached already')})
+                                                    'no judged pairs, attached already, a null or bad setting')})
     def post(self, request, slug: str):
         project = project_or_404(slug)
         data = _body(request, ATTACH_FIELDS, what="attaching a model reviewer")
@@ -65,7 +69,7 @@ class ModelReviewersView(_AdminWrites):
         reviewer = model_reviewer_attach(
             project=project, checkpoint=data["checkpoint"], created_by=request.user,
             offer_disagreements=data.get("offer_disagreements", False),
-            disagreement_threshold=data.get("disagreement_threshold"))
+            disagreement_threshold=data.get("disagreement_threshold", DEFAULT_DISAGREEMENT_THRESHOLD))
         return Response(model_reviewer_summary(reviewer=ModelReviewer.objects.get(pk=reviewer.pk)),
                         status=status.HTTP_201_CREATED)
 

@@ -20,7 +20,11 @@ from annotate.quality.model_reviewers import (
 )
 from annotate.review.selectors import project_for_staff_page
 from annotate.roles import ADMIN_ROLES, user_roles
-from annotate.runs.model_reviewer_scoring import model_reviewer_attach, model_reviewer_score_again
+from annotate.runs.model_reviewer_scoring import (
+    DEFAULT_DISAGREEMENT_THRESHOLD,
+    model_reviewer_attach,
+    model_reviewer_score_again,
+)
 
 
 def _admin_page_project(request, slug: str):
@@ -42,7 +46,8 @@ def model_reviewer_attach_page(request, slug: str):
         reviewer = model_reviewer_attach(
             project=project, checkpoint=request.POST.get("checkpoint", ""), created_by=request.user,
             offer_disagreements=request.POST.get("offer_disagreements", "off"),
-            disagreement_threshold=request.POST.get("disagreement_threshold") or None)
+            # An empty field takes the default threshold.
+            disagreement_threshold=request.POST.get("disagreement_threshold") or DEFAULT_DISAGREEMENT_THRESHOLD)
     except UserMistake as exc:
         messages.error(request, str(exc))
         return _back_to_model_reviewers(project)

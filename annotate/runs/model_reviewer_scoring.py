@@ -72,8 +72,13 @@ def reward_model_checkpoints() -> list[Checkpoint]:
     return [c for c in Checkpoint.objects.select_related("run").order_by("name") if is_local_reward_model(c)]
 
 
+# The threshold a model reviewer gets when none is given (the field's default).
+DEFAULT_DISAGREEMENT_THRESHOLD = ModelReviewer._meta.get_field("disagreement_threshold").default
+
+
 def model_reviewer_attach(*, project: Project, checkpoint, created_by: AbstractBaseUser | None,
-                          offer_disagreements=False, disagreement_threshold=None) -> ModelReviewer:
+                          offer_disagreements=False,
+                          disagreement_threshold=DEFAULT_DISAGREEMENT_THRESHOLD) -> ModelReviewer:
     """Attach a registered reward-model checkpoint (id or name) to the project and queue its scoring; one line
     (400) for a checkpoint that is unknown or no reward model, a project with no judged pairs, or weights
     attached already."""
@@ -84,7 +89,7 @@ def model_reviewer_attach(*, project: Project, checkpoint, created_by: AbstractB
             "ForSequenceClassification, or it is not a local folder); attach a checkpoint made by "
             "python -m training reward")
     offer = flag_checked("offer_disagreements", offer_disagreements)
-    threshold = disagreement_threshold_checked(1.0 if disagreement_threshold in (None, "") else disagreement_threshold)
+    threshold = disagreement_threshold_checked(disagreement_threshold)  # null is refused, as in a change
     if not judged_pairs(project).exists():
         raise ModelReviewerMistake(f"project {project.slug!r} has no judged pairs yet, so there is nothing to "
                                    "score; attach a model reviewer once reviewers have judged some pairs")
@@ -221,11 +226,12 @@ def _run_with_heartbeat(reviewer: ModelReviewer, command: list[str]) -> tuple[in
                     raise ScoringSuperseded() from None
 
 
-def finite_scores(rows: list[dict]) -> dict[str, float]:
-    """Scores by answer id from the reward-score output's rows; ScoringFailed when one is NaN or infinite (a
-    broken model: no choice can be read from it)."""
-    scores = {row["id"]: float(row["score"]) for row in rows}
-    broken = [answer for answer, score in scores.items() if not math.isfinite(score)]
+def finite_scores(rows: list[dict]) -> dict[str, float | None]:
+    """Scores by answer id from the reward-score output's rows, None where the answer was longer than the model's
+    max_length (not scored: training.reward_model_scorer.fits_max_length); ScoringFailed when one is NaN or
+    infinite (a broken model: no choice can be read from it)."""
+    scores = {row["id"]: None if row["score"] is None else float(row["score"]) for row in rows}
+    broken = [answer for answer, score in scores.items() if score is not None and not math.isfinite(score)]
     if broken:
         raise ScoringFailed(f"the reward model scored {len(broken)} of {len(scores)} answers as "
                             f"{scores[broken[0]]} (response {broken[0]} first), not a finite number; its weights "
@@ -233,8 +239,9 @@ def finite_scores(rows: list[dict]) -> dict[str, float]:
     return scores
 
 
-def _run_reward_score(reviewer: ModelReviewer, pairs: list[dict]) -> dict[str, float]:
-    """Scores by response id from `python -m training reward-score`, or ScoringFailed with its one line."""
+def _run_reward_score(reviewer: ModelReviewer, pairs: list[dict]) -> tuple[dict[str, float | None], int | None]:
+    """(scores by response id, the max_length it kept to) from `python -m training reward-score`, or ScoringFailed
+    with its one line."""
     with tempfile.TemporaryDirectory(prefix="pairwise-model-reviewer-") as scratch:
         answers, out = Path(scratch) / "answers.jsonl", Path(scratch) / "scores.json"
         seen: set[int] = set()
@@ -267,13 +274,18 @@ def _run_reward_score(reviewer: ModelReviewer, pairs: list[dict]) -> dict[str, f
         raise ScoringFailed(f"checkpoint {reviewer.checkpoint.name!r} holds other weights than when it was attached "
                             f"({scored_hash[:19]}… now, {reviewer.content_hash[:19]}… then); register the new "
                             "weights as a checkpoint and attach that")
-    return finite_scores(result["scores"])
+    return finite_scores(result["scores"]), result["reward_model"].get("max_length")
 
 
-def _score_rows(reviewer: ModelReviewer, pairs: list[dict], scores: dict[str, float]) -> list[ModelPairScore]:
-    rows = []
+def _score_rows(reviewer: ModelReviewer, pairs: list[dict],
+                scores: dict[str, float | None]) -> tuple[list[ModelPairScore], list[int]]:
+    """The pairs' score rows, and the ids of the pairs left unscored because an answer was over max_length."""
+    rows, over_max_length = [], []
     for pair in pairs:
         score_a, score_b = scores[str(pair["response_a_id"])], scores[str(pair["response_b_id"])]
+        if score_a is None or score_b is None:
+            over_max_length.append(pair["pk"])
+            continue
         left, right = (score_a, score_b) if pair["a_on_left"] else (score_b, score_a)
         rows.append(ModelPairScore(
             model_reviewer=reviewer, pair_id=pair["pk"], score_a=score_a, score_b=score_b, a_on_left=pair["a_on_left"],
@@ -281,7 +293,7 @@ def _score_rows(reviewer: ModelReviewer, pairs: list[dict], scores: dict[str, fl
             # Swapped: what was on the right is on the left. The model scores each answer alone, so this is
             # the same answer by construction; it is kept as the record of both display orders.
             choice_swapped=screen_choice(left_score=right, right_score=left)))
-    return rows
+    return rows, over_max_length
 
 
 def _one_line(error: Exception) -> str:
@@ -302,7 +314,8 @@ def model_reviewer_run(*, reviewer_id: int, attempt: int) -> ModelReviewer | Non
         pairs = _pairs_to_score(reviewer.project)
         if not pairs:
             raise ScoringFailed(f"project {reviewer.project.slug!r} has no judged pairs to score")
-        rows = _score_rows(reviewer, pairs, _run_reward_score(reviewer, pairs))
+        scores, max_length = _run_reward_score(reviewer, pairs)
+        rows, over_max_length = _score_rows(reviewer, pairs, scores)
         with transaction.atomic():
             if not ModelReviewer.objects.select_for_update().filter(
                     pk=reviewer.pk, attempt=attempt, detached_at__isnull=True).exists():
@@ -314,6 +327,7 @@ def model_reviewer_run(*, reviewer_id: int, attempt: int) -> ModelReviewer | Non
                 update_fields=["score_a", "score_b", "a_on_left", "choice_shown", "choice_swapped"])
             ModelReviewer.objects.filter(pk=reviewer.pk, attempt=attempt).update(
                 status=ModelReviewer.Status.DONE, error="", pairs_scored=len(rows), judgment_watermark=watermark,
+                max_length=max_length, pairs_over_max_length=over_max_length,
                 scored_at=timezone.now(), heartbeat_at=timezone.now())
     except ScoringSuperseded:
         reviewer.refresh_from_db()

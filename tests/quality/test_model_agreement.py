@@ -35,13 +35,14 @@ SWAPPED = np.array(["right", "left", "right", "tie", "left", "left", "right", "l
                     "right"])
 
 
-def figures(votes=VOTES, score_a=SCORE_A, score_b=SCORE_B, a_on_left=A_ON_LEFT, scored=None):
+def figures(votes=VOTES, score_a=SCORE_A, score_b=SCORE_B, a_on_left=A_ON_LEFT, scored=None, **extra):
     # Reversing a pair (a <-> b, and a_on_left with it) leaves what is on the screen as it was: SHOWN and SWAPPED.
     assert (winner_of_screen_choice(SHOWN, a_on_left=a_on_left) == model_winner(score_a, score_b)).all()
     return model_reviewer_figures(
         votes=votes, scored=np.ones(len(votes), dtype=bool) if scored is None else scored,
         winner_shown=winner_of_screen_choice(SHOWN, a_on_left=a_on_left),
-        winner_swapped=winner_of_screen_choice(SWAPPED, a_on_left=~a_on_left), chose_left=SHOWN == "left", seed=0)
+        winner_swapped=winner_of_screen_choice(SWAPPED, a_on_left=~a_on_left), chose_left=SHOWN == "left", seed=0,
+        **extra)
 
 
 def test_agreement_with_the_majority_matches_the_hand_worked_example():
@@ -57,8 +58,10 @@ def test_agreement_with_the_majority_matches_the_hand_worked_example():
     assert agreement["cohen_kappa"]["value"] == pytest.approx(cohens_kappa(doubled).kappa)
     low, high = agreement["cohen_kappa"]["ci"]
     assert -1 <= low < 5 / 11 < high <= 1
-    assert result["left_out"] == {"not_scored": 0, "no_votes": 0, "no_majority": 1, "tie_majority": 1,
-                                  "both_bad_majority": 0}
+    assert result["left_out"] == {"not_scored": 0, "over_max_length": 0, "no_votes": 0, "no_majority": 1,
+                                  "tie_majority": 1, "both_bad_majority": 0}
+    # Without a lineage, pairs it saw in training cannot be told apart: no split figures, never a guess.
+    assert result["agreement_unseen"] is None and result["agreement_seen"] is None
 
 
 def test_order_consistency_is_one_by_construction_and_left_rate_counts_left_choices():
@@ -67,6 +70,7 @@ def test_order_consistency_is_one_by_construction_and_left_rate_counts_left_choi
     assert result["order_consistency"]["value"] == 1.0 and result["order_consistency"]["n"] == 12
     assert result["order_consistency"]["by_construction"]
     assert result["order_consistency"]["note"].startswith("1.000 by construction")
+    assert "ci" not in result["order_consistency"]  # not an estimate: no interval
     # 11 a/b choices (pair 4 is a tie); the one shown on the left won on pairs 1, 3, 7, 11 and 12 (SHOWN).
     assert result["left_rate"]["n"] == 11 and result["left_rate"]["hits"] == 5
     assert result["left_rate"]["value"] == pytest.approx(5 / 11)
@@ -98,14 +102,35 @@ def test_unscored_pairs_are_left_out_and_few_pairs_are_too_few_to_judge():
     assert result["agreement"]["share"]["too_few_to_judge"]
 
 
+def test_pairs_over_max_length_are_left_out_for_that_not_as_judged_since():
+    scored = np.array([True] * 9 + [False] * 3)
+    over = np.array([False] * 9 + [True, True, False])
+    result = figures(scored=scored, over_max_length=over)
+    assert result["left_out"]["over_max_length"] == 2 and result["left_out"]["not_scored"] == 1
+    assert result["agreement"]["n"] == 9  # pairs 1-9 all have a majority for a or b
+
+
+def test_agreement_on_pairs_it_never_saw_is_apart_from_its_training_pairs():
+    # Its training pairs: 1-3 and 7 (it agrees on 1, 2, 3 and 7); it never saw 4-6 and 8-12, of which 5, 6, 8, 9, 10
+    # have a majority for a or b: it agrees on 5, 8 and 9. Together 7 of 10, as before.
+    seen = np.zeros(12, dtype=bool)
+    seen[[0, 1, 2, 6]] = True
+    result = figures(seen=seen)
+    assert list(result).index("agreement_unseen") < list(result).index("agreement_seen")
+    assert (result["agreement_seen"]["n"], result["agreement_seen"]["share"]["hits"]) == (4, 4)
+    assert (result["agreement_unseen"]["n"], result["agreement_unseen"]["share"]["hits"]) == (6, 3)
+    assert result["agreement_unseen"]["model_ties"] == 1  # pair 4
+    assert (result["agreement"]["n"], result["agreement"]["share"]["hits"]) == (10, 7)
+
+
 def test_a_pair_without_first_time_votes_is_left_out_for_that_not_as_a_split():
     votes = VOTES.copy()
     votes[10] = 0  # the split pair, judged now only by a retest: no vote counts
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no 0/0 share on the way
         result = figures(votes)
-    assert result["left_out"] == {"not_scored": 0, "no_votes": 1, "no_majority": 0, "tie_majority": 1,
-                                  "both_bad_majority": 0}
+    assert result["left_out"] == {"not_scored": 0, "over_max_length": 0, "no_votes": 1, "no_majority": 0,
+                                  "tie_majority": 1, "both_bad_majority": 0}
     assert result["agreement"]["n"] == 10 and result["agreement"]["share"]["hits"] == 7
 
 

@@ -111,10 +111,15 @@ def test_an_attached_reward_model_scores_every_judged_pair_and_is_measured_again
     [listed] = client_for(staff["engineer"]).get(f"/api/v1/projects/{judged.slug}/model-reviewers").json()
     figures = listed["figures"]
     assert figures["agreement"]["n"] == PAIRS and figures["agreement"]["share"]["hits"] == agree
+    # Its lineage names the tiny snapshot, of another project: every pair here is one it never saw.
+    assert listed["training_snapshot"]["train_pairs_here"] == 0 and listed["training_snapshot"]["note"] is None
+    assert figures["agreement_unseen"]["n"] == PAIRS and figures["agreement_seen"]["n"] == 0
     assert figures["order_consistency"]["value"] == 1.0
-    assert figures["left_out"] == {"not_scored": 0, "no_votes": 0, "no_majority": 0, "tie_majority": 0,
-                                   "both_bad_majority": 0}
-    assert figures["order_consistency"]["by_construction"]
+    assert figures["left_out"] == {"not_scored": 0, "over_max_length": 0, "no_votes": 0, "no_majority": 0,
+                                   "tie_majority": 0, "both_bad_majority": 0}
+    assert listed["over_max_length"] is None
+    # 1 by construction: not an estimate, so no interval.
+    assert figures["order_consistency"]["by_construction"] and "ci" not in figures["order_consistency"]
     assert listed["pairs_scored"] == PAIRS and listed["judgments_since"] == 0
     assert listed["identity"] == f"reward_model@{checkpoint.content_hash}"
 
@@ -125,11 +130,14 @@ def test_an_attached_reward_model_scores_every_judged_pair_and_is_measured_again
     html = response.content.decode()
     [row] = read_page(response).tables["model-reviewer-table"][1:]
     assert row["cells"][0].startswith("rm-tiny") and "done" in row["badges"]
-    assert row["cells"][2].startswith(f"{100 * agree / PAIRS:.1f}%")
+    assert row["cells"][2].startswith(f"pairs it never saw: {100 * agree / PAIRS:.1f}%")
     assert "the order a pair is shown in cannot sway it" in html
     assert "1.000 by construction" in html and "follows the left/right coin" in html
     assert row["cells"][4].startswith("1.000") and "measured" not in html
     assert f"scored {PAIRS} pairs as of judgment" in row["cells"][1] and "0 new judgments since" in row["cells"][1]
+    # Its weights are attached: the attach form no longer offers them.
+    attach_form = html.split('id="model-reviewer-attach"')[1]
+    assert ">rm-tiny</option>" not in attach_form and "No registered reward model is left to attach" in attach_form
 
     # The people's figures are exactly what they were.
     assert agreement_report_for_project(project=judged, bootstrap=50) == report_before
@@ -183,6 +191,11 @@ def test_bad_attachments_are_one_line_400s(judged, staff, make_project, client_f
         response = attach(client_for, staff["admin"], project, checkpoint, django_capture_on_commit_callbacks)
         assert response.status_code == 400 and expected in response.json()["detail"], response.json()
         assert "\n" not in response.json()["detail"]
+    # A null threshold is refused as a change refuses it, not taken as the default.
+    null = attach(client_for, staff["admin"], judged, "rm-tiny", django_capture_on_commit_callbacks,
+                  disagreement_threshold=None)
+    assert null.status_code == 400 and null.json()["detail"].startswith("disagreement_threshold:"), null.json()
+    assert not ModelReviewer.objects.exists()
     assert attach(client_for, staff["admin"], judged, "rm-tiny", django_capture_on_commit_callbacks).status_code == 201
     again = attach(client_for, staff["admin"], judged, "rm-tiny", django_capture_on_commit_callbacks)
     assert again.status_code == 400 and "is attached to this project already" in again.json()["detail"]
@@ -429,3 +442,92 @@ def test_an_offer_withdrawn_by_an_undo_or_a_settings_change_is_made_again_by_the
     assert api.get(f"/api/v1/model-reviewers/{reviewer.pk}").json()["pairs_offered"] == 0
     assert offered_by_next_pass() == len(against)
     assert needs() == {pk: 3 if pk in against else 2 for pk in scored}
+
+
+def test_pairs_over_the_reward_models_max_length_are_not_scored_and_the_page_says_how_many(
+        judged, staff, client_for, tiny_reward_model, django_capture_on_commit_callbacks, tmp_path):
+    """One length rule (training.reward_model_scorer.fits_max_length): an answer longer than the max_length the
+    model was trained under is not scored, never cut; the pairs it leaves out are counted and shown."""
+    import shutil
+
+    from training.reward_model_scorer import RewardModelScorer
+
+    run = tmp_path / "rm-short"
+    shutil.copytree(tiny_reward_model["reward"].parent, run)
+    pairs = list(Pair.objects.filter(project=judged).select_related("prompt", "response_a", "response_b"))
+    scorer = RewardModelScorer(run / "checkpoint")
+    longest = {pair.pk: max(len(scorer.sequence(pair.prompt.messages, pair.response_a.text)),
+                            len(scorer.sequence(pair.prompt.messages, pair.response_b.text))) for pair in pairs}
+    # A max_length between the pairs' lengths, so that some pairs fit and some do not.
+    max_length = sorted(longest.values())[len(longest) // 2]
+    over = {pair_id for pair_id, length in longest.items() if length > max_length}
+    assert 0 < len(over) < PAIRS
+    record = json.loads((run / "run.json").read_text())
+    record["config"]["max_length"] = max_length
+    (run / "run.json").write_text(json.dumps(record))
+    checkpoint_register(uri=str(run / "checkpoint"), name="rm-short")
+
+    assert attach(client_for, staff["admin"], judged, "rm-short", django_capture_on_commit_callbacks).status_code == 201
+    reviewer = ModelReviewer.objects.get()
+    assert reviewer.status == "done"
+    assert set(ModelPairScore.objects.filter(model_reviewer=reviewer).values_list("pair_id", flat=True)) \
+        == set(longest) - over
+    [listed] = client_for(staff["admin"]).get(f"/api/v1/projects/{judged.slug}/model-reviewers").json()
+    assert listed["pairs_scored"] == PAIRS - len(over)
+    assert listed["over_max_length"]["pairs"] == len(over) and listed["over_max_length"]["max_length"] == max_length
+    assert listed["figures"]["left_out"]["over_max_length"] == len(over)
+    assert listed["figures"]["left_out"]["not_scored"] == 0
+    assert listed["figures"]["agreement"]["n"] == PAIRS - len(over)
+
+    page = Client()
+    page.force_login(staff["admin"])
+    [row] = read_page(page.get(f"/projects/{judged.slug}/quality/")).tables["model-reviewer-table"][1:]
+    assert f"{len(over)} of {PAIRS} pairs longer than max_length ({max_length} tokens) not scored" in row["cells"][1]
+    assert f"{len(over)}: an answer is longer than the reward model's max_length" in row["cells"][-2]
+
+
+def test_agreement_on_pairs_it_never_saw_leads_and_its_training_pairs_are_apart(
+        judged, staff, client_for, tiny_checkpoint, django_capture_on_commit_callbacks, tmp_path):
+    """A reward model trained on this project's snapshot: its lineage (checkpoint -> run -> snapshot) names the
+    pairs of that snapshot's train split, and its agreement is reported on the others first."""
+    import yaml
+
+    from tests.conftest import TORCH_THREADS
+    from training.reward import load_reward_config, run_reward
+    from training.snapshot import iter_rows
+
+    manifest, _ = export_rows(judged, tmp_path, "snapshot", test_ratio=0.5, seed=1)
+    train_ids = {row["meta"]["pair_id"] for row in iter_rows(tmp_path / "snapshot", "train")}
+    assert 0 < len(train_ids) < PAIRS
+    config = {"base_checkpoint": str(tiny_checkpoint), "snapshot": str(tmp_path / "snapshot"),
+              "output_dir": str(tmp_path / "rm"), "learning_rate": 1e-3, "max_steps": 2,
+              "per_device_train_batch_size": 4, "per_device_eval_batch_size": 8, "logging_steps": 1,
+              "torch_threads": TORCH_THREADS, "use_cpu": True, "seed": 0, "report_to": ["none"]}
+    (tmp_path / "rm.yaml").write_text(yaml.safe_dump(config))
+    run_reward(load_reward_config(tmp_path / "rm.yaml"))
+    checkpoint_register(uri=str(tmp_path / "rm" / "checkpoint"), name="rm-own")
+
+    assert attach(client_for, staff["admin"], judged, "rm-own", django_capture_on_commit_callbacks).status_code == 201
+    [listed] = client_for(staff["admin"]).get(f"/api/v1/projects/{judged.slug}/model-reviewers").json()
+    assert listed["training_snapshot"]["snapshot_id"] == manifest["snapshot_id"]
+    assert listed["training_snapshot"]["train_pairs_here"] == len(train_ids)
+    figures = listed["figures"]
+    assert list(figures).index("agreement_unseen") < list(figures).index("agreement_seen") \
+        < list(figures).index("agreement")
+    # Worked out here from the stored scores: every pair has a 2-0 majority for a or b.
+    people_a = {pair.pk: not pair.prompt.external_id.endswith(("09", "10", "11"))
+                for pair in Pair.objects.filter(project=judged).select_related("prompt")}
+    hits = {pair_id: (score_a > score_b) == people_a[pair_id] for pair_id, score_a, score_b in
+            ModelPairScore.objects.values_list("pair_id", "score_a", "score_b")}
+    seen, unseen = figures["agreement_seen"], figures["agreement_unseen"]
+    assert seen["n"] == len(train_ids) and unseen["n"] == PAIRS - len(train_ids)
+    assert seen["share"]["hits"] == sum(hits[pair_id] for pair_id in train_ids)
+    assert unseen["share"]["hits"] == sum(hit for pair_id, hit in hits.items() if pair_id not in train_ids)
+    assert seen["share"]["hits"] + unseen["share"]["hits"] == figures["agreement"]["share"]["hits"]
+
+    page = Client()
+    page.force_login(staff["admin"])
+    [row] = read_page(page.get(f"/projects/{judged.slug}/quality/")).tables["model-reviewer-table"][1:]
+    agreement = row["cells"][2]
+    assert agreement.index("pairs it never saw") < agreement.index("its training pairs") < agreement.index("all pairs")
+    assert f"{len(train_ids)} of these pairs are in its train split" in row["cells"][0]

@@ -214,3 +214,62 @@ def test_reward_score_scores_each_answer_alone_and_refuses_bad_lines(tmp_path, t
     assert main(["reward-score", "--reward-model", str(tiny_checkpoint), "--answers", str(alone),
                  "--out", str(tmp_path / "bad.json")]) == 2
     assert "is not a trained reward model" in capsys.readouterr().err
+
+
+def capped_reward_model(tiny_reward_model, folder, max_length: int):
+    """A copy of the reward model's run folder whose run.json says it was trained under `max_length`."""
+    import shutil
+
+    shutil.copytree(tiny_reward_model.parent, folder)
+    record = json.loads((folder / "run.json").read_text())
+    record["config"]["max_length"] = max_length
+    (folder / "run.json").write_text(json.dumps(record))
+    return folder / "checkpoint"
+
+
+def test_an_answer_over_max_length_is_not_scored_and_is_counted_wherever_a_reward_model_scores(
+        tmp_path, tiny_reward_model, open_run, capsys):
+    """One length rule (fits_max_length): reward-score, GRPO's reward function and rescore leave an over-length
+    answer unscored (None), never cut, and say how many."""
+    import shutil
+
+    from training.grpo.rewards import RewardModelReward
+    from training.reward_model_scorer import RewardModelScorer
+
+    prompt = [{"role": "user", "content": "A car drives 60 km in 2 hours. Speed?"}]
+    short, long = "Answer: 30 km/h", "60 / 2 = 30, so the speed is 30 km/h. " * 20 + "Answer: 30 km/h"
+    full = RewardModelScorer(tiny_reward_model)
+    short_length, long_length = len(full.sequence(prompt, short)), len(full.sequence(prompt, long))
+    checkpoint = capped_reward_model(tiny_reward_model, tmp_path / "capped", max_length=short_length)
+    assert short_length < long_length
+
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("\n".join(json.dumps({"id": name, "prompt": prompt, "answer": answer})
+                                 for name, answer in (("short", short), ("long", long))) + "\n")
+    out = tmp_path / "scores.json"
+    assert main(["reward-score", "--reward-model", str(checkpoint), "--answers", str(answers), "--out", str(out)]) == 0
+    written = json.loads(out.read_text())
+    scores = {row["id"]: row["score"] for row in written["scores"]}
+    assert scores["long"] is None and written["over_max_length"] == 1
+    assert scores["short"] == pytest.approx(full.score([prompt], [short])[0], abs=1e-5)  # what fits is as before
+    assert f"1 of 2 answers longer than max_length ({short_length} tokens) not scored" in capsys.readouterr().out
+
+    logged = {}
+    reward = RewardModelReward(RewardModelScorer(checkpoint))
+    given = reward(prompts=[prompt, prompt], completions=[[{"role": "assistant", "content": short}],
+                                                          [{"role": "assistant", "content": long}]],
+                   log_metric=lambda name, value: logged.update({name: value}))
+    assert given[1] is None and given[0] == pytest.approx(scores["short"], abs=1e-5)
+    assert logged == {"reward_model/over_max_length": 0.5}
+
+    # Rescoring a copy of a GRPO run with a model that fits nothing: every new score is null, and said.
+    run = tmp_path / "run-copy"
+    shutil.copytree(open_run[0], run)
+    nothing = capped_reward_model(tiny_reward_model, tmp_path / "fits-nothing", max_length=1)
+    rollouts = read_rollouts(run).num_rows
+    assert main(["rescore", "--run", str(run), "--reward-model", str(nothing)]) == 0
+    out = capsys.readouterr().out
+    assert f"{rollouts} of {rollouts} completions longer than max_length (1 tokens) not scored" in out
+    rescored = json.loads((run / "run.json").read_text())["rescores"][-1]["rescored"]
+    assert rescored["over_max_length"] == rollouts and rescored["completions"] == 0
+    assert rescored["mean_score"] is None

@@ -173,3 +173,34 @@ def test_help_config_lists_the_reward_keys(capsys):
     out = capsys.readouterr().out
     for key in ("base_checkpoint", "snapshot", "margin_from_strength", "center_rewards_coefficient", "max_length"):
         assert key in out, key
+
+
+def test_pairs_over_max_length_are_left_out_of_training_and_test_scoring_and_counted(tmp_path, tiny_checkpoint,
+                                                                                      tiny_snapshot):
+    """One length rule (training.reward_model_scorer.fits_max_length): a pair with an answer longer than max_length
+    is left out of training (TRL's filter) and of test scoring, and both counts are recorded and printed."""
+    from transformers import AutoTokenizer
+
+    from training.reward_model_scorer import fits_max_length, sequence_ids
+    from training.snapshot import iter_rows
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_checkpoint)
+
+    def longest(row):
+        return max(len(sequence_ids(tokenizer, row, key)) for key in ("chosen", "rejected"))
+
+    train, test = list(iter_rows(tiny_snapshot, "train")), list(iter_rows(tiny_snapshot, "test"))
+    max_length = sorted(longest(row) for row in train + test)[len(train + test) // 2]
+    over_train = sum(not fits_max_length([0] * longest(row), max_length) for row in train)
+    over_test = sum(not fits_max_length([0] * longest(row), max_length) for row in test)
+    assert 0 < over_train < len(train) and over_test < len(test)
+
+    result = run_training_cli("reward", "--config", str(write_config(tmp_path, tiny_checkpoint, tiny_snapshot,
+                                                                     max_length=max_length)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads((tmp_path / "run" / "run.json").read_text())["results"]
+    assert results["train_over_max_length"] == {"pairs": over_train, "of": len(train), "max_length": max_length}
+    assert results["test"]["left_out_over_max_length"] == over_test
+    assert results["test"]["n"] == len(test) - over_test
+    assert (f"train split: {over_train} of {len(train)} pairs longer than max_length ({max_length} tokens) not "
+            "scored") in result.stdout

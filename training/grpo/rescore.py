@@ -24,6 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from training.errors import PairwiseInputError
+from training.reward_model_scorer import over_max_length_line
 
 RESCORED_DIR = "rescored"
 
@@ -227,8 +228,9 @@ def rescore_with_reward_model(*, run: str | Path, reward_model: str, batch_size:
                         ("original_reward_model", pa.string())])
     _write_rescored(target, pa.Table.from_pylist(new_rows, schema=schema))
 
+    # A completion longer than the reward model's max_length has no new score (fits_max_length): counted, left out.
     paired = [(row["reward_model_score"], score) for row, score in zip(rows, scores, strict=True)
-              if row["reward_model_score"] is not None]
+              if row["reward_model_score"] is not None and score is not None]
     try:
         pearson = round(statistics.correlation(*zip(*paired, strict=True)), 4) if len(paired) >= 2 else None
     except statistics.StatisticsError:  # every score the same on one side
@@ -236,16 +238,19 @@ def rescore_with_reward_model(*, run: str | Path, reward_model: str, batch_size:
     groups: dict[str, list[tuple[float | None, float]]] = defaultdict(list)
     for row, score in zip(rows, scores, strict=True):
         groups[row["group_id"]].append((row["reward_model_score"], score))
-    comparable = [members for members in groups.values() if all(old is not None for old, _ in members)]
+    comparable = [members for members in groups.values()
+                  if all(old is not None and new is not None for old, new in members)]
     same_best = sum(max(range(len(m)), key=lambda i: m[i][0]) == max(range(len(m)), key=lambda i: m[i][1])
                     for m in comparable)
-    originals = [old for old, _ in paired]
+    originals = [row["reward_model_score"] for row in rows if row["reward_model_score"] is not None]
+    scored = [score for score in scores if score is not None]
     comparison = {
         "original": {"reward_models": sorted({r["reward_model"] for r in rows if r["reward_model"]}),
                      "completions": len(originals),
                      "mean_score": round(statistics.fmean(originals), 4) if originals else None},
-        "rescored": {"reward_models": [identity], "completions": len(scores),
-                     "mean_score": round(statistics.fmean(scores), 4)},
+        "rescored": {"reward_models": [identity], "completions": len(scored),
+                     "mean_score": round(statistics.fmean(scored), 4) if scored else None,
+                     "over_max_length": scorer.over_max_length, "max_length": scorer.max_length},
         "pearson": pearson,
         "same_best_answer": {"groups": len(comparable), "same": same_best},
         "file": str(target.relative_to(folder.path)),
@@ -268,6 +273,11 @@ def format_reward_model_rescore(comparison: dict) -> str:
     best = comparison["same_best_answer"]
     lines.append(f"Pearson r between the two: {mean(comparison['pearson'])}; same best answer in {best['same']} of "
                  f"{best['groups']} groups; new scores in {comparison['file']} (the original rollouts are unchanged)")
+    rescored = comparison["rescored"]
+    if rescored.get("over_max_length"):
+        lines.append(over_max_length_line(rescored["over_max_length"], rescored["over_max_length"]
+                                          + rescored["completions"], rescored["max_length"], "completions")
+                     + "; their new score is null")
     return "\n".join(lines)
 
 

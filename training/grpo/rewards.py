@@ -86,13 +86,17 @@ class RewardModelReward:
     def __init__(self, scorer):
         self.scorer = scorer
         self.identity = scorer.identity
-        self.last: list[float] = []
+        self.last: list[float | None] = []
 
     @property
     def seconds(self) -> float:
         return self.scorer.seconds
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, *, log_metric=None, **_):
+        # None for a completion longer than the reward model's max_length (fits_max_length): TRL leaves it out of
+        # this function's reward; the share is logged so that it is never silent.
         scores = self.scorer.score(list(prompts), [completion_text(c) for c in completions])
         self.last = scores
+        if log_metric is not None and scores:
+            log_metric("reward_model/over_max_length", sum(score is None for score in scores) / len(scores))
         return scores
