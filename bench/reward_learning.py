@@ -678,7 +678,7 @@ def main() -> int:
               f"{row['grpo_cpu_minutes']:>14.1f}")
     reward_met, gain_met = targets_met(rows)
     print(f"target: reward model accuracy >= {TARGET_REWARD_ACCURACY:.2f} within {REWARD_CPU_MINUTES_LIMIT:.0f} "
-          f"CPU-minutes: {'met' if reward_met else 'NOT met'}; child >= parent + {TARGET_GAIN_POINTS:.0f} points in "
+          f"CPU-minutes, every round: {format_reward_met(rows)}; child >= parent + {TARGET_GAIN_POINTS:.0f} points in "
           f"every seed: {'met' if gain_met else 'NOT met'} (min {min(r['gain_points'] for r in rows):+.1f}, median "
           f"{statistics.median(r['gain_points'] for r in rows):+.1f})")
     if not verifier_children:
@@ -809,11 +809,38 @@ def verify_again(args) -> int:
     return 0
 
 
+def reward_models_by_round(row: dict) -> list[dict]:
+    """Every reward model a seed trained, in order: one a round with --rounds (row["reward_model"] is round 1's),
+    else its one."""
+    return [one["reward_model"] for one in row["rounds"]] if row.get("rounds") else [row["reward_model"]]
+
+
+def reward_met_by_round(rows: list[dict]) -> list[bool]:
+    """For round 1, 2, ...: whether every seed's reward model of that round is at the target accuracy within the
+    CPU limit (a round some seed lacks counts over the seeds that have it)."""
+    by_round: dict[int, list[dict]] = {}
+    for row in rows:
+        for number, model in enumerate(reward_models_by_round(row), start=1):
+            by_round.setdefault(number, []).append(model)
+    return [all(model["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
+                and model["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for model in by_round[number])
+            for number in sorted(by_round)]
+
+
 def targets_met(rows: list[dict]) -> tuple[bool, bool]:
-    """(every reward model at the target accuracy within the CPU limit, every child at the target gain)."""
-    reward_met = all(r["reward_model"]["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
-                     and r["reward_model"]["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for r in rows)
-    return reward_met, all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+    """(every reward model of every round at the target accuracy within the CPU limit, every child at the target
+    gain)."""
+    return all(reward_met_by_round(rows)), all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+
+
+def format_reward_met(rows: list[dict]) -> str:
+    """The reward-model target, as a whole and round by round when there are rounds."""
+    by_round = reward_met_by_round(rows)
+    text = "met" if all(by_round) else "NOT met"
+    if len(by_round) > 1:
+        text += " (" + ", ".join(f"round {number} {'met' if met else 'NOT met'}"
+                                 for number, met in enumerate(by_round, start=1)) + ")"
+    return text
 
 
 def chosen_gain_met(rows: list[dict], choice: str) -> bool | None:
@@ -878,7 +905,8 @@ def write_seeds(args, rows: list[dict]) -> tuple[str, list[dict]]:
             "machine": machine(),
             "settings": {"seeds": sorted({*args.seeds, *(row["seed"] for row in others)}), **results_settings(args)},
             "target": {"reward_accuracy": TARGET_REWARD_ACCURACY, "reward_cpu_minutes": REWARD_CPU_MINUTES_LIMIT,
-                       "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met, "gain_met": gain_met,
+                       "gain_points": TARGET_GAIN_POINTS, "reward_met": reward_met,
+                       "reward_met_by_round": reward_met_by_round(every), "gain_met": gain_met,
                        "audited_gain_met": chosen_gain_met(every, "audited"),
                        "chosen_round_gain_met": chosen_gain_met(every, "round_choice")},
             "verifier_trained_children": verifier_trained_children(args, every),

@@ -278,6 +278,8 @@ def format_reward_eval_table(result: dict) -> str:
                        ("chosen_longer", "accuracy, chosen answer longer")):
         cells = [_cell(block if key is None or block is None else block[key]) for _, block in columns]
         lines.append((f"{label:34}" + "".join(f"  {cell}" for cell in cells)).rstrip())
+    lines.append(f"{'mean margin (chosen - rejected)':34}" + "".join(
+        f"  {_figure(block['mean_margin'] if block else None):>13}".ljust(COLUMN + 2) for _, block in columns).rstrip())
     lines.append(f"{'reward vs length (Pearson r)':34}" + "".join(
         f"  {_figure(block['length_correlation']['pearson'] if block else None):>13}".ljust(COLUMN + 2)
         for _, block in columns).rstrip())

@@ -236,3 +236,22 @@ def test_a_dpo_child_takes_its_reference_and_beta_from_its_run(tmp_path, tiny_ch
     assert dpo["reference"] == str(tiny_checkpoint.resolve())
     assert dpo["test"]["beta"] == 0.25 and dpo["test"]["max_length"] == 512
     assert_accuracy_block(dpo["test"], 8)
+
+
+def test_the_printed_table_shows_each_columns_mean_margin():
+    from training.reward import ScoredPair, reward_summary
+    from training.reward_eval import format_reward_eval_table, human_ceiling
+
+    # Margins 1.0, -0.5 and 2.0: mean 0.833; the DPO column's 0.1 and 0.3: mean 0.2.
+    reward = reward_summary([ScoredPair(1.0, 0.0, 5, 9), ScoredPair(0.0, 0.5, 9, 5), ScoredPair(3.0, 1.0, 4, 4)],
+                            left_out=0)
+    dpo = {**reward_summary([ScoredPair(0.1, 0.0, 5, 9), ScoredPair(0.3, 0.0, 9, 5)], left_out=0), "beta": 0.1,
+           "preference_accuracy": 1.0}
+    table = format_reward_eval_table({
+        "snapshot": {"test_pairs": 3, "path": "/snapshots/s"},
+        "reward_model": {"test": reward, "note": None},
+        "dpo": {"test": dpo, "reference": "/ref"},
+        "human_ceiling": human_ceiling([None]),
+    })
+    [line] = [line for line in table.splitlines() if line.startswith("mean margin")]
+    assert line.split()[-2:] == ["0.833", "0.200"]

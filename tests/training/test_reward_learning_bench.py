@@ -418,3 +418,34 @@ def test_rounds_ask_the_last_checkpoint_too_and_keep_the_round_its_answers_chose
     assert choice["asked_correct_shares"] == [0.67, 0.81, 0.80, 0.74]
     assert choice["chosen_round"] == 2 and choice["chosen_child"]["success_rate"] == 0.445
     assert choice["gain_points"] == 26.0 and row["gain_points"] == 27.8  # the last round's child is still reported
+
+
+def test_the_reward_model_target_is_read_in_every_round_not_round_one_alone():
+    """With --rounds, row["reward_model"] is round 1's; a later round below 0.85 must show as NOT met."""
+
+    def model(accuracy, cpu_minutes=2.0):
+        return {"test": {"accuracy": accuracy}, "cpu_minutes": cpu_minutes}
+
+    def seed(*accuracies):
+        rounds = [{"round": number, "reward_model": model(accuracy)}
+                  for number, accuracy in enumerate(accuracies, start=1)]
+        return {"reward_model": rounds[0]["reward_model"], "rounds": rounds, "gain_points": 12.0}
+
+    rows = [seed(1.0, 0.93, 0.90, 0.77), seed(0.97, 0.88, 0.84, 0.79), seed(0.95, 0.96, 0.93, 0.85)]
+    assert bench.reward_met_by_round(rows) == [True, True, False, False]
+    assert bench.targets_met(rows) == (False, True)
+    assert bench.format_reward_met(rows) == "NOT met (round 1 met, round 2 met, round 3 NOT met, round 4 NOT met)"
+    # One round per seed: the one reward model, and its CPU limit too.
+    single = [{"reward_model": model(0.9), "gain_points": 12.0}, {"reward_model": model(0.9, 11.0), "gain_points": 12.0}]
+    assert bench.reward_met_by_round(single) == [False] and bench.format_reward_met(single[:1]) == "met"
+
+
+def test_the_stored_round_results_report_every_rounds_target():
+    """The results files of --rounds runs hold the target read over every round, as the bench now writes it."""
+    from pathlib import Path
+
+    for name in ("reward_learning_rounds.json", "reward_learning_rounds_kl_parent.json"):
+        results = json.loads((Path(bench.__file__).parent / "results" / name).read_text())
+        target = results["target"]
+        assert target["reward_met_by_round"] == bench.reward_met_by_round(results["runs"])
+        assert target["reward_met"] == all(target["reward_met_by_round"])
