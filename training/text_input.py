@@ -1,4 +1,5 @@
-"""Names and ids a user gives (a checkpoint's name, a task's task_id): the one rule for characters no one can see.
+"""Names and ids a user gives (a checkpoint's name, a task's task_id): the one rule for characters no one can see,
+and the one key under which two names that look alike are the same name.
 
 A control character (NUL, which PostgreSQL cannot store, a newline, an escape), a format character (the bidi
 overrides that show "tiny5" for another name, a zero-width space) or a line or paragraph separator makes two names
@@ -23,3 +24,14 @@ def hidden_character(name: str, text: str) -> str | None:
             return (f"{name} holds U+{ord(character):04X} ({label}) at character {position}, an invisible or "
                     "control character; remove it")
     return None
+
+
+def without_hidden(text: str) -> str:
+    """`text` less the characters `hidden_character` refuses: for a name made from a folder's name."""
+    return "".join(character for character in text if unicodedata.category(character) not in HIDDEN_CATEGORIES)
+
+
+def name_key(name: str) -> str:
+    """What a name is compared by: Unicode's compatibility-caseless form (NFKC, case folded, NFKC again), so that
+    "TINY5", "tiny5" and "ｔｉｎｙ５" (full-width) are one name."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())

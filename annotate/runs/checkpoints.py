@@ -4,10 +4,12 @@ A local checkpoint is known by its content hash (training.run_folder.checkpoint_
 weights registered twice, under any path or URI, are one checkpoint. A trained checkpoint's parent.json names
 its parent by hash; the parent is linked when it is registered. A checkpoint's origin (its parent, the run that
 made it) is written when it is registered and never changed afterwards.
+
+A name, wherever a checkpoint gets one (registered, renamed, made by a run, the demo's), passes one rule
+(`checked_name`) and is unique under its look-alike key (training.text_input.name_key, unique in the database too).
 """
 
 import logging
-import unicodedata
 from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -18,6 +20,7 @@ from annotate.runs.folder import read_json
 from annotate.runs.models import Checkpoint, Run
 from training.errors import PairwiseInputError
 from training.run_folder import checkpoint_content_hash
+from training.text_input import hidden_character, name_key, without_hidden
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +93,43 @@ def checkpoints_by_role() -> tuple[list[Checkpoint], list[Checkpoint]]:
 
 
 def unique_name(wanted: str) -> str:
-    wanted = wanted.replace("=", "-")  # a name is written NAME=PATH on the sample command line
+    """`wanted` made a name the rule takes (no '=', no hidden character) that no checkpoint has, nor one like it."""
+    wanted = without_hidden(wanted.replace("=", "-")).strip()  # a name is written NAME=PATH on the sample command line
     name, number = wanted[:190] or "checkpoint", 2
-    while Checkpoint.objects.filter(name=name).exists():
+    while name.isdigit() or Checkpoint.objects.filter(name_key=name_key(name)).exists():
         name, number = f"{wanted[:190]}-{number}", number + 1
     return name
+
+
+def checked_name(name, *, what: str = "checkpoint name", other_than: Checkpoint | None = None) -> str:
+    """The one rule for a checkpoint's name, or UserMistake with its one line: not blank, no '=' (compare and evaluate
+    pass checkpoints as NAME=PATH), no control or format character (a NUL, a bidi override, a zero-width space) nor
+    line separator, not digits only (launches read those as an id), within the column, and no checkpoint (but
+    `other_than`) named the same or alike (case and Unicode compatibility forms folded)."""
+    new = name.strip() if isinstance(name, str) else ""
+    if not new:
+        raise UserMistake(f"{what} is blank; give a short name such as tiny-sft-dpo-beta-0.1")
+    if hidden := hidden_character(what, new):
+        raise UserMistake(hidden)
+    if "=" in new:
+        raise UserMistake(f"{what} {new[:60]!r} may not contain '=' (compare and evaluate pass checkpoints as "
+                          "NAME=PATH); choose another name")
+    if new.isdigit():
+        raise UserMistake(f"{what} {new!r} is digits only, which launches read as a checkpoint's id; add a letter")
+    try:
+        new.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserMistake(f"{what} holds an unpaired surrogate (\\ud800-\\udfff), which is not text; type the name "
+                          "again") from None
+    if len(new) > NAME_MAX_LENGTH:
+        raise UserMistake(f"{what} is {len(new)} characters long; keep it to {NAME_MAX_LENGTH} or fewer")
+    taken = Checkpoint.objects.filter(name_key=name_key(new)).exclude(pk=other_than.pk if other_than else None).first()
+    if taken is not None:
+        alike = "" if taken.name == new else (f" as {taken.name!r}: names that differ only in case or in Unicode's "
+                                              "forms of a character are one name")
+        raise UserMistake(f"a checkpoint named {new!r} exists already{alike} (checkpoint {taken.pk}); choose another "
+                          "name")
+    return new
 
 
 def made_checkpoint_name(run: Run) -> str:
@@ -107,35 +142,17 @@ def made_checkpoint_name(run: Run) -> str:
 
 def checkpoint_rename(*, checkpoint: Checkpoint, name: str, by: AbstractBaseUser | None = None) -> Checkpoint:
     """Give a checkpoint a new name; its origin (parent, run), content and path stay as they were."""
-    new = name.strip() if isinstance(name, str) else ""
-    if not new:
-        raise UserMistake(f"checkpoint {checkpoint.name!r}: the new name is blank; give a short name such as "
-                          "tiny-sft-dpo-beta-0.1")
-    if "=" in new or any(unicodedata.category(character) == "Cc" for character in new):
-        raise UserMistake(f"checkpoint name {new[:60]!r} may not contain '=' (compare and evaluate pass checkpoints "
-                          "as NAME=PATH), a NUL or another control character; choose another name")
-    if new.isdigit():
-        raise UserMistake(f"checkpoint name {new!r} is digits only, which launches read as a checkpoint's id; add a "
-                          "letter")
-    try:
-        new.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UserMistake("checkpoint name holds an unpaired surrogate (\\ud800-\\udfff), which is not text; type "
-                          "the name again") from None
-    if len(new) > NAME_MAX_LENGTH:
-        raise UserMistake(f"checkpoint name is {len(new)} characters long; keep it to {NAME_MAX_LENGTH} or fewer")
+    new = checked_name(name, other_than=checkpoint)
     if new == checkpoint.name:
         return checkpoint
-    if (taken := Checkpoint.objects.filter(name=new).exclude(pk=checkpoint.pk).first()) is not None:
-        raise UserMistake(f"a checkpoint named {new!r} exists already (checkpoint {taken.pk}); choose another name")
     old = checkpoint.name
     checkpoint.name = new
     try:
         with transaction.atomic():
             checkpoint.save(update_fields=["name"])
-    except IntegrityError:  # taken between the look-up and the save
+    except IntegrityError:  # taken, or one like it, between the look-up and the save
         checkpoint.name = old
-        raise UserMistake(f"a checkpoint named {new!r} exists already; choose another name") from None
+        raise UserMistake(f"a checkpoint named {new!r} or one like it exists already; choose another name") from None
     logger.info("checkpoint %s renamed from %r to %r by %s", checkpoint.pk, old, new,
                 by.get_username() if by is not None else "a command")
     return checkpoint
@@ -190,11 +207,8 @@ def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint
             raise UserMistake(f"{uri} holds the very weights of its parent {recorded_parent.get('path')} (its "
                               "parent.json says so: the run that wrote it changed no weight); register "
                               f"{recorded_parent.get('path')} itself")
-    if name and ("=" in name or "\0" in name or not name.strip()):
-        raise UserMistake(f"checkpoint name {name!r} may not contain '=' (compare and evaluate pass checkpoints as "
-                          "NAME=PATH), a NUL or be blank; choose another --name")
-    if name and Checkpoint.objects.filter(name=name).exists():
-        raise UserMistake(f"a checkpoint named {name!r} exists already; choose another --name")
+    if name:
+        name = checked_name(name)
     if parent is None and path is not None:
         parent = parent_from_folder(path)
     return Checkpoint.objects.create(name=name or unique_name(Path(uri.rstrip("/")).name), uri=uri,

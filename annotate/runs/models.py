@@ -10,6 +10,8 @@ its parent and the run that made it give the lineage, its origin, which is writt
 from django.conf import settings
 from django.db import models
 
+from training.text_input import name_key
+
 
 class OriginWrittenOnce(models.Model):
     """A model whose ORIGIN_FIELDS (where it came from) are written once: a save that would change a stored one is a
@@ -43,6 +45,9 @@ class OriginWrittenOnce(models.Model):
 
 class Checkpoint(OriginWrittenOnce):
     name = models.CharField(max_length=200, unique=True, help_text="Short name shown on pages and used in the API.")
+    # Two names that look alike ("TINY5" beside "tiny5", full-width letters) are one name: the database holds one
+    # checkpoint a key (training.text_input.name_key), set from the name on every save.
+    name_key = models.CharField(max_length=400, unique=True, editable=False)
     uri = models.CharField(max_length=1000, help_text="A local folder or a URI (s3://..., hf://...).")
     content_hash = models.CharField(max_length=80, blank=True, db_index=True,
                                     help_text="sha256 over the weight files; empty for a URI not read here.")
@@ -60,6 +65,12 @@ class Checkpoint(OriginWrittenOnce):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs):
+        self.name_key = name_key(self.name)
+        if kwargs.get("update_fields") is not None and "name" in kwargs["update_fields"]:
+            kwargs["update_fields"] = {*kwargs["update_fields"], "name_key"}
+        super().save(*args, **kwargs)
 
 
 class ReadyTaskSets(models.Manager):

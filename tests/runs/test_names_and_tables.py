@@ -91,13 +91,28 @@ def test_engineers_rename_a_checkpoint_through_the_api_and_its_origin_stays(regi
 
 
 @pytest.mark.parametrize(("body", "detail"), [
-    ({"name": "   "}, "checkpoint 'tiny-dpo': the new name is blank; give a short name such as tiny-sft-dpo-beta-0.1"),
+    ({"name": "   "}, "checkpoint name is blank; give a short name such as tiny-sft-dpo-beta-0.1"),
     ({"name": "beta=0.1"}, "checkpoint name 'beta=0.1' may not contain '=' (compare and evaluate pass checkpoints "
-                           "as NAME=PATH), a NUL or another control character; choose another name"),
-    ({"name": "tiny\x00dpo"}, "checkpoint name 'tiny\\x00dpo' may not contain '=' (compare and evaluate pass "
-                              "checkpoints as NAME=PATH), a NUL or another control character; choose another name"),
-    ({"name": "tiny\ndpo"}, "checkpoint name 'tiny\\ndpo' may not contain '=' (compare and evaluate pass "
-                            "checkpoints as NAME=PATH), a NUL or another control character; choose another name"),
+                           "as NAME=PATH); choose another name"),
+    ({"name": "tiny\x00dpo"}, "checkpoint name holds U+0000 (a control character) at character 5, an invisible or "
+                              "control character; remove it"),
+    ({"name": "tiny\ndpo"}, "checkpoint name holds U+000A (a control character) at character 5, an invisible or "
+                            "control character; remove it"),
+    # A right-to-left override shows "tiny-ops" in a list while the name holds other letters; a zero-width space
+    # and a line separator hide in a name too.
+    ({"name": "tiny-\u202espo"}, "checkpoint name holds U+202E (right-to-left override) at character 6, an "
+                                 "invisible or control character; remove it"),
+    ({"name": "tiny\u200bsft"}, "checkpoint name holds U+200B (zero width space) at character 5, an invisible or "
+                                "control character; remove it"),
+    ({"name": "tiny\u2028sft"}, "checkpoint name holds U+2028 (line separator) at character 5, an invisible or "
+                                "control character; remove it"),
+    # Alike is taken: case, and Unicode's compatibility forms (full-width letters, the "ﬁ" ligature).
+    ({"name": "TINY-SFT"}, "a checkpoint named 'TINY-SFT' exists already as 'tiny-sft': names that differ only in "
+                           "case or in Unicode's forms of a character are one name (checkpoint {parent}); choose "
+                           "another name"),
+    ({"name": "ｔｉｎｙ-ｓｆｔ"}, "a checkpoint named 'ｔｉｎｙ-ｓｆｔ' exists already as 'tiny-sft': names that differ "
+                                  "only in case or in Unicode's forms of a character are one name (checkpoint "
+                                  "{parent}); choose another name"),
     ({"name": "42"}, "checkpoint name '42' is digits only, which launches read as a checkpoint's id; add a letter"),
     ({"name": "x" * 201}, "checkpoint name is 201 characters long; keep it to 200 or fewer"),
     ({"name": "tiny-sft"}, "a checkpoint named 'tiny-sft' exists already (checkpoint {parent}); choose another name"),
@@ -106,7 +121,8 @@ def test_engineers_rename_a_checkpoint_through_the_api_and_its_origin_stays(regi
 ])
 def test_each_refused_rename_is_one_line_and_changes_nothing(registered, engineer, client_for, body, detail):
     parent, _, child = registered
-    Checkpoint.objects.filter(pk=child.pk).update(name="tiny-dpo")
+    child.name = "tiny-dpo"
+    child.save(update_fields=["name"])
     refused = client_for(engineer).patch(f"/api/v1/checkpoints/{child.pk}", body, format="json")
     assert (refused.status_code, refused.json()["detail"]) == (400, detail.replace("{parent}", str(parent.pk)))
     assert "\n" not in refused.json()["detail"] and Checkpoint.objects.get(pk=child.pk).name == "tiny-dpo"
@@ -256,3 +272,34 @@ def test_the_evaluation_table_counts_tasks_and_calls_a_thin_family_too_few_to_ju
         ["unit", "2", "too few to judge 0 tasks scored", "too few to judge 0 tasks scored"],
         ["all", "17", "0.250 0.10–0.90, 17 tasks", "0.500 0.10–0.90, 17 tasks"],
     ]
+
+
+def test_look_alike_names_are_one_name_wherever_a_checkpoint_gets_one(registered, engineer, client_for):
+    """Registering (the API's and the command's registration), a run's made checkpoint and the database itself hold
+    one checkpoint a look-alike name."""
+    from django.db import IntegrityError, transaction
+
+    from annotate.errors import UserMistake
+    from annotate.runs.checkpoints import checkpoint_register, unique_name
+
+    parent, _, _ = registered
+    with pytest.raises(UserMistake, match="^a checkpoint named 'Tiny-SFT' exists already as 'tiny-sft'"):
+        checkpoint_register(uri="s3://models/other", name="Tiny-SFT")
+    with pytest.raises(UserMistake, match=r"^checkpoint name holds U\+202E \(right-to-left override\) at character 1"):
+        checkpoint_register(uri="s3://models/other", name="\u202etfs-ynit")
+    assert unique_name("TINY-SFT") == "TINY-SFT-2" and unique_name("tiny\u202e-sft=x") == "tiny-sft-x"
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Checkpoint.objects.create(name="TINY-SFT", uri="s3://models/third", content_hash="sha256:third")
+    assert list(Checkpoint.objects.filter(name__iexact="tiny-sft")) == [parent]
+
+
+def test_the_django_admin_renames_a_checkpoint_by_the_same_rule(registered, make_user, client):
+    parent, _, child = registered
+    admin = make_user("ada", "admin")
+    admin.is_staff = admin.is_superuser = True
+    admin.save()
+    client.force_login(admin)
+    refused = client.post(f"/admin/runs/checkpoint/{child.pk}/change/", {"name": "Tiny-SFT", "uri": child.uri,
+                                                                          "registered_by": ""})
+    assert refused.status_code == 200 and "exists already as &#x27;tiny-sft&#x27;" in refused.content.decode()
+    assert Checkpoint.objects.get(pk=child.pk).name == child.name
