@@ -84,7 +84,7 @@ def test_feedback_after_each_gold_item_then_live_items_and_paste_is_told_from_ty
     expect(feedback).to_be_visible()
     expect(page.locator("#feedback-verdict")).to_have_text("Right.")
     expect(page.locator("#feedback-expected")).to_have_text(f"The expected answer is the one on the {first_good}.")
-    expect(page.locator("#progress")).to_have_text("Judged 1 · 2 left")
+    expect(page.locator("#progress")).to_have_text("Qualification 1 of 2")  # answers are not live judgments
     expect(page.locator("#feedback-reason")).to_have_text(f"Why: {REASON}")
     # The pair stays in view, its expected side and the reviewer's own choice marked; the choices go.
     expect(page.locator("#feedback-yours")).to_have_text(f"You chose the one on the {first_good}.")
@@ -122,6 +122,9 @@ def test_feedback_after_each_gold_item_then_live_items_and_paste_is_told_from_ty
     page.get_by_role("button", name="Continue").click()
     expect(page.locator("#left")).to_contain_text(re.compile("Live answer"))
     expect(banner).to_be_hidden()
+    # Live counts only, as in the quality table: the two answers of the round are not live judgments.
+    expect(page.locator("#progress")).to_have_text("Judged 0 · 1 left")
+    expect(page.locator("#standing-text")).to_contain_text("you have judged 0.")
     expect(page.locator("#left-note")).to_be_hidden()
     expect(page.get_by_role("button", name="Undo last")).to_be_hidden()
 

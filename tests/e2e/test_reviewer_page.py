@@ -21,6 +21,8 @@ expect = pytest.importorskip(
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 DESKTOP = {"width": 1280, "height": 900}
+WIDE = {"width": 1440, "height": 900}
+SMALL_WINDOW = {"width": 800, "height": 600}
 PHONE = {"width": 390, "height": 844}
 PASSWORD = "a-long-e2e-password"
 
@@ -153,9 +155,11 @@ def test_reviewer_judges_three_pairs_by_keyboard_and_undoes_one(live_server, rev
     assert criteria.bounding_box()["x"] >= sum(page.locator("#right").bounding_box()[k] for k in ("x", "width"))
     expect(page.get_by_role("button", name="Submit")).to_be_in_viewport()
 
-    # Submitting with nothing chosen says what is missing and judges nothing.
+    # Submitting with nothing chosen says what is missing, beside the choices, and judges nothing.
     page.keyboard.press("Control+Enter")
-    expect(page.locator("#message")).to_contain_text("Choose left, right, tie or both bad")
+    problem = page.get_by_role("alert")
+    expect(problem).to_have_text("Choose left, right, tie or both bad (A, D, S, X).")
+    expect(page.locator("fieldset.choice")).to_contain_text("Choose left, right, tie or both bad")
     expect(progress).to_have_text("Judged 0 · 4 left")
 
     plan = [  # keys pressed, and what they mean on screen
@@ -179,10 +183,12 @@ def test_reviewer_judges_three_pairs_by_keyboard_and_undoes_one(live_server, rev
         for key, value in step["criteria"].items():
             expect(page.locator(f"input[name=criterion-{key}][value={value}]")).to_be_checked()
         if number == 1:
-            expect(page.locator("#message")).to_have_text("")  # the complaint went once the form was filled
+            expect(problem).to_be_hidden()  # the complaint went once the form was filled
             page.screenshot(path=artifacts / "review-desktop.png", full_page=True)
         page.keyboard.press("Control+Enter")
         expect(progress).to_have_text(f"Judged {number} · {4 - number} left")
+        # The standing counts what the header counts, after every judgment (not every tenth).
+        expect(page.locator("#standing-text")).to_contain_text(f"you have judged {number}.")
         expect(page.locator("#prompt")).not_to_have_text(screen["prompt"])
         expect(page.locator("input[name=choice]:checked")).to_have_count(0)  # a fresh form for the next pair
 
@@ -237,6 +243,40 @@ def test_reviewer_judges_three_pairs_by_keyboard_and_undoes_one(live_server, rev
         for url, body in received:
             assert name not in body, f"{name!r} leaked in {url}"
     context.close()
+
+
+def in_viewport(page, locator) -> bool:
+    box = locator.bounding_box()
+    size = page.viewport_size
+    return (box is not None and box["x"] >= 0 and box["y"] >= 0 and box["x"] + box["width"] <= size["width"]
+            and box["y"] + box["height"] <= size["height"])
+
+
+def test_a_short_rationale_is_told_under_the_box_in_view_with_focus_there_at_any_width(
+    live_server, review_project, reviewer, browser, artifacts
+):
+    for number, viewport in enumerate((SMALL_WINDOW, PHONE, WIDE), start=1):
+        context = browser.new_context(viewport=viewport)
+        page = context.new_page()
+        log_in(page, live_server.url, "/review/e2e/", "rita")
+        expect(page.locator("#progress")).to_have_text(f"Judged {number - 1} · {5 - number} left")
+        choose_by_keyboard(page, choice="a", strength="2", criteria=["h", "h"], rationale="Too short",
+                           leave_rationale=False)
+        page.keyboard.press("Control+Enter")
+        problem = page.get_by_text("Write at least 15 characters on why (R).")
+        expect(problem).to_be_visible()
+        # On screen, right under the rationale box, and the reviewer types on where they are.
+        assert in_viewport(page, problem), f"at {viewport['width']} px the message is off-screen"
+        assert page.evaluate("document.activeElement.id") == "rationale"
+        box = page.locator("#rationale").bounding_box()
+        assert problem.bounding_box()["y"] >= box["y"] + box["height"] - 1, "the message is under the box"
+        expect(page.get_by_role("alert")).to_have_text("Write at least 15 characters on why (R).")
+        page.screenshot(path=artifacts / f"review-short-rationale-{viewport['width']}.png")
+        page.keyboard.type(": the left one shows its steps.")
+        expect(problem).to_be_hidden()
+        page.keyboard.press("Control+Enter")
+        expect(page.locator("#progress")).to_have_text(f"Judged {number} · {4 - number} left")
+        context.close()
 
 
 def test_answer_html_shows_as_text_and_code_stays_in_a_code_block(live_server, html_project, reviewer, browser):

@@ -38,6 +38,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 PASSWORD = "a-long-e2e-password"
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = 4
+KEPT_ONE = "1 judgment not confirmed by the server yet, kept in this browser"
+NOT_CONFIRMED = ("Not confirmed: the server did not answer. Your judgment is kept in this browser and sent again "
+                 "(with the same key, so it is never counted twice) when the server is back.")
+ALREADY_HAD = "The server already had your kept judgment: its answer was lost on the way, and it counts once."
 
 
 @pytest.fixture
@@ -116,6 +120,14 @@ def log_in(page, server: Server) -> None:
     expect(page).to_have_url(f"{server.url}/review/resend/")
 
 
+def fresh_page(browser, server: Server):
+    """The reviewer's page, logged in, with nothing judged yet."""
+    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    log_in(page, server)
+    expect(page.locator("#progress")).to_have_text(f"Judged 0 · {PAIRS} left")
+    return page
+
+
 def judge_left(page, rationale: str) -> None:
     for key in ("a", "2", "h", "r"):
         page.keyboard.press(key)
@@ -137,14 +149,14 @@ def test_judgment_made_while_the_server_is_down_is_sent_once_it_is_back(server, 
 
     server.stop()
     judge_left(page, "Second pair, judged while the server is down.")
-    expect(kept).to_have_text("1 judgment waiting to be sent")
-    expect(message).to_contain_text("kept in this browser")
+    expect(kept).to_have_text(KEPT_ONE)
+    expect(message).to_have_text(NOT_CONFIRMED)
     expect(page.locator("#judgment-form")).to_be_hidden()  # no next pair until this one is sent
     assert len(stored(reviewer)) == 1
 
     server.start()  # the page's own timer sends it, then asks for the next pair
     expect(kept).to_be_hidden(timeout=45_000)
-    expect(message).to_have_text("Sent 1 kept judgment.")
+    expect(message).to_have_text("Saved 1 kept judgment.")  # the server answered 201 for it, a new judgment
     expect(progress).to_have_text(f"Judged 2 · {PAIRS - 2} left")
     rationales = [rationale for _, rationale in stored(reviewer)]
     assert rationales == ["First pair, judged while the server is up.",
@@ -164,7 +176,9 @@ def test_reply_lost_after_the_server_stored_it_is_sent_again_on_load_and_counted
 
     page.route("**/api/v1/assignments/*/judgment", store_then_drop)
     judge_left(page, "Stored, but the page never heard back.")
-    expect(page.locator("#kept")).to_have_text("1 judgment waiting to be sent")
+    # The server may hold it: the page says it is not confirmed, not that it was not sent.
+    expect(page.locator("#message")).to_have_text(NOT_CONFIRMED)
+    expect(page.locator("#kept")).to_have_text(KEPT_ONE)
     assert len(stored(reviewer)) == 1
     page.close()
 
@@ -173,9 +187,9 @@ def test_reply_lost_after_the_server_stored_it_is_sent_again_on_load_and_counted
     context.add_init_script(f"localStorage.setItem({json.dumps(other_key)}, "
                             f"{json.dumps(json.dumps({'assignment': 1, 'judgment': {}, 'kept_at': 0}))})")
     again = context.new_page()
-    # On load: sent with the same client key, and the server answers with the judgment it stored.
+    # On load: sent with the same client key; the server answers that it already held it, and the page says so.
     again.goto(f"{server.url}/review/resend/")
-    expect(again.locator("#message")).to_have_text("Sent 1 kept judgment.")
+    expect(again.locator("#message")).to_have_text(ALREADY_HAD)
     expect(again.locator("#kept")).to_be_hidden()
     expect(again.locator("#progress")).to_have_text(f"Judged 1 · {PAIRS - 1} left")
     assert [rationale for _, rationale in stored(reviewer)] == ["Stored, but the page never heard back."]
@@ -214,10 +228,8 @@ def busy_until_released(released: dict):
 def test_a_busy_server_after_a_saved_judgment_takes_the_pair_away_and_the_next_comes_by_itself(
     server, reviewer, browser
 ):
-    page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    page = fresh_page(browser, server)
     progress, message, form = page.locator("#progress"), page.locator("#message"), page.locator("#judgment-form")
-    log_in(page, server)
-    expect(progress).to_have_text(f"Judged 0 · {PAIRS} left")
     first_prompt = page.locator("#prompt").inner_text()
     released = {"now": False}
     page.route("**/api/v1/projects/resend/assignments/next", busy_until_released(released))
@@ -290,3 +302,64 @@ def test_a_kept_judgment_whose_key_already_saved_a_different_one_is_explained_an
     expect(page.locator("#kept")).to_be_hidden()
     expect(progress).to_have_text(f"Judged 1 · {PAIRS - 1} left")
     assert [rationale for _, rationale in stored(reviewer)] == ["What the server stored first."]
+
+
+def drop_replies_while(dropping: dict):
+    """A route handler: the request reaches the server, which stores the judgment, but its reply is lost
+    while `dropping["now"]`; then the real server's answer."""
+    def handle(route):
+        if dropping["now"]:
+            route.fetch()
+            route.abort("connectionreset")
+        else:
+            route.continue_()
+    return handle
+
+
+# Records every moment the page says "Saved" while it also says a judgment is waiting: never both.
+SAVED_AND_WAITING = """
+window.savedAndWaiting = [];
+new MutationObserver(() => {
+  const message = document.getElementById("message").textContent;
+  const kept = document.getElementById("kept");
+  if (message.startsWith("Saved") && !kept.hidden) window.savedAndWaiting.push([message, kept.textContent]);
+}).observe(document.getElementById("review"), { subtree: true, childList: true, characterData: true,
+                                                 attributes: true });
+"""
+
+
+def test_undo_waits_until_the_kept_judgment_is_confirmed_and_saved_never_shows_beside_a_waiting_one(
+    server, reviewer, browser
+):
+    page = fresh_page(browser, server)
+    progress, message, kept = page.locator("#progress"), page.locator("#message"), page.locator("#kept")
+    page.evaluate(SAVED_AND_WAITING)
+    dropping = {"now": True}
+    page.route("**/api/v1/assignments/*/judgment", drop_replies_while(dropping))
+
+    judge_left(page, "Stored, but its reply was lost.")
+    expect(message).to_have_text(NOT_CONFIRMED)
+    expect(kept).to_have_text(KEPT_ONE)
+    # Undo now would withdraw the stored judgment while its kept copy is still on the way: it waits.
+    page.keyboard.press("u")
+    expect(message).to_have_text(
+        "Nothing was undone: your last judgment is not confirmed by the server yet. Undo once it is (U).")
+    expect(page.locator("#judgment-form")).to_be_hidden()
+    assert [(j.revision, j.retracted) for j in Judgment.objects.filter(reviewer=reviewer)] == [(1, False)]
+
+    dropping["now"] = False  # the page's own timer sends it again; the server already had it
+    expect(message).to_have_text(ALREADY_HAD, timeout=15_000)
+    expect(kept).to_be_hidden()
+    expect(progress).to_have_text(f"Judged 1 · {PAIRS - 1} left")
+    page.keyboard.press("u")  # confirmed now: undo withdraws it and brings the pair back
+    expect(message).to_contain_text("withdrawn")
+    expect(progress).to_have_text(f"Judged 0 · {PAIRS} left")
+    judge_left(page, "Judged again after the undo.")
+    expect(message).to_have_text("Saved.")
+    expect(kept).to_be_hidden()
+    expect(progress).to_have_text(f"Judged 1 · {PAIRS - 1} left")
+    assert page.evaluate("window.savedAndWaiting") == []
+    judgments = list(Judgment.objects.filter(reviewer=reviewer).order_by("id").values_list(
+        "revision", "retracted", "rationale"))
+    assert judgments == [(1, False, "Stored, but its reply was lost."), (2, True, ""),
+                         (3, False, "Judged again after the undo.")]

@@ -2,8 +2,10 @@
 // and submits it with a client key so that a retry never makes a second judgment. It also says how the
 // rationale was written (seconds typing, characters typed and pasted: counts only, never the text),
 // shows the expected answer after each item of a qualification round, and the reviewer's own standing.
-// A judgment the server did not take (no answer, a 5xx, 408 or 429) is kept in localStorage and sent
-// again with its client key until the server answers; the server takes a repeat as the judgment it stored.
+// A judgment the server did not confirm (no answer, a 5xx, 408 or 429: it may or may not hold it) is kept in
+// localStorage and sent again with its client key until the server answers; the server takes a repeat as the
+// judgment it stored and says so (Idempotent-Replayed), and the page then says the server already had it.
+// Every message about a judgment says what the server holds: "Saved" only after its 201.
 // A pair once saved leaves the form at once (a second submit would reuse its client key), and the next
 // pair, the standing and the kept judgments are asked for again by themselves until the server answers.
 (function () {
@@ -15,6 +17,8 @@
   const form = document.getElementById("judgment-form");
   const rationale = document.getElementById("rationale");
   const message = document.getElementById("message");
+  // What is wrong with the form, shown beside the control it is about (the header may be scrolled away).
+  const formProblem = document.getElementById("form-problem");
   const criteriaList = document.getElementById("criteria-choices");
   const decide = document.getElementById("decide");
   const undoButtons = [document.getElementById("undo"), document.getElementById("undo-when-done")];
@@ -23,7 +27,6 @@
   let cursor = 0; // which criterion row the H/L/T keys set
   let busy = false;
   let feedbackShown = false; // a qualification answer's feedback is on screen; Enter goes on
-  let judgedHere = 0;
   // Why the last judgment cannot be undone (a qualification answer, or none is left), until the next one
   // is saved; the undo buttons are hidden meanwhile. null: undo is offered.
   let undoBlocked = null;
@@ -61,7 +64,8 @@
 
   function showKept() {
     const count = keptKeys().length;
-    keptLine.textContent = count ? `${count} judgment${count === 1 ? "" : "s"} waiting to be sent` : "";
+    keptLine.textContent = count
+      ? `${count} judgment${count === 1 ? "" : "s"} not confirmed by the server yet, kept in this browser` : "";
     keptLine.hidden = !count;
   }
 
@@ -102,7 +106,8 @@
   async function sendKept() {
     if (sending) return false;
     sending = true;
-    let sent = 0;
+    let saved = 0;
+    let repeats = 0; // the server already held these: their earlier answer was lost on the way
     const refused = [];
     try {
       for (const entry of keptEntries()) {
@@ -112,7 +117,7 @@
         localStorage.removeItem(KEPT_PREFIX + entry.judgment.client_key);
         const detail = (result.data && result.data.detail) || `status ${result.status}`;
         if (result.status === 201) {
-          sent += 1;
+          if (result.headers.get("Idempotent-Replayed") === "true") repeats += 1; else saved += 1;
           undoBlocked = result.data && result.data.feedback ? QUALIFICATION_UNDO : null;
         } else if (result.status === 409) {
           refused.push(`the server already holds a different judgment of that pair, which stands (${detail})`);
@@ -122,9 +127,15 @@
       }
       retryDelay = RETRY_FIRST_MS;
       showUndo();
+      const plural = (n) => `${n} kept judgment${n === 1 ? "" : "s"}`;
+      const told = [
+        saved ? `Saved ${plural(saved)}.` : "",
+        repeats ? `The server already had ${repeats === 1 ? "your kept judgment" : plural(repeats)}: its answer ` +
+          "was lost on the way, and it counts once." : "",
+      ].filter(Boolean).join(" ");
       if (refused.length) say(`A kept judgment was not accepted: ${refused.join("; ")}.`, "error");
-      else if (sent) say(`Sent ${sent} kept judgment${sent === 1 ? "" : "s"}.`, "ok");
-      judgedHere += sent;
+      else if (told) say(told, "ok");
+      if (saved || repeats) showStanding();
       return true;
     } finally {
       sending = false;
@@ -171,12 +182,27 @@
 
   // A complaint about the form is stale once the reviewer changes it.
   function clearComplaint() {
+    formProblem.hidden = true;
     if (message.classList.contains("error") && current) say("");
   }
 
-  function showProgress(progress) {
-    document.getElementById("progress").textContent =
-      `Judged ${progress.judged} · ${progress.remaining}${progress.remaining_is_at_least ? "+" : ""} left`;
+  // Beside `place` (inside it for a group of choices), in view, and focus on `control`: at any width the
+  // reviewer sees why Ctrl+Enter did not submit, and can fix it at once.
+  function complain(text, place, control) {
+    formProblem.textContent = text;
+    if (place.matches("fieldset, li")) place.append(formProblem); else place.after(formProblem);
+    formProblem.hidden = false;
+    if (control) control.focus({ preventScroll: true });
+    formProblem.scrollIntoView({ block: "nearest" });
+    if (control) control.scrollIntoView({ block: "nearest" });
+  }
+
+  // The header's counts (docs/agreement.md, "What the reviewer page counts"): live judgments and the pairs
+  // left to judge; during a qualification round, its answers instead, which are not live judgments.
+  function showProgress(progress, qualification) {
+    document.getElementById("progress").textContent = qualification
+      ? `Qualification ${qualification.answered} of ${qualification.items}`
+      : `Judged ${progress.judged} · ${progress.remaining}${progress.remaining_is_at_least ? "+" : ""} left`;
   }
 
   function renderCriteria(criteria) {
@@ -236,6 +262,7 @@
     current = assignment;
     clientKey = newClientKey();
     form.reset();
+    formProblem.hidden = true;
     typingReset();
     hideCards();
     showUndo();
@@ -259,7 +286,7 @@
     document.getElementById("left").innerHTML = assignment.left.html; // sanitised on the server
     document.getElementById("right").innerHTML = assignment.right.html;
     renderCriteria(assignment.criteria);
-    showProgress(assignment.progress);
+    showProgress(assignment.progress, assignment.qualification);
     form.hidden = false;
     document.getElementById("done").hidden = true;
     // Submitting from the rationale box (Ctrl+Enter) would leave it focused, and the next pair's
@@ -334,8 +361,7 @@
     const q = feedback.qualification;
     decide.hidden = true;
     showQualification(null);
-    const progress = judged.progress;
-    showProgress({ ...progress, judged: progress.judged + 1, remaining: Math.max(0, progress.remaining - 1) });
+    showProgress(judged.progress, q);
     if (form.contains(document.activeElement)) document.activeElement.blur();
     const verdict = document.getElementById("feedback-verdict");
     verdict.textContent = feedback.correct ? "Right." : "Not the expected answer.";
@@ -446,12 +472,26 @@
     };
   }
 
+  // What the judgment still lacks: [what to say, where to say it, what to focus], or null.
   function problem(judgment) {
-    if (!judgment.choice) return "Choose left, right, tie or both bad (A, D, S, X).";
-    if (["left", "right"].includes(judgment.choice) && !judgment.strength) return "Say how strongly: 1, 2 or 3.";
+    const group = (name) => form.querySelector(`input[name=${name}]`).closest("fieldset");
+    if (!judgment.choice) {
+      return ["Choose left, right, tie or both bad (A, D, S, X).", group("choice"), form.querySelector("input[name=choice]")];
+    }
+    if (["left", "right"].includes(judgment.choice) && !judgment.strength) {
+      return ["Say how strongly: 1, 2 or 3.", group("strength"), form.querySelector("input[name=strength]")];
+    }
     const missing = current.criteria.items.filter((item) => !judgment.criteria[item.key]).map((item) => item.key);
-    if (missing.length) return `Choose left, right or tie for: ${missing.join(", ")} (J/K to move, H/L/T to choose).`;
-    if (judgment.rationale.trim().length < minRationale) return `Write at least ${minRationale} characters on why (R).`;
+    if (missing.length) {
+      const rows = [...criterionRows()];
+      const first = rows.findIndex((row) => row.dataset.key === missing[0]);
+      moveCursor(first);
+      return [`Choose left, right or tie for: ${missing.join(", ")} (J/K to move, H/L/T to choose).`, rows[first],
+              rows[first].querySelector("input")];
+    }
+    if (judgment.rationale.trim().length < minRationale) {
+      return [`Write at least ${minRationale} characters on why (R).`, rationale, rationale];
+    }
     return null;
   }
 
@@ -459,7 +499,7 @@
     if (!current || busy) return;
     const judgment = collect();
     const wrong = problem(judgment);
-    if (wrong) { say(wrong, "error"); return; }
+    if (wrong) { complain(...wrong); return; }
     busy = true;
     try {
       let result = null;
@@ -468,7 +508,9 @@
         // Kept, not lost: the pair leaves the screen, and the next comes once this one is sent.
         keep(current.id, judgment);
         clearPair();
-        say("Not sent yet: the server did not answer. Your judgment is kept in this browser and is sent when the server is back.", "error");
+        say(`Not confirmed: ${result ? `the server is busy (${result.status})` : "the server did not answer"}. ` +
+            "Your judgment is kept in this browser and sent again (with the same key, so it is never counted " +
+            "twice) when the server is back.", "error");
         retryLater(result && result.headers.get("Retry-After"));
         return;
       }
@@ -477,10 +519,9 @@
         // Stored: nothing on screen may be submitted again under this client key.
         const judged = current;
         current = null;
-        judgedHere += 1;
         undoBlocked = data.feedback ? QUALIFICATION_UNDO : null;
-        if (judgedHere % 10 === 0) showStanding();
-        say("Saved.", "ok");
+        showStanding(); // its counts are the header's; its figures move only every few judgments (server side)
+        say(result.headers.get("Idempotent-Replayed") === "true" ? "The server already had it." : "Saved.", "ok");
         if (data.feedback) { showFeedback(data.feedback, judged, data.choice); return; }
         await loadNext({ saved: true });
         return;
@@ -490,7 +531,8 @@
         await loadNext();
         return;
       }
-      say((data && data.detail) || `Not saved (${status}); change what it says and submit again.`, "error");
+      complain(sentence((data && data.detail) || `Not saved (${status}); change what it says and submit again`),
+               form.querySelector(".actions"), document.getElementById("submit"));
     } finally {
       busy = false;
     }
@@ -501,6 +543,13 @@
     if (undoBlocked !== null) { say(undoBlocked, "error"); return; }
     busy = true;
     try {
+      // The last judgment may be one kept here: undo only what the server has confirmed, or a withdrawal
+      // and a kept copy of the same pair would both be on the way.
+      if (keptKeys().length && !(await sendKept())) {
+        say("Nothing was undone: your last judgment is not confirmed by the server yet. Undo once it is (U).",
+            "error");
+        return;
+      }
       let result = null;
       try { result = await api("POST", `projects/${slug}/judgments/undo`); } catch { /* no answer */ }
       if (notAnswered(result)) {
@@ -519,6 +568,7 @@
 
   form.addEventListener("submit", (event) => { event.preventDefault(); submit(); });
   form.addEventListener("change", clearComplaint);
+  form.addEventListener("input", clearComplaint);
   document.getElementById("undo").addEventListener("click", undo);
   document.getElementById("undo-when-done").addEventListener("click", undo);
   document.getElementById("retry-now").addEventListener("click", retryNow);
