@@ -84,7 +84,8 @@ def test_feedback_after_each_gold_item_then_live_items_and_paste_is_told_from_ty
     expect(feedback).to_be_visible()
     expect(page.locator("#feedback-verdict")).to_have_text("Right.")
     expect(page.locator("#feedback-expected")).to_have_text(f"The expected answer is the one on the {first_good}.")
-    expect(page.locator("#progress")).to_have_text("Qualification 1 of 2")  # answers are not live judgments
+    # Shown apart from the live counts: answers of the round are not live judgments.
+    expect(page.locator("#progress")).to_have_text("Qualification: 1 of 2 answered")
     expect(page.locator("#feedback-reason")).to_have_text(f"Why: {REASON}")
     # The pair stays in view, its expected side and the reviewer's own choice marked; the choices go.
     expect(page.locator("#feedback-yours")).to_have_text(f"You chose the one on the {first_good}.")

@@ -201,7 +201,7 @@
   // left to judge; during a qualification round, its answers instead, which are not live judgments.
   function showProgress(progress, qualification) {
     document.getElementById("progress").textContent = qualification
-      ? `Qualification ${qualification.answered} of ${qualification.items}`
+      ? `Qualification: ${qualification.answered} of ${qualification.items} answered`
       : `Judged ${progress.judged} · ${progress.remaining}${progress.remaining_is_at_least ? "+" : ""} left`;
   }
 
