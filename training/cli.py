@@ -63,40 +63,24 @@ def _reward_eval(args) -> int:
 
 
 def _check_run_config(args, kind: str) -> int:
-    """--check: the config, base checkpoint and snapshot or task file checked as the run checks them first;
-    nothing is written, and the resolved config is printed as JSON (the web app validates a launch this way)."""
+    """--check: the config and its inputs checked by the very function the run checks them with first (nothing a
+    check passes is refused when the run starts); nothing is written, and the resolved config is printed as JSON
+    (the web app validates a launch this way)."""
     import json
 
     from training.config import config_record
-    from training.run_folder import RunFolder, check_causal_lm_checkpoint
-    from training.trl_setup import check_output_dir
 
-    if kind == "reward":
-        from training.reward import check_reward_inputs, load_reward_config
-
-        config = load_reward_config(args.config)
-        check_output_dir(config, RunFolder(config.output_dir))
-        check_reward_inputs(config)  # the base must load as a classifier, not as a causal LM
-        print(json.dumps(config_record(config), sort_keys=True))
-        return EXIT_OK
     if kind == "dpo":
-        from training import snapshot
-        from training.dpo import load_dpo_config
-
-        config = load_dpo_config(args.config)
-        snapshot.verify(config.snapshot)
+        from training.dpo import dpo_run_inputs as run_inputs
+        from training.dpo import load_dpo_config as load
+    elif kind == "reward":
+        from training.reward import load_reward_config as load
+        from training.reward import reward_run_inputs as run_inputs
     else:
-        from training.grpo.config import load_grpo_config
-        from training.tasks import load_tasks
-
-        config = load_grpo_config(args.config)
-        load_tasks(config.tasks)
-    check_output_dir(config, RunFolder(config.output_dir))
-    base_path = check_causal_lm_checkpoint(config.base_checkpoint)
-    if kind == "grpo":
-        from training.grpo.run import checked_reference
-
-        checked_reference(config, base_path)
+        from training.grpo.config import load_grpo_config as load
+        from training.grpo.run import grpo_run_inputs as run_inputs
+    config = load(args.config)
+    run_inputs(config)
     print(json.dumps(config_record(config), sort_keys=True))
     return EXIT_OK
 

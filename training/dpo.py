@@ -154,13 +154,21 @@ def format_comparison(results: dict) -> str:
 # --- the run -------------------------------------------------------------------------------------------
 
 
+def dpo_run_inputs(config: DPORunConfig):
+    """Every refusal of a DPO run's inputs (snapshot_run_inputs, the base as a causal LM): the one check of the run
+    and of `python -m training dpo --check`."""
+    from training.run_folder import check_causal_lm_checkpoint
+
+    return snapshot_run_inputs(config, check_base=check_causal_lm_checkpoint)
+
+
 def run_dpo(config: DPORunConfig) -> dict:
     """Train; return the final run record. Raises PairwiseInputError for bad input before writing anything."""
 
-    from training.run_folder import check_causal_lm_checkpoint, checkpoint_content_hash
+    from training.run_folder import checkpoint_content_hash
 
     # 1. Everything a user can get wrong is checked before the run folder exists.
-    inputs = snapshot_run_inputs(config, check_base=check_causal_lm_checkpoint)
+    inputs = dpo_run_inputs(config)
     run, resume_from, base_path = inputs.run, inputs.resume_from, inputs.base_path
     splits, manifest, tokenizer = inputs.splits, inputs.manifest, inputs.tokenizer
 

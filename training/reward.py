@@ -107,19 +107,18 @@ def strength_margins(metas: Iterable[dict], *, snapshot: str, per_strength: floa
     return margins
 
 
-def check_reward_inputs(config: RewardRunConfig) -> tuple[Path, dict]:
-    """The base checkpoint, the snapshot (every hash) and, with margin_from_strength, every train row's strength;
-    returns (base checkpoint folder, manifest). What `--check` and the run check before writing anything."""
-    from training import snapshot as snapshot_format
+def reward_run_inputs(config: RewardRunConfig):
+    """Every refusal of a reward run's inputs: snapshot_run_inputs with the base as a sequence classifier and, with
+    margin_from_strength, every train row's strength. The one check of the run and of `python -m training reward
+    --check`; returns the inputs and the train split (with TRL's margin column when asked)."""
     from training.run_folder import check_sequence_classifier_checkpoint
 
-    base_path = check_sequence_classifier_checkpoint(config.base_checkpoint)
-    manifest = snapshot_format.verify(config.snapshot)
+    inputs = snapshot_run_inputs(config, check_base=check_sequence_classifier_checkpoint)
+    train = inputs.splits["train"]
     if config.margin_from_strength:
-        rows = snapshot_format.iter_rows(config.snapshot, "train", manifest=manifest)
-        strength_margins((row["meta"] for row in rows), snapshot=config.snapshot,
-                         per_strength=config.margin_per_strength)
-    return base_path, manifest
+        train = train.add_column("margin", strength_margins(train["meta"], snapshot=config.snapshot,
+                                                            per_strength=config.margin_per_strength))
+    return inputs, train
 
 
 # --- scoring the test split --------------------------------------------------------------------------------
@@ -236,17 +235,12 @@ def parameters_digest(model) -> str:
 def run_reward(config: RewardRunConfig) -> dict:
     """Train; return the final run record. Raises PairwiseInputError for bad input before writing anything."""
 
-    from training.run_folder import check_sequence_classifier_checkpoint, checkpoint_content_hash
+    from training.run_folder import checkpoint_content_hash
 
-    # 1. Everything a user can get wrong is checked before the run folder exists (what check_reward_inputs
-    # checks, with the snapshot hashed once, as it is loaded).
-    inputs = snapshot_run_inputs(config, check_base=check_sequence_classifier_checkpoint)
+    # 1. Everything a user can get wrong is checked before the run folder exists.
+    inputs, train = reward_run_inputs(config)
     run, resume_from, base_path = inputs.run, inputs.resume_from, inputs.base_path
     splits, manifest, tokenizer = inputs.splits, inputs.manifest, inputs.tokenizer
-    train = splits["train"]
-    if config.margin_from_strength:
-        train = train.add_column("margin", strength_margins(train["meta"], snapshot=config.snapshot,
-                                                            per_strength=config.margin_per_strength))
 
 
     is_main = is_main_process()

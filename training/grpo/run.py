@@ -15,6 +15,7 @@ Generation: transformers' generate, or TRL's vLLM modes when `use_vllm: true` (c
 
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from training.errors import PairwiseInputError
@@ -114,32 +115,64 @@ def check_kl_reference_kept(previous: dict | None, reference: dict | None, sourc
                                  "beta and reference_checkpoint, or start a new run")
 
 
+@dataclass
+class GRPORunInputs:
+    """What a GRPO run has checked before its run folder exists."""
+
+    run: object  # training.run_folder.RunFolder
+    resume_from: str | None
+    base_path: Path
+    reference_path: Path | None
+    tasks: list[dict]  # the task file's tasks, all of them
+    tokenizer: object
+    rows: list[dict]
+
+
+def grpo_run_inputs(config: GRPORunConfig) -> GRPORunInputs:
+    """Every refusal of a GRPO run's inputs that needs no model run: the output folder (or the run to resume), the
+    base and reference checkpoints, the task file, the sandbox for code tasks, chat prompts against the chat
+    template, and the reward model setup. The one check of the run and of `python -m training grpo --check` (what
+    the app's launch runs), so a config --check passes is never refused when the run starts."""
+    from transformers import AutoTokenizer
+
+    from training.grpo.difficulty import check_sandbox_for_code
+    from training.run_folder import RunFolder, check_causal_lm_checkpoint
+
+    run = RunFolder(config.output_dir)
+    resume_from = check_output_dir(config, run)
+    if config.difficulty_filter and resume_from is None and config.world_size > 1:
+        raise PairwiseInputError("difficulty_filter runs on one process; for a multi-process run, run "
+                                 "python -m training grpo-filter first and set tasks to its output")
+    base_path = check_causal_lm_checkpoint(config.base_checkpoint)
+    reference_path = checked_reference(config, base_path)
+    tasks = load_tasks(config.tasks)
+    check_sandbox_for_code(tasks, config.tasks)
+    tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
+    rows = dataset_rows(tasks, tokenizer, base_path)  # refuses chat prompts without a chat template
+    check_reward_model_setup(config, tasks)
+    return GRPORunInputs(run, resume_from, base_path, reference_path, tasks, tokenizer, rows)
+
+
 def run_grpo(config: GRPORunConfig) -> dict:
     """Train; return the final run record. Raises PairwiseInputError for bad input before writing anything."""
     import torch
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
-    from training.grpo.difficulty import band_summary, check_sandbox_for_code, keep_in_band, pass_rates
+    from training.grpo.difficulty import band_summary, keep_in_band, pass_rates
     from training.grpo.ledger import Ledger
     from training.grpo.rewards import RewardModelReward, VerifierComponentsReward
     from training.grpo.rollouts import ROLLOUT_FORMAT, next_batch_number
     from training.grpo.trainer import PairwiseGRPOTrainer
-    from training.run_folder import RunFolder, check_causal_lm_checkpoint, checkpoint_content_hash
+    from training.run_folder import checkpoint_content_hash
     from training.snapshot import file_sha256
     from training.tasks import write_tasks
 
     started = time.perf_counter()
     # 1. Everything a user can get wrong is checked before the run folder exists.
-    run = RunFolder(config.output_dir)
-    resume_from = check_output_dir(config, run)
-    base_path = check_causal_lm_checkpoint(config.base_checkpoint)
-    reference_path = checked_reference(config, base_path)
-    all_tasks = load_tasks(config.tasks)
-    check_sandbox_for_code(all_tasks, config.tasks)
-    tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
-    checked_rows = dataset_rows(all_tasks, tokenizer, base_path)  # refuses chat prompts without a chat template
-    scorer = reward_model_scorer(config, all_tasks, checked_rows)
+    inputs = grpo_run_inputs(config)
+    run, resume_from, base_path, reference_path = inputs.run, inputs.resume_from, inputs.base_path, inputs.reference_path
+    all_tasks, tokenizer = inputs.tasks, inputs.tokenizer
+    scorer = loaded_reward_model(config, inputs.rows)
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     is_main = is_main_process()
@@ -156,9 +189,6 @@ def run_grpo(config: GRPORunConfig) -> dict:
     difficulty = None
     tasks = all_tasks
     if config.difficulty_filter and fresh:
-        if config.world_size > 1:
-            raise PairwiseInputError("difficulty_filter runs on one process; for a multi-process run, run "
-                                     "python -m training grpo-filter first and set tasks to its output")
         loading = time.perf_counter()
         rates = pass_rates(checkpoint=base_path, tasks=all_tasks, samples=config.difficulty_samples,
                            temperature=config.temperature, top_p=config.top_p, top_k=config.top_k or 0,
@@ -274,9 +304,10 @@ def reward_functions(config: GRPORunConfig) -> list[dict]:
     return [{"name": name, "weight": float(weight)} for name, weight in zip(names, weights, strict=True)]
 
 
-def reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[dict]):
-    """The reward model, loaded and checked against every prompt before the run folder exists; or None. Open tasks
-    need one: without it nothing would score them."""
+def check_reward_model_setup(config: GRPORunConfig, tasks: list[dict]) -> None:
+    """The reward model a run's tasks need, without loading it: open tasks need one (nothing else scores them), with
+    a weight above 0, and `reward_model` must be a trained reward model (a sequence classifier), not a causal LM."""
+    from training.run_folder import check_reward_model_checkpoint
     from training.tasks import OPEN
 
     open_tasks = [task["task_id"] for task in tasks if task["kind"] == OPEN]
@@ -285,15 +316,28 @@ def reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[dic
             raise PairwiseInputError(f"tasks {config.tasks} holds {len(open_tasks)} open tasks (first "
                                      f"{open_tasks[0]!r}), which no verifier scores; set reward_model to a trained "
                                      "reward model's checkpoint, or use tasks with a verifier")
+        return
+    if open_tasks and reward_functions(config)[1]["weight"] == 0:
+        raise PairwiseInputError(f"reward_weights gives the reward model weight 0, but tasks {config.tasks} holds open "
+                                 "tasks that only the reward model scores; give it a weight above 0")
+    check_reward_model_checkpoint(config.reward_model)
+
+
+def reward_model_scorer(config: GRPORunConfig, tasks: list[dict], rows: list[dict]):
+    """check_reward_model_setup, then the reward model loaded (loaded_reward_model); or None."""
+    check_reward_model_setup(config, tasks)
+    return loaded_reward_model(config, rows)
+
+
+def loaded_reward_model(config: GRPORunConfig, rows: list[dict]):
+    """The reward model of a checked setup (check_reward_model_setup), loaded and checked against every prompt before
+    the run folder exists; or None."""
+    if config.reward_model is None:
         return None
     import torch
 
     from training.reward_model_scorer import RewardModelScorer
 
-    weights = reward_functions(config)
-    if open_tasks and weights[1]["weight"] == 0:
-        raise PairwiseInputError(f"reward_weights gives the reward model weight 0, but tasks {config.tasks} holds open "
-                                 "tasks that only the reward model scores; give it a weight above 0")
     # On GPUs each process scores on its own device, beside its policy; on CPU (use_cpu, CI) where it was loaded.
     device = (f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() and not config.use_cpu
               else None)
