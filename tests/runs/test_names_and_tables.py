@@ -303,3 +303,23 @@ def test_the_django_admin_renames_a_checkpoint_by_the_same_rule(registered, make
                                                                           "registered_by": ""})
     assert refused.status_code == 200 and "exists already as &#x27;tiny-sft&#x27;" in refused.content.decode()
     assert Checkpoint.objects.get(pk=child.pk).name == child.name
+
+
+@pytest.mark.django_db(transaction=True)
+def test_checkpoints_stored_before_the_rule_keep_their_names_and_look_alikes_get_their_id():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    before, after = [("runs", "0005_task_set_checked_off_the_request")], [("runs", "0007_checkpoint_name_key_unique")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps.get_model("runs", "Checkpoint")
+    first, second, third = (old.objects.create(name=name, uri=f"s3://models/{n}", content_hash=f"sha256:{n}")
+                            for n, name in enumerate(["tiny5", "TINY5", "other"]))
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())  # back to where the other tests expect the schema
+
+    names = dict(Checkpoint.objects.values_list("pk", "name"))
+    assert names == {first.pk: "tiny5", second.pk: f"TINY5 ({second.pk})", third.pk: "other"}
