@@ -9,7 +9,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from annotate.quality.models import StoredAgreementReport
 from annotate.review.models import Judgment, Project, ReviewerStanding
 from annotate.review.qualification import qualification_state
-from annotate.review.selectors import reviewer_progress
+from annotate.review.selectors import reviewer_judged
 
 # A rate needs this many of the reviewer's own judgments behind it before their page shows it.
 STANDING_MIN_COUNTS = {"gold_accuracy": 1, "retest_consistency": 1, "agreement_with_others": 10}
@@ -73,8 +73,8 @@ def reviewer_standing(*, project: Project, reviewer: AbstractBaseUser) -> dict:
     that moved after every judgment would give away, by the difference, the others' majority on the pair
     just judged. A stale report queues a recompute and the last figures are shown meanwhile.
     """
-    # The reviewer page's own count, so the standing and the header never disagree (reviewer_progress).
-    judged = reviewer_progress(project=project, reviewer=reviewer)["judged"]
+    # The reviewer page's own count, so the standing and the header never disagree.
+    judged = reviewer_judged(project=project, reviewer=reviewer)
     standing = {"judged": judged, "min_judgments": project.standing_min_judgments, "available": False,
                 "reason": "", "as_of": None, "figures": {},
                 "qualification": qualification_state(project=project, reviewer=reviewer)}

@@ -316,11 +316,6 @@ def claim_pair(*, pair_id: int, overlap: int, first_needed: int | None = None) -
         return cursor.rowcount == 1
 
 
-# The project's overlap and the count's cap are written into the statement, not bound: a plan made
-# for unknown values of them (a prepared statement's generic plan) joined every open pair with every
-# one of the reviewer's assignments, 30 ms instead of 0.4 ms for a reviewer with 800 judgments.
-# Open pairs are counted emptiest first, where the reviewer's own pairs almost never are: in id order,
-# a reviewer ahead of the others walked past every pair they had judged on every request.
 # The reviewer page's two counts (docs/agreement.md, "What the reviewer page counts"). Judged: the reviewer's
 # current live judgments, retests included (the quality table's Judgments): the tally less their answers in the
 # qualification round, which the page shows apart. Left: the pairs they have not judged and could still be given;
@@ -330,6 +325,19 @@ _JUDGED_LIVE = (
     "WHERE g.project_id = %(project)s AND g.reviewer_id = %(reviewer)s AND g.attempt_id IS NOT NULL "
     "AND qa.current_judgment_id IS NOT NULL)"
 )
+
+
+def reviewer_judged(*, project_id: int, reviewer_id: int) -> int:
+    """The first of the reviewer page's counts alone (the standing's): one indexed read."""
+    (row,) = _fetch("SELECT " + _JUDGED_LIVE, {"project": project_id, "reviewer": reviewer_id})
+    return row[0]
+
+
+# The project's overlap and the count's cap are written into the statement, not bound: a plan made
+# for unknown values of them (a prepared statement's generic plan) joined every open pair with every
+# one of the reviewer's assignments, 30 ms instead of 0.4 ms for a reviewer with 800 judgments.
+# Open pairs are counted emptiest first, where the reviewer's own pairs almost never are: in id order,
+# a reviewer ahead of the others walked past every pair they had judged on every request.
 _PROGRESS_COLUMNS = f"""
     {_JUDGED_LIVE},
     (SELECT count(*) FROM review_assignment a

@@ -72,6 +72,11 @@ def reviewer_progress(*, project: Project, reviewer: AbstractBaseUser) -> dict:
     )
 
 
+def reviewer_judged(*, project: Project, reviewer: AbstractBaseUser) -> int:
+    """reviewer_progress's "judged" alone: the reviewer's current live judgments here."""
+    return queue_sql.reviewer_judged(project_id=project.pk, reviewer_id=reviewer.pk)
+
+
 def _text_block(text: str) -> dict:
     return {"text": text, "html": markdown_to_safe_html(text)}
 

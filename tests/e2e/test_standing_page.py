@@ -35,8 +35,11 @@ def test_the_reviewer_sees_their_own_figures_and_nothing_of_the_others(live_serv
     page.get_by_label("Username").fill("rita")
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
+    # The first look computes the project's report: more than expect's 5 s on a busy machine.
     expect(page.locator("#standing-text")).to_have_text(
-        f"Over your first {STANDING_STEP} judgments; next update after {2 * STANDING_STEP}.")
+        f"Over your first {STANDING_STEP} judgments; next update after {2 * STANDING_STEP}.", timeout=20_000)
+    # The header counts the same judgments the figures are over.
+    expect(page.locator("#progress")).to_have_text(f"Judged {STANDING_STEP} · 3 left")
     agreement = page.locator('[data-figure="agreement_with_others"]')
     expect(agreement).to_contain_text("Agreement with others")
     expect(agreement.locator("dd")).to_contain_text("100%")

@@ -191,3 +191,24 @@ def retest_ids(project, reviewer) -> set[int]:
 
     return set(Assignment.objects.filter(project=project, reviewer=reviewer, is_retest=True)
                .values_list("pk", flat=True))
+
+
+def test_a_reviewer_held_after_the_qualification_round_has_judged_nothing_live(make_project, make_user, client_for):
+    """The round's answers are shown apart (the quality table counts them as 0 judgments): a held
+    reviewer's header, home page row and standing all say 0 judged."""
+    from annotate.review.selectors import reviewer_progress
+    from tests.conftest import answer_gold
+    from tests.review.helpers import gold_items, live_items
+
+    project = make_project(slug="held", retest_rate=0, qualification_items=2, qualification_pass_mark=1.0,
+                           qualification_attempts=1)
+    import_rows(project, gold_items(3) + live_items(3))
+    rita = make_user("rita")
+    answer_gold(project, rita, right=False)
+    answer_gold(project, rita, right=True)
+    client = client_for(rita)
+    assert client.get(f"/api/v1/projects/{project.slug}/assignments/next").status_code == 403  # held
+    assert reviewer_progress(project=project, reviewer=rita)["judged"] == 0
+    standing = standing_of(client, project).json()
+    assert standing["judged"] == 0
+    assert standing["reason"].endswith("you have judged 0")

@@ -135,7 +135,6 @@
       ].filter(Boolean).join(" ");
       if (refused.length) say(`A kept judgment was not accepted: ${refused.join("; ")}.`, "error");
       else if (told) say(told, "ok");
-      if (saved || repeats) showStanding();
       return true;
     } finally {
       sending = false;
@@ -287,6 +286,7 @@
     document.getElementById("right").innerHTML = assignment.right.html;
     renderCriteria(assignment.criteria);
     showProgress(assignment.progress, assignment.qualification);
+    standingCheck(assignment.progress.judged);
     form.hidden = false;
     document.getElementById("done").hidden = true;
     // Submitting from the rationale box (Ctrl+Enter) would leave it focused, and the next pair's
@@ -325,6 +325,7 @@
       if (form.contains(document.activeElement)) document.activeElement.blur();
       const judged = headers.get("X-Judged");
       document.getElementById("progress").textContent = `Judged ${judged} · 0 left`;
+      standingCheck(Number(judged));
       return;
     }
     if ((status === 403 || status === 409) && data && data.detail) { showHeld(data.detail); return; }
@@ -393,6 +394,15 @@
 
   let standingTimer = null;
   let standingDelay = RETRY_FIRST_MS;
+  // What the standing on screen was read at: it says the header's count until the figures show, and then
+  // changes only at `next_update_after`; asked for again only when it would say something new.
+  let standingShown = null;
+
+  function standingCheck(judged) {
+    if (standingShown === null || standingTimer !== null) return; // not loaded yet: on its way
+    const due = standingShown.available ? judged >= standingShown.next_update_after : judged !== standingShown.judged;
+    if (due) showStanding();
+  }
 
   async function showStanding() {
     clearTimeout(standingTimer);
@@ -411,6 +421,7 @@
     standingDelay = RETRY_FIRST_MS;
     const { status, data } = result;
     if (status !== 200 || !data) { text.textContent = "Your standing could not be loaded."; return; }
+    standingShown = data;
     if (!data.available) {
       text.textContent = data.reason.charAt(0).toUpperCase() + data.reason.slice(1) + ".";
       figures.hidden = true;
@@ -520,7 +531,6 @@
         const judged = current;
         current = null;
         undoBlocked = data.feedback ? QUALIFICATION_UNDO : null;
-        showStanding(); // its counts are the header's; its figures move only every few judgments (server side)
         say(result.headers.get("Idempotent-Replayed") === "true" ? "The server already had it." : "Saved.", "ok");
         if (data.feedback) { showFeedback(data.feedback, judged, data.choice); return; }
         await loadNext({ saved: true });
