@@ -555,10 +555,16 @@
     try {
       // The last judgment may be one kept here: undo only what the server has confirmed, or a withdrawal
       // and a kept copy of the same pair would both be on the way.
-      if (keptKeys().length && !(await sendKept())) {
-        say("Nothing was undone: your last judgment is not confirmed by the server yet. Undo once it is (U).",
-            "error");
-        return;
+      if (keptKeys().length) {
+        if (!(await sendKept())) {
+          say("Nothing was undone: your last judgment is not confirmed by the server yet. Undo once it is (U).",
+              "error");
+          return;
+        }
+        // Sent: the timer that would have sent it must not now ask for a next pair beside the undone one.
+        clearTimeout(retryTimer);
+        retryTimer = null;
+        waiting.hidden = true;
       }
       let result = null;
       try { result = await api("POST", `projects/${slug}/judgments/undo`); } catch { /* no answer */ }
