@@ -17,6 +17,7 @@ suggested, because a silently ignored typo (`learnig_rate`) trains with the defa
 import dataclasses
 import difflib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,52 @@ def check_nested_settings(data: dict, source: str) -> None:
                               f"{', '.join(LOADER_KEYS[where])}")
 
 
+# Upper bounds of the knobs that set how long a run lasts or how much one step holds: past one, a run would hang or
+# exhaust memory rather than train (max_steps: 10^12 is some 30,000 years at a step a second). Key -> (the
+# environment variable that raises its bound where the training command runs, the bound without it).
+RUN_BOUNDS = {
+    "max_steps": ("PAIRWISE_MAX_TRAIN_STEPS", 1_000_000),
+    "num_train_epochs": ("PAIRWISE_MAX_TRAIN_EPOCHS", 1_000),
+    "per_device_train_batch_size": ("PAIRWISE_MAX_BATCH_SIZE", 4_096),
+    "per_device_eval_batch_size": ("PAIRWISE_MAX_BATCH_SIZE", 4_096),
+    "reward_model_batch_size": ("PAIRWISE_MAX_BATCH_SIZE", 4_096),
+    "gradient_accumulation_steps": ("PAIRWISE_MAX_GRADIENT_ACCUMULATION_STEPS", 1_024),
+    "steps_per_generation": ("PAIRWISE_MAX_GRADIENT_ACCUMULATION_STEPS", 1_024),
+    "num_generations": ("PAIRWISE_MAX_NUM_GENERATIONS", 1_024),
+    "difficulty_samples": ("PAIRWISE_MAX_NUM_GENERATIONS", 1_024),
+    "num_iterations": ("PAIRWISE_MAX_NUM_ITERATIONS", 64),
+    "dynamic_sampling_max_rounds": ("PAIRWISE_MAX_NUM_ITERATIONS", 64),
+    "max_length": ("PAIRWISE_MAX_SEQUENCE_LENGTH", 131_072),
+    "max_prompt_length": ("PAIRWISE_MAX_SEQUENCE_LENGTH", 131_072),
+    "max_completion_length": ("PAIRWISE_MAX_SEQUENCE_LENGTH", 131_072),
+}
+
+
+def run_bound(key: str) -> int:
+    """The bound of RUN_BOUNDS[key] in force: its environment variable's, else the default."""
+    variable, default = RUN_BOUNDS[key]
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    if not text.isascii() or not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"environment variable {variable} is {text[:40]!r}, not a whole number of 1 or more; set it "
+                          f"to the bound you want for {key} (default {default}) or unset it")
+    return int(text)
+
+
+def check_run_bounds(values: dict[str, Any], source: str) -> None:
+    """Refuse a value past its RUN_BOUNDS bound, in one line naming the key, the bound and how to raise it."""
+    for key in RUN_BOUNDS:
+        value = values.get(key)
+        if value is None or isinstance(value, bool):
+            continue
+        bound = run_bound(key)
+        if not value <= bound:  # NaN is past every bound as well
+            variable = RUN_BOUNDS[key][0]
+            raise key_error(source, key, f"is {value}, past the bound of {bound}; lower it, or raise the bound by "
+                                         f"setting {variable} where the training command runs")
+
+
 def key_error(source: str, key: str, why: str) -> ConfigError:
     """The one-line error for a value that parses but cannot be used: "FILE: key why"."""
     return ConfigError(f"{source}: {key} {why}")
@@ -178,6 +225,7 @@ class PairwiseConfigMixin:
         if values["max_steps"] == -1 and not values["num_train_epochs"] > 0:
             raise key_error(source, "num_train_epochs",
                             f"must be above 0 when max_steps is -1, got {values['num_train_epochs']}")
+        check_run_bounds(values, source)
 
 
 def _build_parser(config_cls: type):

@@ -184,6 +184,15 @@ def test_nested_settings_are_held_to_the_rules_of_the_top_level(engineer_api, ba
     assert_run_root_empty(run_root)
 
 
+def test_a_step_count_past_its_bound_is_refused_before_anything_is_queued(engineer_api, base_checkpoint, tiny_snapshot,
+                                                                          run_root, monkeypatch):
+    monkeypatch.delenv("PAIRWISE_MAX_TRAIN_STEPS", raising=False)
+    detail = refused(launch_dpo(engineer_api, tiny_snapshot, {**DPO_STEPS, "max_steps": 10**12}))
+    assert detail == ("config: max_steps is 1000000000000, past the bound of 1000000; lower it, or raise the bound by "
+                      "setting PAIRWISE_MAX_TRAIN_STEPS where the training command runs")
+    assert_run_root_empty(run_root)
+
+
 def test_a_token_recorded_before_the_refusal_is_never_shown(engineer_api, base_checkpoint, make_user, client):
     """A run recorded with a credential in its config (launched before hub keys were refused, or registered
     from a folder) shows the key but never its value, on the API or on the run page."""

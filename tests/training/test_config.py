@@ -195,3 +195,52 @@ def test_nested_settings_that_are_no_credential_still_load(tmp_path):
         "gradient_checkpointing_kwargs: {use_reentrant: false}\nhub_token: null\n"))
     assert config.model_init_kwargs == {"dtype": "float32", "attn_implementation": "eager"}
     assert config.generation_kwargs == {"pad_token_id": 0, "eos_token_id": 1}
+
+
+# --- bounds of the knobs that would hang a run ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "line", "key", "value", "bound", "variable"), [
+    ("dpo", "max_steps: 1000000000000\n", "max_steps", "1000000000000", 1_000_000, "PAIRWISE_MAX_TRAIN_STEPS"),
+    ("reward", "num_train_epochs: 1e308\n", "num_train_epochs", "1e+308", 1_000, "PAIRWISE_MAX_TRAIN_EPOCHS"),
+    ("grpo", "num_train_epochs: .inf\n", "num_train_epochs", "inf", 1_000, "PAIRWISE_MAX_TRAIN_EPOCHS"),
+    ("dpo", "per_device_train_batch_size: 100000\n", "per_device_train_batch_size", "100000", 4_096,
+     "PAIRWISE_MAX_BATCH_SIZE"),
+    ("reward", "gradient_accumulation_steps: 100000\n", "gradient_accumulation_steps", "100000", 1_024,
+     "PAIRWISE_MAX_GRADIENT_ACCUMULATION_STEPS"),
+    ("grpo", "num_generations: 2\nper_device_train_batch_size: 100000\n", "per_device_train_batch_size",
+     "100000", 4_096, "PAIRWISE_MAX_BATCH_SIZE"),
+    ("grpo", "num_generations: 2048\nper_device_train_batch_size: 2048\n", "num_generations", "2048", 1_024,
+     "PAIRWISE_MAX_NUM_GENERATIONS"),
+    ("grpo", "max_completion_length: 100000000\n", "max_completion_length", "100000000", 131_072,
+     "PAIRWISE_MAX_SEQUENCE_LENGTH"),
+    ("grpo", "num_iterations: 1000\n", "num_iterations", "1000", 64, "PAIRWISE_MAX_NUM_ITERATIONS"),
+])
+def test_a_value_past_its_bound_names_the_key_the_bound_and_how_to_raise_it(tmp_path, monkeypatch, kind, line, key,
+                                                                            value, bound, variable):
+    monkeypatch.delenv(variable, raising=False)
+    with pytest.raises(ConfigError) as refused:
+        recipe_config(kind, tmp_path, line)
+    assert str(refused.value) == (f"{tmp_path / f'{kind}.yaml'}: {key} is {value}, past the bound of {bound}; lower "
+                                  f"it, or raise the bound by setting {variable} where the training command runs")
+    if value not in ("inf", "1e+308"):  # a bound raised by its variable lets the value through
+        monkeypatch.setenv(variable, value)
+        config, _ = recipe_config(kind, tmp_path, line)
+        assert str(getattr(config, key)) == value
+
+
+def test_a_bound_set_to_something_else_than_a_whole_number_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAIRWISE_MAX_TRAIN_STEPS", "lots")
+    with pytest.raises(ConfigError, match=r"^environment variable PAIRWISE_MAX_TRAIN_STEPS is 'lots', not a whole "
+                                          r"number of 1 or more; set it to the bound you want for max_steps"):
+        recipe_config("dpo", tmp_path, "max_steps: 10\n")
+
+
+def test_values_within_their_bounds_load(tmp_path, monkeypatch):
+    from training.config import RUN_BOUNDS
+
+    for variable, _ in RUN_BOUNDS.values():
+        monkeypatch.delenv(variable, raising=False)
+    config, _ = recipe_config("grpo", tmp_path, "max_steps: 1000000\nnum_generations: 1024\n"
+                                                "per_device_train_batch_size: 1024\nmax_completion_length: 131072\n")
+    assert (config.max_steps, config.num_generations, config.max_completion_length) == (1_000_000, 1024, 131_072)
