@@ -260,6 +260,11 @@ def test_a_short_rationale_is_told_under_the_box_in_view_with_focus_there_at_any
         page = context.new_page()
         log_in(page, live_server.url, "/review/e2e/", "rita")
         expect(page.locator("#progress")).to_have_text(f"Judged {number - 1} · {5 - number} left")
+        page.keyboard.press("Control+Enter")  # nothing chosen: told in the choice row, in view, focus there
+        nothing = page.get_by_text("Choose left, right, tie or both bad (A, D, S, X).")
+        expect(page.locator("fieldset.choice")).to_contain_text("Choose left, right, tie or both bad")
+        assert in_viewport(page, nothing), f"at {viewport['width']} px the message is off-screen"
+        assert page.evaluate("document.activeElement.name") == "choice"
         choose_by_keyboard(page, choice="a", strength="2", criteria=["h", "h"], rationale="Too short",
                            leave_rationale=False)
         page.keyboard.press("Control+Enter")
