@@ -47,6 +47,9 @@ from training.trl_setup import (
 )
 
 NO_TEST_SPLIT = "not scored: the snapshot has no test split"
+# With a test split and no eval_strategy of the config's own, TRL's evaluation loop runs on it every tenth of
+# training (a float eval_steps below 1 is a share of the total steps), so metrics.jsonl holds a test-accuracy curve.
+EVAL_SHARE_OF_TRAINING = 0.1
 
 
 @dataclass
@@ -258,7 +261,7 @@ def run_reward(config: RewardRunConfig) -> dict:
         )
 
     with trainer_setup(run, config, recipe="Reward", fresh=fresh, is_main=is_main):
-        trainer = _build_trainer(config, run, train, tokenizer, base_path)
+        trainer = _build_trainer(config, run, train, tokenizer, base_path, test=splits["test"])
         train_left_out = len(train) - len(trainer.train_dataset)
         test_rows = list(splits["test"])
         can_score = bool(test_rows) and not is_zero3(trainer)
@@ -302,15 +305,23 @@ def _score_note(test_rows: list, trainer, config: RewardRunConfig) -> str:
     return f"not scored: every test pair is longer than max_length ({config.max_length} tokens)"
 
 
-def _build_trainer(config: RewardRunConfig, run, train, tokenizer, base_path: Path):
+def _build_trainer(config: RewardRunConfig, run, train, tokenizer, base_path: Path, *, test):
+    from transformers.trainer_utils import IntervalStrategy
     from trl import RewardTrainer
 
+    args = trainer_arguments(config, run)
+    eval_dataset = test if len(test) else None
+    if eval_dataset is not None and args.eval_strategy == IntervalStrategy.NO:
+        args.eval_strategy, args.eval_steps = IntervalStrategy.STEPS, EVAL_SHARE_OF_TRAINING
+    elif eval_dataset is None:
+        args.eval_strategy = IntervalStrategy.NO  # nothing to evaluate on: asking would stop TRL
     # The model goes in as a path: TRL loads it as AutoModelForSequenceClassification with num_labels=1 (the
     # head seeded by `seed`) and sets its pad_token_id from the tokenizer.
     return RewardTrainer(
         model=str(base_path),
-        args=trainer_arguments(config, run),
+        args=args,
         train_dataset=train,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
         callbacks=run_callbacks(config, run),
         peft_config=lora_config(config, task_type="SEQ_CLS"),

@@ -40,6 +40,8 @@ CURVES = {
     # Beside the reward: a policy pleasing a reward model by writing longer answers shows as both rising.
     "completion_length": ("Completion length (tokens)", [("completions/mean_length", "mean completion length")]),
     "kl": ("KL to the reference", [("kl", "KL")]),
+    # A reward run evaluates on its snapshot's test split during training (training/reward.py).
+    "accuracy": ("Pair accuracy", [("eval_accuracy", "test accuracy"), ("accuracy", "train accuracy")]),
     "zero_variance": ("Zero-variance groups", [("zero_variance/share", "share of groups with equal rewards")]),
 }
 EMPTY_REASONS = {
@@ -47,6 +49,7 @@ EMPTY_REASONS = {
     "reward": "no reward logged yet (DPO logs rewards/margins, GRPO reward)",
     "completion_length": "only GRPO generates during training",
     "kl": "this run logs no KL (GRPO logs it when beta > 0; DPO's implicit KL shows in the reward margin)",
+    "accuracy": "only reward runs log pair accuracy (test accuracy when the snapshot has a test split)",
     "zero_variance": "only GRPO runs have groups",
 }
 

@@ -71,6 +71,11 @@ def test_a_reward_run_trains_through_the_local_backend_and_registers_a_reward_mo
     client.force_login(make_user("ed", "engineer"))
     run_page = client.get(f"/runs/{run.pk}/").content.decode()
     assert "Test split (reward model)" in run_page and "too few to judge" in run_page
+    # TRL evaluated on the test split during training: a test-accuracy curve on the run page.
+    evaluated = [row for row in run.metrics if "eval_accuracy" in row]
+    assert evaluated and evaluated[-1]["step"] == 2
+    chart = run_page.split('id="chart-accuracy"')[1].split("</div>")[0]
+    assert "<svg" in chart and "test accuracy" in chart
     assert f">{made.name}</a>" in run_page
 
     # The reward model is offered as a GRPO run's reward model, not as a base.

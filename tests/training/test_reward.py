@@ -70,7 +70,10 @@ def test_two_reward_steps_train_a_classifier_and_score_the_test_split(tmp_path, 
     assert test["length_correlation"]["answers"] == 16
     assert -1.0 <= test["length_correlation"]["pearson"] <= 1.0
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows if r["event"] == "train" and "loss" in r] == [1, 2]
+    assert [r["step"] for r in rows if r["event"] == "train" and "loss" in r and "eval_loss" not in r] == [1, 2]
+    # TRL's own evaluation loop on the test split, every tenth of training (here every step): a test-accuracy curve.
+    evaluated = [r for r in rows if "eval_accuracy" in r]
+    assert [r["step"] for r in evaluated] == [1, 2] and all(0.0 <= r["eval_accuracy"] <= 1.0 for r in evaluated)
     assert [r["accuracy"] for r in rows if r["event"] == "test"] == [test["accuracy"]]
     assert "accuracy (chosen above rejected)" in result.stdout and "reward vs length" in result.stdout
 
@@ -84,7 +87,10 @@ def test_a_snapshot_without_test_rows_trains_and_says_it_was_not_scored(tmp_path
 
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["status"] == "completed"
-    assert record["results"] == {"test": None, "note": "not scored: the snapshot has no test split"}
+    assert record["results"] == {"test": None, "note": "not scored: the snapshot has no test split",
+                                 "train_over_max_length": {"pairs": 0, "of": 24, "max_length": 1024}}
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert "eval_accuracy" not in metrics  # nothing to evaluate on
     assert "not scored: the snapshot has no test split" in capsys.readouterr().out
 
 
