@@ -206,6 +206,12 @@ def test_the_run_page_shows_the_cycle_as_run_json_advances_and_the_ledgers_cycle
              "tokens_generated": 4096, "completions": 64, "mean_length": 64.0, "max_length": 128,
              "records_dropped_stale": 8, "stage_restarts": 1, "idle_s": {"generation": 10.0, "update": 5.0},
              "stage_wall_s": {"generate": 90.0, "score": 25.0, "update": 70.0},
+             "switching_split_s": {"cold_start_s": 12.0, "loading_s": 10.0, "hashing_s": 2.0, "saving_s": 4.0,
+                                   "export_s": 2.0},
+             "queue_idle_s": 40.0,
+             "stale_correction": {"updates": 3, "ratio_min": 2e-9, "ratio_mean": 0.41, "ratio_max": 2.5,
+                                  "masked_share": 0.125, "negligible_share": 0.5, "effective_sample_size_min": 0.21},
+             "retention": {"versions_removed": 2, "bytes_freed": 24000000, "removed": ["v0001", "v0002"]},
              "per_cycle": [{"batch": b, "generated_by": f"v{max(0, b - 1):04d}", "trained": f"v{b:04d}", "lag": 1,
                             "generation_s": 20.0, "verification_s": 5.0, "update_s": 15.0, "switching_s": 7.5,
                             "loss": 0.5} for b in range(4)]}
@@ -227,6 +233,17 @@ def test_the_run_page_shows_the_cycle_as_run_json_advances_and_the_ledgers_cycle
     assert any("<td>switching share of wall time</td><td>15.0%</td>" in row for row in rows)
     assert any("<td>records dropped as stale</td><td>8</td>" in row for row in rows)
     assert any("<td>stage restarts</td><td>1</td>" in row for row in rows)
+    # Switching split into its parts, the time in which no stage ran (a Slurm queue) under its own name, TRL's
+    # correction of the stale answers, and what retention removed.
+    for expected in ("switching / process start</td><td>12.00 s</td><td>6.0%",
+                     "switching / hashing the weights</td><td>2.00 s</td><td>1.0%",
+                     "switching / writing the version</td><td>2.00 s</td><td>1.0%",
+                     "queue and idle (no stage running)</td><td>40.00 s</td><td>20.0%",
+                     "stale answer weight: min</td><td>2e-09", "stale answers masked (share)</td><td>12.5%",
+                     "stale answers weighted below 0.001 (share)</td><td>50.0%",
+                     "effective sample size (smallest)</td><td>0.21", "versions removed by retention</td><td>2",
+                     "bytes freed by retention</td><td>24,000,000"):
+        assert any(f"<td>{expected}</td>" in row for row in rows), expected
     assert card.count("<tr><td>") >= 4 + 4  # one row per cycle besides the totals
     ledger = page.split('id="ledger-table"')[1].split("</table>")[0]
     assert "cycle /" not in ledger  # the generic ledger table leaves the cycle to its own table
