@@ -176,7 +176,8 @@ def grpo_child_of(reward_model, base_checkpoint, tiny_snapshot, finished_export,
             "n": 40, "accuracy": 0.725, "interval": [0.5721, 0.8393], "mean_margin": 0.41,
             "chosen_shorter": {"n": 6, "accuracy": 0.5, "interval": [0.1876, 0.8124]},
             "chosen_longer": {"n": 34, "accuracy": 0.7647, "interval": [0.6, 0.8756]},
-            "length_correlation": {"pearson": 0.12, "answers": 80}}}})
+            "length_correlation": {"pearson": 0.12, "answers": 80}, "left_out_over_max_length": 3},
+            "train_over_max_length": {"pairs": 11, "of": 360, "max_length": 512}}})
     Checkpoint.objects.filter(pk=reward_model.pk).update(run=reward_run)  # registered before its run existed here
     grpo_run = Run.objects.create(
         kind="grpo", status="succeeded", base_checkpoint=base_checkpoint, reward_model=reward_model,
@@ -256,6 +257,9 @@ def test_a_reward_runs_test_figures_show_with_intervals_and_the_too_few_rule(
     assert rows["accuracy, chosen answer shorter"] == ["6", "too few to judge"]
     assert rows["accuracy, chosen answer longer"] == ["34", "0.765", "0.600–0.876"]
     assert rows["reward vs answer length (Pearson r)"] == ["40", "0.120", ""]
+    # Pairs over max_length are not scored (one rule in training and test scoring), and the page says how many.
+    assert rows["test pairs longer than max_length: not scored"] == ["3", "—", ""]
+    assert rows["train pairs longer than max_length: left out of training"] == ["11", "—", ""]
 
 
 @pytest.fixture
