@@ -281,6 +281,15 @@ CYCLE_COUNTS = (("cycles", "cycles"), ("switching_share", "switching share of wa
 # The parts of switching (training/grpo/cycle.py's SWITCHING_PARTS), each a row under switching.
 CYCLE_SWITCHING_PARTS = (("cold_start_s", "process start"), ("loading_s", "loading"),
                          ("hashing_s", "hashing the weights"), ("saving_s", "saving"), ("export_s", "writing the version"))
+# Nested counts of the cycle's ledger: TRL's correction of stale answers, and the versions retention removed.
+CYCLE_NESTED_COUNTS = (
+    ("stale_correction", (("updates", "updates on stale answers"), ("ratio_min", "stale answer weight: min"),
+                          ("ratio_mean", "stale answer weight: mean"), ("ratio_max", "stale answer weight: max"),
+                          ("masked_share", "stale answers masked (share)"),
+                          ("negligible_share", "stale answers weighted below 0.001 (share)"),
+                          ("effective_sample_size_min", "effective sample size (smallest)"))),
+    ("retention", (("versions_removed", "versions removed by retention"), ("bytes_freed", "bytes freed by retention"))),
+)
 CYCLE_PER_BATCH = ("batch", "generated_by", "trained", "lag", "generation_s", "verification_s", "switching_s",
                    "update_s", "loss")
 VERSION_NAME = re.compile(r"^v(\d{4,})$")
@@ -339,7 +348,10 @@ def cycle_ledger(ledger: dict | None) -> dict | None:
         "time": [{"name": name, "value": _ledger_value("_s", seconds),
                   "share": f"{seconds / wall:.1%}" if _number(seconds) and wall else None}
                  for name, seconds in time_rows],
-        "counts": [{"name": name, "value": _ledger_value(key, cycle.get(key))} for key, name in CYCLE_COUNTS],
+        "counts": [{"name": name, "value": _ledger_value(key, cycle.get(key))} for key, name in CYCLE_COUNTS] + [
+            {"name": name, "value": _ledger_value(key, cycle[group][key])}
+            for group, keys in CYCLE_NESTED_COUNTS if isinstance(cycle.get(group), dict)
+            for key, name in keys if key in cycle[group]],
         "per_cycle": [[_ledger_value(key, row.get(key)) for key in CYCLE_PER_BATCH]
                       for row in cycle.get("per_cycle") or [] if isinstance(row, dict)],
     }
