@@ -9,6 +9,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
+from django.template.defaultfilters import pluralize
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
@@ -43,7 +44,7 @@ from annotate.quality.services import STORED_BOOTSTRAP, StoredReportState, store
 from annotate.review import selectors as review_selectors
 from annotate.review.errors import ReviewError
 from annotate.review.models import qualification_gold_short
-from annotate.review.qualification import qualification_release
+from annotate.review.qualification import guess_pass_chance, qualification_release
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.selectors import project_for_staff_page
 from annotate.roles import ADMIN_ROLES, user_roles
@@ -119,7 +120,7 @@ def _headline(report: dict, notes: dict[str, str]) -> list[Figure]:
     gold = report.get("gold") or {}
     reviewers = (report.get("coverage") or {}).get("reviewers_with_judgments", 0)
     figures = [
-        Figure(label="Judgments", value=str(report["judgments"]), detail=f"by {reviewers} reviewers"),
+        Figure(label="Judgments", value=str(report["judgments"]), detail=f"by {reviewers} reviewer{pluralize(reviewers)}"),
         Figure(label="Pairs", value=str(report["pairs"]), detail="judged at least once"),
         Figure(label="Pairs with overlap", value=str(report["pairs_with_overlap"]), detail="two or more judgments"),
         _figure(retest.get("consistency"), percent, label="Retest consistency",
@@ -252,6 +253,9 @@ def _qualification_section(project, *, can_release: bool, gold_judgments: int = 
     return {
         "required": bool(project.qualification_items), "items": project.qualification_items,
         "pass_mark": percent(project.qualification_pass_mark), "attempts": project.qualification_attempts,
+        "guess_pass_chance": percent(guess_pass_chance(items=project.qualification_items,
+                                                       pass_mark=project.qualification_pass_mark,
+                                                       attempts=project.qualification_attempts), 1),
         "gold_rate": percent(project.gold_rate, 1), "rows": rows, "can_release": can_release,
         "held": sum(row["status"] == "held" for row in rows),
         "gold_short": qualification_gold_short(project), "gold_judgments": gold_judgments,

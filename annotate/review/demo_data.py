@@ -16,12 +16,13 @@ DEMO_CRITERIA = {
 }
 
 
-# Every fifth prompt carries gold: 6 gold pairs in the default 30 prompts, enough for the onboarding demo's
-# round (2 items x 2 attempts, each attempt on gold the reviewer has not seen) and a few live gold checks.
+# Every fifth prompt carries gold: 6 gold pairs in the default 30 prompts, for a few live gold checks. The
+# onboarding demo takes gold every second prompt (15 of 30: its round of 5 items x 2 attempts, each attempt on gold
+# the reviewer has not seen, and live checks).
 GOLD_EVERY = 5
 
 
-def _speed_item(rng: random.Random, index: int) -> dict:
+def _speed_item(rng: random.Random, index: int, gold_every: int) -> dict:
     hours = rng.choice([2, 3, 4, 5])
     speed = rng.choice([40, 45, 50, 60, 72, 80])
     total = speed * hours
@@ -45,7 +46,7 @@ def _speed_item(rng: random.Random, index: int) -> dict:
     wrong = rng.choice(slips)
     answers = [right, wrong]
     reason = "It divides the total distance by the total time and shows each step; the other does not."
-    gold = {"preferred": 0, "reason": reason} if index % GOLD_EVERY == 0 else None
+    gold = {"preferred": 0, "reason": reason} if index % gold_every == 0 else None
     if rng.random() < 0.5:
         answers.reverse()
         gold = {"preferred": 1, "reason": reason} if gold else None
@@ -77,7 +78,7 @@ def _code_item(index: int) -> dict:
     }
 
 
-def demo_items(*, count: int = 30, seed: int = 0) -> list[dict]:
-    """`count` import rows; every tenth prompt is a code task, every fifth (a speed problem) carries gold."""
+def demo_items(*, count: int = 30, seed: int = 0, gold_every: int = GOLD_EVERY) -> list[dict]:
+    """`count` import rows; every tenth prompt is a code task, every `gold_every`th (a speed problem) carries gold."""
     rng = random.Random(seed)
-    return [_code_item(i) if i % 10 == 9 else _speed_item(rng, i) for i in range(count)]
+    return [_code_item(i) if i % 10 == 9 else _speed_item(rng, i, gold_every) for i in range(count)]

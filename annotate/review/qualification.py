@@ -8,6 +8,7 @@ recorded as a GoldCheck. A gold check counts in its pair's assigned_count like a
 pair past the project's overlap: every reviewer must be checked, however many others judged the pair.
 """
 
+import math
 import secrets
 from datetime import datetime, timedelta
 
@@ -32,6 +33,19 @@ from annotate.review.models import (
 from annotate.review.projects import criteria_in_force
 
 _RATE_SCALE = 1_000_000
+
+
+def guess_pass_chance(*, items: int, pass_mark: float, attempts: int, right_share: float = 0.5) -> float:
+    """The chance that a reviewer who guesses passes the round in one of their attempts: each gold item right with
+    probability `right_share` (0.5: picking a side at random), independently; an attempt passes with at least
+    pass_mark x items right (the rule of _attempt_finish)."""
+    if items <= 0:
+        return 1.0
+    needed = max(0, math.ceil(pass_mark * items - 1e-9))
+    one = sum(math.comb(items, k) * right_share ** k * (1 - right_share) ** (items - k)
+              for k in range(needed, items + 1))
+    return 1 - (1 - one) ** max(1, attempts)
+
 
 
 def _latest_attempt(*, project: Project, reviewer: AbstractBaseUser) -> QualificationAttempt | None:

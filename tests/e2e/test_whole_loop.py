@@ -4,11 +4,12 @@ and both children on a held-out task set, sends the three checkpoints' answers b
 the leaderboard ranks the checkpoints; an audit of GRPO's rewarded answers is judged and the GRPO child's page
 shows the broken share. Screenshots go to tests/e2e/artifacts/loop-*.png.
 
-The demo is seeded by the demo's own command (seed_demo) and its SFT checkpoint built as a run with the demo's own
-recipe, all SFT_STEPS of it, as scripts/demo.sh trains it. GRPO needs answers with full reward to audit, and a
-checkpoint cut shorter writes too few: from the same seed, 160 steps gave 0 fully rewarded answers of GRPO's 48
-on one machine and 4 on another (floating-point sums differ between processors), 240 steps gave 2, and 320 gave 10.
-Runs launched from the pages execute in threads of the live server, as on the embedded defaults.
+The demo is seeded by the demo's own command (seed_demo), which registers the demo checkpoint that ships with
+Pairwise (all 320 steps of tiny-sft's recipe; tests/runs/test_demo_checkpoint_shipped.py rebuilds it). GRPO needs
+answers with full reward to audit, and a checkpoint cut shorter writes too few: from the same seed, 160 steps gave 0
+fully rewarded answers of GRPO's 48 on one machine and 4 on another (floating-point sums differ between processors),
+240 steps gave 2, and 320 gave 10. Runs launched from the pages execute in threads of the live server, as on the
+embedded defaults.
 """
 
 import io
@@ -24,8 +25,7 @@ from annotate.review.judgments import judgment_submit
 from annotate.review.models import Project, Response
 from annotate.review.users import user_add
 from annotate.runs.audit import rewarded_rollouts
-from annotate.runs.demo_checkpoint import DEMO_STEPS, demo_checkpoint_queue
-from annotate.runs.execute import run_execute
+from annotate.runs.demo_checkpoint import shipped_manifest
 from annotate.runs.management.commands.seed_demo import judge_demo_project
 from annotate.runs.models import Checkpoint, Run
 
@@ -42,7 +42,6 @@ DPO_CONFIG = "learning_rate: 5.0e-6\nmax_steps: 4\nper_device_train_batch_size: 
 # differ, which the comparison below needs (prompts where every checkpoint answers alike are left out).
 GRPO_CONFIG = ("learning_rate: 5.0e-3\nmax_steps: 6\nnum_generations: 4\nper_device_train_batch_size: 8\n"
                "max_completion_length: 48\nlogging_steps: 1\nseed: 0\n")
-SFT_STEPS = DEMO_STEPS  # 320, the demo's recipe
 RATIONALE = "The chosen answer works the total distance over the total time."
 
 
@@ -128,17 +127,14 @@ def test_the_whole_loop_on_a_fresh_demo(live_server, fresh_demo, browser, artifa
     reviewers = [user_add(username=name, role="reviewer", password=PASSWORD)[0]
                  for name in ("reviewer", "reviewer2", "reviewer3")]
 
-    # The demo checkpoint is still being built: the launch button waits for it and says how far it is.
-    build = demo_checkpoint_queue(steps=SFT_STEPS, enqueue=False)
+    # The demo checkpoint is registered the moment the demo is seeded: the engineer can launch at once.
     engineer = log_in(browser, url, "engineer")
     engineer.goto(url + "/runs/")
-    expect(engineer.locator("#demo-checkpoint")).to_contain_text("Building the demo checkpoint tiny-sft")
-    expect(engineer.get_by_role("button", name=re.compile(r"Launch \(waits for tiny-sft"))).to_be_disabled()
-    engineer.screenshot(path=str(artifacts / "loop-1-waiting-for-the-demo-checkpoint.png"), full_page=True)
-    built = run_execute(run_id=build.pk, worker="e2e")
-    assert built.status == "succeeded", (built.error, built.log_tail[-2000:])
+    expect(engineer.get_by_role("button", name="Launch", exact=True)).to_be_enabled()
+    expect(engineer.get_by_label("Base checkpoint")).to_have_value("tiny-sft")
+    engineer.screenshot(path=str(artifacts / "loop-1-the-demo-checkpoint-ready.png"), full_page=True)
     parent = Checkpoint.objects.get(name="tiny-sft")
-    assert parent.run_id == build.pk and parent.parent_id is None
+    assert parent.content_hash == shipped_manifest()["content_hash"] and parent.parent_id is None
 
     # Reviewers judge: two pairs by keyboard in the browser, the rest of the demo through the same service.
     reviewer = log_in(browser, url, "reviewer")
@@ -178,7 +174,7 @@ def test_the_whole_loop_on_a_fresh_demo(live_server, fresh_demo, browser, artifa
     dpo_child = Run.objects.get(pk=dpo_run).made_checkpoint
     grpo_child = Run.objects.get(pk=grpo_run).made_checkpoint
     # The audit below needs answers with full reward: with fewer SFT steps the demo checkpoint may write none.
-    assert rewarded_rollouts(Run.objects.get(pk=grpo_run)), f"GRPO rewarded no answer of the {SFT_STEPS}-step demo checkpoint"
+    assert rewarded_rollouts(Run.objects.get(pk=grpo_run)), "GRPO rewarded no answer of the demo checkpoint"
     assert dpo_child.parent_id == grpo_child.parent_id == parent.pk
     assert Run.objects.get(pk=dpo_run).export.project_id == demo.pk
     assert Run.objects.get(pk=grpo_run).task_set.name == "speed · train"

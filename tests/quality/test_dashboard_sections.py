@@ -74,6 +74,8 @@ def test_the_dashboard_shows_each_reviewers_qualification(onboarded, client, mak
     assert rows["bob"]["badges"] == ["held"] and rows["bob"]["cells"][2] == "1: 0 of 2 right, failed"
     html = dashboard(client, make_user).content.decode()
     assert 'name="action" value="retry"' in html and "1 waiting now" in html
+    # 2 items, the default pass mark of 80% (both right), one attempt: a coin passes a quarter of the time.
+    assert 'Someone who picks sides at random passes <span id="guess-pass-chance">25.0%</span>' in html
 
 
 def test_an_admin_releases_a_held_reviewer_from_the_dashboard_and_an_engineer_cannot(onboarded, client, make_user):

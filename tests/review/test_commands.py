@@ -90,7 +90,7 @@ def test_seed_demo_loads_thirty_prompts_and_prints_working_accounts():
 
     # The plain demo goes straight to live pairs; the onboarding demo starts with its qualification round.
     reviewer = get_user_model().objects.get(username="reviewer")
-    for slug, round_items in (("demo", None), ("demo-onboarding", 2)):
+    for slug, round_items in (("demo", None), ("demo-onboarding", 5)):
         project = Project.objects.get(slug=slug)
         assignment = assignment_next(project=project, reviewer=reviewer)
         shown = selectors.assignment_payload(assignment=assignment, project=project, reviewer=reviewer)

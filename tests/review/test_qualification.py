@@ -11,6 +11,7 @@ from annotate.review.assignments import assignment_next
 from annotate.review.import_sql import items_import
 from annotate.review.judgments import judgment_submit
 from annotate.review.models import Assignment, GoldCheck, Pair, QualificationAttempt
+from annotate.review.qualification import guess_pass_chance
 from tests.conftest import import_rows
 from tests.review.helpers import REASON, gold_items, live_items
 
@@ -397,3 +398,24 @@ def test_the_demo_onboarding_settings_fit_the_demo_gold(db):
     assert qualification_gold_short(project) is None
     assert gold_pairs(project).count() >= project.qualification_items * project.qualification_attempts
     call_command("seed_demo", stdout=io.StringIO())  # again: the settings are checked against the imported gold
+
+
+@pytest.mark.parametrize(("items", "pass_mark", "attempts", "chance"), [
+    (2, 0.5, 2, 1 - (1 / 4) ** 2),  # 1 right of 2: only both wrong fails (1/4), in both attempts
+    (2, 0.8, 1, 1 / 4),  # both right
+    (5, 1.0, 2, 1 - (31 / 32) ** 2),  # the onboarding demo's round: 6.2%
+    (5, 0.8, 1, 6 / 32),  # 4 or 5 right: 5 + 1 of 32 outcomes
+    (3, 0.6, 1, 4 / 8),  # 2 or 3 right: 3 + 1 of 8 (1.8 rounds up to 2, as the round's own rule)
+    (0, 0.8, 2, 1.0),  # no round: nothing to fail
+])
+def test_the_chance_that_a_guesser_passes_is_worked_out_by_hand(items, pass_mark, attempts, chance):
+    assert guess_pass_chance(items=items, pass_mark=pass_mark, attempts=attempts) == pytest.approx(chance)
+
+
+def test_a_guesser_passes_the_demo_onboarding_round_rarely():
+    from annotate.runs.management.commands.seed_demo import ONBOARDING_SETTINGS
+
+    chance = guess_pass_chance(items=ONBOARDING_SETTINGS["qualification_items"],
+                               pass_mark=ONBOARDING_SETTINGS["qualification_pass_mark"],
+                               attempts=ONBOARDING_SETTINGS["qualification_attempts"])
+    assert chance < 0.07

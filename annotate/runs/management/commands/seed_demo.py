@@ -14,7 +14,7 @@ from annotate.exports.models import Export
 from annotate.exports.services import export_create, export_run
 from annotate.review.assignments import assignment_next
 from annotate.review.criteria import criteria_parse
-from annotate.review.demo_data import DEMO_CRITERIA, demo_items
+from annotate.review.demo_data import DEMO_CRITERIA, GOLD_EVERY, demo_items
 from annotate.review.errors import ReviewError
 from annotate.review.import_sql import items_import
 from annotate.review.importing import items_parse
@@ -27,13 +27,19 @@ DEMO_USERS = [("reviewer", "reviewer"), ("reviewer2", "reviewer"), ("reviewer3",
 # The second demo project shows the reviewer quality loop: a qualification round on the demo's gold items
 # (with feedback), gold checks mixed into live work, and adaptive overlap. The first keeps none of it, so a
 # reviewer goes straight to judging there.
-ONBOARDING_SETTINGS = {"qualification_items": 2, "qualification_pass_mark": 0.5, "qualification_attempts": 2,
+# Its round is 5 gold items, all to be right, in at most 2 attempts: a reviewer who picks sides at random passes
+# 6.2% of the time (guess_pass_chance; 1 right of 2 would pass 94% of them).
+ONBOARDING_SETTINGS = {"qualification_items": 5, "qualification_pass_mark": 1.0, "qualification_attempts": 2,
                        "gold_rate": 0.1, "min_overlap": 2, "max_overlap": 3}
+ONBOARDING_GOLD_EVERY = 2  # 15 gold pairs in 30 prompts: 10 for the round's two attempts, the rest live checks
 
 
 # A third project comes judged, by the three demo reviewers, and exported: an engineer can train on a snapshot
 # the moment the demo starts. Each reviewer prefers the worked, right answer most of the time (seeded).
 JUDGED_SLUG = "demo-judged"
+# Enough prompts that its export's test split (a quarter, by prompt) holds over 30 pairs: held-out figures of a run
+# trained on it are judged on enough pairs to mean something (with 30 prompts they were "too few to judge").
+JUDGED_PROMPTS, JUDGED_TEST_RATIO = 200, 0.25
 JUDGED_RIGHT_SHARE = {"reviewer": 0.9, "reviewer2": 0.85, "reviewer3": 0.8}
 # One train and one held-out task set per task family (new numbers and wording), for GRPO and evaluations.
 DEMO_TASKS = {"train": (50, 1), "heldout": (50, 2)}  # variant -> (tasks, seed)
@@ -93,8 +99,8 @@ def judge_demo_project(project, reviewers: list, *, seed: int = 0) -> int:
 
 class Command(BaseCommand):
     help = ("Load the demo projects (criteria, 30 prompts with answer pairs; one with a qualification round; one "
-            "judged and exported), one train and one held-out task set per task family, the demo accounts (prints "
-            "their passwords), and queue the build of the demo checkpoint tiny-sft.")
+            f"of {JUDGED_PROMPTS} prompts judged and exported), one train and one held-out task set per task family, the demo accounts (prints "
+            "their passwords), and the demo checkpoint tiny-sft (shipped with Pairwise, checked against its manifest).")
 
     def add_arguments(self, parser):
         parser.add_argument("--prompts", type=int, default=30)
@@ -119,7 +125,9 @@ class Command(BaseCommand):
             except ReviewError as exc:  # e.g. too few prompts (--prompts) to carry the round's gold
                 raise CommandError(f"project {slug}: {exc}") from None
             # Through the same parser and import as a user's file.
-            parsed = items_parse(json.dumps(row) for row in demo_items(count=prompts))
+            count = JUDGED_PROMPTS if slug == JUDGED_SLUG else prompts
+            gold_every = ONBOARDING_GOLD_EVERY if settings else GOLD_EVERY
+            parsed = items_parse(json.dumps(row) for row in demo_items(count=count, gold_every=gold_every))
             summary = items_import(project=project, items=parsed)
             self.stdout.write(f"project {slug}: {summary.prompts_created} new prompt(s), "
                               f"{summary.pairs_created} new pair(s)")
@@ -128,6 +136,7 @@ class Command(BaseCommand):
                                        admin=next(user for role, _, _, user in accounts if role == "admin"))
         if not no_task_sets:
             self._task_sets()
+        self._demo_checkpoint(admin=next(user for role, _, _, user in accounts if role == "admin"))
         self.stdout.write("demo accounts (passwords are new each time this runs):")
         for role, username, password, _ in accounts:
             self.stdout.write(f"  {role:<11} {username:<11} {password}")
@@ -136,12 +145,24 @@ class Command(BaseCommand):
         judged = judge_demo_project(project, reviewers)
         if project.exports.filter(status=Export.Status.DONE).exists():
             return
-        export = export_create(project=project, filters=filters_parse({"test_ratio": 0.2}), created_by=admin, enqueue=False)
+        export = export_create(project=project, filters=filters_parse({"test_ratio": JUDGED_TEST_RATIO}), created_by=admin, enqueue=False)
         export = export_run(export_id=export.pk, attempt=export.attempt, worker="seed_demo")
         if export.status != Export.Status.DONE:
             raise CommandError(f"project {project.slug}: the demo export failed: {export.error}")
         self.stdout.write(f"project {project.slug}: {judged} judgment(s) by the demo reviewers; export {export.pk} has "
                           f"{export.counts['train']} train and {export.counts['test']} test row(s)")
+
+    def _demo_checkpoint(self, *, admin) -> None:
+        from annotate.runs.demo_checkpoint import DEMO_CHECKPOINT, demo_checkpoint_install
+
+        try:
+            checkpoint = demo_checkpoint_install(registered_by=admin)
+        except UserMistake as mistake:
+            raise CommandError(f"demo checkpoint: {mistake}") from None
+        if checkpoint is None:
+            self.stdout.write(f"checkpoint {DEMO_CHECKPOINT}: registered already")
+        else:
+            self.stdout.write(f"checkpoint {checkpoint.name}: registered from the shipped files ({checkpoint.content_hash})")
 
     def _task_sets(self) -> None:
         from annotate.runs.models import TaskSet
