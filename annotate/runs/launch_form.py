@@ -107,9 +107,10 @@ def launch_values(query) -> dict:
     """The launch form's starting values: a link may choose what to train on ("Train DPO on this snapshot":
     `dpo_on_export`, "Train a reward model on this snapshot": `reward_on_export`, "Train GRPO on this task set":
     `grpo_on_task_set`). Its own names, apart from the runs table's filters (kind, export, task_set), so a link never
-    narrows the table or a filter the form."""
+    narrows the table or a filter the form. A checkpoint's "Train from it" names its base (`train_from`)."""
     kind = next((kind for link, kind in LINK_KINDS.items() if query.get(link)), "dpo")
-    return {"kind": kind, "backend": "local", "config": DEFAULT_CONFIGS[kind], "base_checkpoint": default_base_name(),
+    return {"kind": kind, "backend": "local", "config": DEFAULT_CONFIGS[kind],
+            "base_checkpoint": query.get("train_from") or default_base_name(),
             "export": query.get("reward_on_export") or query.get("dpo_on_export", ""),
             "task_set": query.get("grpo_on_task_set", ""), "reward_model": ""}
 

@@ -39,6 +39,7 @@ from annotate.runs.launch import LAUNCH_KINDS, run_cancel, run_launch
 from annotate.runs.launch_form import (
     FAMILY_CHOICES,
     FORM_FIELDS,
+    LINK_KINDS,
     VARIANT_CHOICES,
     compare_prompts_source,
     default_snapshot,
@@ -113,6 +114,11 @@ def runs_page(request):
         "sft_build": sft_progress(building) if building else None, "demo_checkpoint": DEMO_CHECKPOINT,
         "demo_steps": DEMO_STEPS, "build_estimate": None if text_models or building else sft_build_estimate(),
         "busy": building is not None or any(not run.finished for run in runs),
+        "checkpoint_rows": Checkpoint.objects.select_related("parent", "run").order_by("-id")[:50],
+        # The form is open when asked for (a link that picks an input, Launch again, the Launch button), after a
+        # refused launch, and while there is no run at all to come back for.
+        "launch_open": bool(error) or request.method == "POST" or any(
+            key in request.GET for key in (*LINK_KINDS, "launch", "again")) or not Run.objects.exists(),
     })
 
 

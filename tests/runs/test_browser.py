@@ -46,6 +46,15 @@ def test_an_engineer_launches_follows_and_cancels_a_run(live_server, base_checkp
     page.get_by_label("Base checkpoint").select_option("tiny-sft")
     page.get_by_label("Snapshot (DPO, reward)").select_option(str(export.pk))
     page.get_by_label("Config (YAML)").fill(LONG_RUN)
+    # While the launch is in flight its button is disabled and says so: shown with a submit the page keeps to itself.
+    page.evaluate("document.querySelector('.launch-form').addEventListener('submit', (e) => e.preventDefault())")
+    page.get_by_role("button", name="Launch").click()
+    expect(page.get_by_role("button", name="Launching…")).to_be_disabled()  # a second click sends nothing
+    assert not Run.objects.exists()
+    page.reload()
+    page.get_by_label("Base checkpoint").select_option("tiny-sft")
+    page.get_by_label("Snapshot (DPO, reward)").select_option(str(export.pk))
+    page.get_by_label("Config (YAML)").fill(LONG_RUN)
     page.get_by_role("button", name="Launch").click()  # the training command checks the config first
     expect(page).to_have_url(re.compile(r"/runs/\d+/$"))
     run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
@@ -58,6 +67,14 @@ def test_an_engineer_launches_follows_and_cancels_a_run(live_server, base_checkp
     pid = Run.objects.get(pk=run_id).pid
     assert pid and process_alive(pid)
 
+    # Cancel asks first: dismissed, the run goes on; accepted, it is cancelled.
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.get_by_role("button", name="Cancel run")).to_be_enabled()
+    assert asked and asked[0].startswith(f"Cancel run {run_id}?")
+    assert Run.objects.get(pk=run_id).status == "running"
+    page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Cancel run").click()
     expect(page.locator("#run-status")).to_have_text("cancelled", timeout=60_000)
     expect(page.locator("#run-error")).to_contain_text("process group was stopped")

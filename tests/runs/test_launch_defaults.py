@@ -12,6 +12,8 @@ pytestmark = pytest.mark.django_db
 
 
 def selected_option(page: str, select_name: str) -> str:
+    """The option shown in the launch form's select (the runs table's filters above it have selects too)."""
+    page = page[page.index('id="launch"'):]
     select = re.search(rf'<select name="{select_name}">(.*?)</select>', page, re.S).group(1)
     chosen = re.search(r'<option value="[^"]*" selected>([^<]*)</option>', select)
     first = re.search(r'<option value="[^"]*"[^>]*>([^<]*)</option>', select)
@@ -44,7 +46,8 @@ def test_the_evaluate_form_starts_on_a_held_out_set(task_sets, make_user, client
     client.force_login(make_user("eve", "engineer"))
     page = client.get("/runs/").content.decode()
     evaluate = page[page.index('id="evaluate"'):]
-    assert selected_option(evaluate, "task_set").startswith("arithmetic · heldout")
+    select = re.search(r'<select name="task_set">(.*?)</select>', evaluate, re.S).group(1)
+    assert re.search(r'<option value="[^"]*"[^>]*>([^<]*)</option>', select).group(1).startswith("arithmetic · heldout")
 
 
 def test_the_launch_form_starts_on_the_newest_snapshot_with_a_test_split(make_project, tiny_snapshot, make_user,
@@ -61,3 +64,21 @@ def test_the_launch_form_starts_on_the_newest_snapshot_with_a_test_split(make_pr
     # A link that names the export chooses it all the same.
     linked = client.get(f"/runs/?dpo_on_export={newer_without.pk}").content.decode()
     assert selected_option(linked, "export").startswith(f"Speed · export {newer_without.pk}")
+
+
+def test_runs_and_checkpoints_come_first_and_the_launch_form_opens_when_asked(base_checkpoint, make_user, client):
+    from annotate.runs.models import Run
+
+    client.force_login(make_user("eve", "engineer"))
+    first_visit = client.get("/runs/").content.decode()
+    assert '<details class="card" id="launch" open>' in first_visit  # nothing to come back for yet
+    Run.objects.create(kind=Run.Kind.DPO, status=Run.Status.SUCCEEDED, base_checkpoint=base_checkpoint)
+    page = client.get("/runs/").content.decode()
+    assert page.index('id="runs"') < page.index('id="checkpoints"') < page.index('id="launch"')
+    assert '<details class="card" id="launch" >' in page  # closed: the runs are what an engineer came back for
+    assert 'href="/runs/?launch=1#launch" id="open-launch">Launch a run</a>' in page
+    checkpoints = page[page.index('id="checkpoints"'):page.index('id="launch"')]
+    assert ">tiny-sft</a>" in checkpoints and "?launch=1&amp;train_from=tiny-sft#launch" in checkpoints
+    asked = client.get("/runs/?launch=1&train_from=tiny-sft").content.decode()
+    assert '<details class="card" id="launch" open>' in asked
+    assert selected_option(asked, "base_checkpoint") == "tiny-sft"
