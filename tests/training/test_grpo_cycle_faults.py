@@ -1,6 +1,7 @@
 """The staged GRPO cycle under overlap and faults, on the tiny checkpoint, on the CPU: answers one version old trained
 with TRL's sampling correction, a killed cycle resumed, a killed generation process run again."""
 
+import contextlib
 import json
 import os
 import signal
@@ -42,8 +43,15 @@ def test_overlapped_mode_trains_on_answers_one_version_old_with_the_sampling_cor
              if row.get("event") == "train" and "loss" in row}
     assert "sampling/importance_sampling_ratio/mean" in steps[2]
     assert "sampling/importance_sampling_ratio/mean" not in steps[1]
+    # What the correction did is reported: in the metrics, and over the stale updates in the ledger.
+    assert 0 <= steps[2]["sampling/importance_sampling_ratio/masked_share"] <= 1
+    assert 0 < steps[2]["sampling/importance_sampling_ratio/effective_sample_size"] <= 1
     ledger = json.loads((run / "ledger.json").read_text())["cycle"]
     assert ledger["mode"] == "overlapped" and ledger["max_staleness"] == 1 and ledger["cycles"] == 3
+    correction = ledger["stale_correction"]
+    assert correction["updates"] == sum(version_record(run, n)["trained_on"]["max_lag"] > 0 for n in (1, 2, 3)) >= 1
+    assert correction["ratio_min"] <= correction["ratio_mean"] <= correction["ratio_max"]
+    assert 0 < correction["effective_sample_size_min"] <= 1
 
 
 def _cycle_process(config: Path) -> subprocess.Popen:
@@ -52,15 +60,19 @@ def _cycle_process(config: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+def _wait_for_version(run: Path, number: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 600
+    while not (run / "versions" / f"v{number:04d}" / "version.json").is_file():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+
+
 def test_a_killed_cycle_resumes_from_its_last_version_and_uses_each_batch_once(tmp_path, grpo_checkpoint, speed_tasks,
                                                                               grpo_in_process_run):
     config = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="run", mode="staged", beta=COMPARED_BETA)
     process = _cycle_process(config)
     run = tmp_path / "run"
-    deadline = time.monotonic() + 600
-    while not (run / "versions" / "v0001" / "version.json").is_file():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.05)
+    _wait_for_version(run, 1, process)
     os.killpg(process.pid, signal.SIGKILL)  # the cycle and its stage processes, wherever they were in cycle 1
     process.communicate()
 
@@ -112,3 +124,96 @@ def test_a_killed_generation_process_is_run_again_and_loses_or_repeats_nothing(t
     rows = rollout_rows(run)
     assert len(rows) == 16 and len({r["rollout_id"] for r in rows}) == 16
     assert [version_record(run, n)["trained_on"]["batch"] for n in (1, 2)] == [0, 1]
+
+
+def _prepared_with_stale_batches(tmp_path, grpo_checkpoint, speed_tasks, **overrides) -> tuple[Path, Path]:
+    """An overlapped run (max_staleness 1, 5 steps) prepared, with batches 0-2 generated and scored by v0000, as a
+    crash leaves them; its resume config."""
+    from training.grpo.stages import generate_stage, score_stage
+
+    settings = {"name": "run", "mode": "overlapped", "max_staleness": 1, "max_steps": 5, "stage_launcher": "lanes",
+                **overrides}
+    result = run_training_cli("cycle", "--config", str(write_config(tmp_path, grpo_checkpoint, speed_tasks, **settings)),
+                              "--prepare-only")
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "run"
+    for batch in range(3):
+        generate_stage(run, batch, 0)
+        score_stage(run, batch)
+    return run, write_config(tmp_path, grpo_checkpoint, speed_tasks, resume_from_checkpoint=True, **settings)
+
+
+def _lane_pid(run: Path, lane: str, process: subprocess.Popen) -> int:
+    deadline = time.monotonic() + 300
+    while True:
+        path = run / "run.json"
+        record = json.loads(path.read_text()) if path.is_file() else {}  # written once the cycle has checked its inputs
+        pid = record.get("cycle", {}).get("lanes", {}).get(lane)
+        if pid:
+            return pid
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+
+
+def test_an_overlapped_resume_over_stale_batches_regenerates_them_and_finishes(tmp_path, grpo_checkpoint,
+                                                                              speed_tasks):
+    # Before, the update dropped batch 2 (v0000's, two behind v0002) after the generation lane had passed it, and both
+    # waited for good: the update for batch 2, the lane for v0003.
+    run, config = _prepared_with_stale_batches(tmp_path, grpo_checkpoint, speed_tasks, stage_timeout_s=240)
+    process = _cycle_process(config)
+    # A slow generator: the generation lane stopped for 3 s at its start; the update lane waits, nothing fails.
+    generator = _lane_pid(run, "generate", process)
+    os.kill(generator, signal.SIGSTOP)
+    time.sleep(3)
+    os.kill(generator, signal.SIGCONT)
+    try:
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, stderr
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "completed" and record["steps"] == 5
+    assert [version_record(run, n)["trained_on"]["batch"] for n in range(1, 6)] == [0, 1, 2, 3, 4]
+    assert all(version_record(run, n)["trained_on"]["max_lag"] <= 1 for n in range(1, 6))
+    # Batch 2 was v0000's, two versions behind the v0002 that trains it: dropped, counted, generated again.
+    assert {r["policy_version"] for r in records(run, 2)} != {"v0000"}
+    ledger = json.loads((run / "ledger.json").read_text())["cycle"]
+    assert ledger["records_dropped_stale"] == 8 and ledger["idle_s"]["update"] > 0
+
+
+def test_a_wedged_cycle_fails_in_one_line_naming_what_it_waited_for(tmp_path, grpo_checkpoint, speed_tasks):
+    config = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="run", mode="overlapped", max_staleness=1,
+                          max_steps=3, stage_launcher="lanes", stage_timeout_s=45)
+    process = _cycle_process(config)
+    run = tmp_path / "run"
+    generator = _lane_pid(run, "generate", process)
+    os.kill(generator, signal.SIGSTOP)  # a generation that never ends
+    try:
+        stdout, stderr = process.communicate(timeout=400)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(generator, signal.SIGKILL)
+    assert process.returncode == 2
+    line = stderr.strip().splitlines()[-1]  # after what the lane processes printed while they worked
+    assert line.startswith(f"error: {run}: ") and "waited more than 45 s (stage_timeout_s) for stage generate --batch 0 --version 0 to finish" in line
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "failed" and "for stage generate --batch 0 --version 0 to finish" in record["error"]
+
+
+def test_sigterm_leaves_run_json_saying_why_the_run_stopped(tmp_path, grpo_checkpoint, speed_tasks):
+    config = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="run", mode="staged")
+    process = _cycle_process(config)
+    run = tmp_path / "run"
+    _wait_for_version(run, 1, process)
+    process.terminate()  # the cycle alone, as a scheduler's or an operator's stop reaches it
+    try:
+        process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    record = json.loads((run / "run.json").read_text())
+    assert record["status"] == "interrupted"  # the app shows it as cancelled
+    assert record["error"] == "stopped by SIGTERM; resume it with resume_from_checkpoint: true"

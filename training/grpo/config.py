@@ -29,7 +29,7 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
         "base_checkpoint", "reference_checkpoint", "tasks", "output_dir", "dynamic_sampling", "dynamic_sampling_max_rounds",
         "difficulty_filter", "difficulty_samples", "difficulty_min_pass_rate", "difficulty_max_pass_rate",
         "max_generated_tokens", "verifier_workers", "reward_model", "reward_model_batch_size", "mode", "max_staleness",
-        "stage_launcher",
+        "stage_launcher", "stage_timeout_s", "keep_last_versions", "keep_every_versions",
         *PairwiseConfigMixin.pairwise_keys[1:])
     required_keys: ClassVar[tuple[str, ...]] = ("base_checkpoint", "tasks", "output_dir")
 
@@ -84,6 +84,18 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
                 "only): one long-lived process per lane, the generation lane keeping its model and loading each new "
                 "version's weights into it, the update lane keeping its trainer, optimizer and all, from version to "
                 "version; each version is still written whole, so a killed lane restarts from the last one."})
+    keep_last_versions: int | None = field(default=None, metadata={
+        "help": "Modes staged and overlapped: keep only the last this many versions (each holds weights and optimizer "
+                "state, about 3x the model), besides every keep_every_versions-th, the ones a live stage may still load "
+                "(the last max_staleness + 2), v0000 while it is the KL reference, and any with a KEEP file; null keeps "
+                "every version. What was removed (versions, bytes) is in the ledger's retention."})
+    keep_every_versions: int | None = field(default=None, metadata={
+        "help": "With keep_last_versions: also keep every version whose number is a multiple of this (v0000, vM, "
+                "v2M, ...); null keeps none besides the last ones."})
+    stage_timeout_s: float = field(default=3600.0, metadata={
+        "help": "Modes staged and overlapped: the longest one stage may run, or one lane may wait for the other, before "
+                "the cycle fails in one line naming what it waited for (run.json says failed with that line). A cycle "
+                "whose lanes both wait, each for the other, fails at once, whatever this bound."})
 
     @classmethod
     def check_values(cls, values: dict, source: str) -> None:
@@ -157,6 +169,14 @@ def _check_cycle_values(values: dict, source: str) -> None:
     if values["stage_launcher"] == "lanes" and mode != "overlapped":
         raise key_error(source, "stage_launcher", f"is lanes, which keeps a model per lane between versions; mode {mode} "
                                                   "starts each stage afresh: use forkserver or python, or mode: overlapped")
+    for key in ("keep_last_versions", "keep_every_versions"):
+        if values[key] is not None and values[key] < 1:
+            raise key_error(source, key, f"must be at least 1 or null, got {values[key]}")
+    if values["keep_every_versions"] is not None and values["keep_last_versions"] is None:
+        raise key_error(source, "keep_every_versions", "is set but keep_last_versions is null (every version is kept); "
+                                                       "set keep_last_versions too, or remove it")
+    if not values["stage_timeout_s"] > 0:
+        raise key_error(source, "stage_timeout_s", f"must be above 0 seconds, got {values['stage_timeout_s']}")
     if values["max_staleness"] < 0:
         raise key_error(source, "max_staleness", f"must be 0 or more, got {values['max_staleness']}")
     if mode == "in_process":
@@ -168,6 +188,9 @@ def _check_cycle_values(values: dict, source: str) -> None:
         raise key_error(source, "max_staleness", "must be at least 1 in mode overlapped (0 is the staged mode)")
     if values["max_steps"] is None or values["max_steps"] < 1:
         raise key_error(source, "max_steps", f"must be set in mode {mode}: it is the number of cycles")
+    if values["use_vllm"]:
+        raise key_error(source, "use_vllm", f"is true, but mode {mode} generates with transformers (no vLLM generate "
+                                            "stage yet); set use_vllm: false, or use mode: in_process for vLLM")
     unsupported = {
         "gradient_accumulation_steps": values["gradient_accumulation_steps"] != 1,
         "steps_per_generation": values["steps_per_generation"] not in (None, 1),

@@ -37,14 +37,148 @@ from training.grpo.versions import (
     version_path,
 )
 
+# Set in the stages the cycle starts: the cycle writes run.json, not they.
+STAGE_OF_CYCLE_ENV = "PAIRWISE_STAGE_OF_CYCLE"
 # How often a lane looks for the other lane's output.
 POLL_S = 0.05
 # A stage process that dies (killed, out of memory) is started again this many times before the run fails.
 STAGE_RETRIES = 3
+# Both lanes waiting this long at once, each for what only the other makes: nothing can change any more.
+WEDGE_GRACE_S = 2.0
+
+
+# What switching is made of, as the stages time it: process start to the stage's first line, loading a version (and
+# the trainer, optimizer state), hashing its weights against version.json, the trainer's checkpoint and records
+# written, and the next version's folder (tokenizer, hash, rename).
+SWITCHING_PARTS = ("cold_start_s", "loading_s", "hashing_s", "saving_s", "export_s")
+
+
+def retain_versions(run: Path, config) -> dict:
+    """The versions the config's retention lets go removed, after an update wrote a new one; v0000 is kept while it
+    is the KL term's reference."""
+    from training.grpo.versions import prune_versions
+
+    reference_is_v0000 = config.beta > 0 and not config.reference_checkpoint
+    return prune_versions(run, keep_last=config.keep_last_versions, keep_every=config.keep_every_versions,
+                          max_staleness=config.max_staleness, keep=(0,) if reference_is_v0000 else ())
+
+
+def _correction_summary(steps: list[dict]) -> dict:
+    """TRL's importance-sampling correction over the updates that trained on older answers: the ratio's extremes and
+    mean, the mean shares masked and negligible, and the smallest effective sample size."""
+    def mean(key):
+        values = [step[key] for step in steps if key in step]
+        return round(sum(values) / len(values), 6) if values else None
+
+    return {"updates": len(steps),
+            "ratio_min": min((step["min"] for step in steps if "min" in step), default=None),
+            "ratio_mean": mean("mean"),
+            "ratio_max": max((step["max"] for step in steps if "max" in step), default=None),
+            "masked_share": mean("masked_share"), "negligible_share": mean("negligible_share"),
+            "effective_sample_size_min": min((step["effective_sample_size"] for step in steps
+                                              if "effective_sample_size" in step), default=None)}
+
+
+def _retention_summary(run: Path) -> dict:
+    import json
+
+    from training.grpo.versions import RETENTION_RECORD, versions_folder
+
+    path = versions_folder(run) / RETENTION_RECORD
+    record = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"versions_removed": [], "bytes_freed": 0}
+    return {"versions_removed": len(record["versions_removed"]), "bytes_freed": record["bytes_freed"],
+            "removed": record["versions_removed"]}
+
+
+def _covered(intervals: list[tuple[float, float]], began: float, ended: float) -> float:
+    """Seconds of [began, ended] inside at least one of the intervals."""
+    total, reach = 0.0, began
+    for left, right in sorted(intervals):
+        left, right = max(left, reach), min(right, ended)
+        if right > left:
+            total += right - left
+            reach = right
+    return total
 
 
 class StageFailed(RuntimeError):
     pass
+
+
+class CycleWedged(StageFailed):
+    """A wait of the scheduler that passed its bound (stage_timeout_s), or lanes that wait for each other."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's or an operator's stop): handled as Ctrl-C is, with its reason in run.json."""
+
+
+class Watchdog:
+    """Every wait of the scheduler says here what it waits for and since when. A thread fails the cycle, in one line
+    naming the wait, when a bounded wait passes stage_timeout_s, or when every lane of the run waits at once (each for
+    what only the other makes); every wait sees the failure at its next poll and raises it."""
+
+    def __init__(self, bound_s: float, lanes: tuple[str, ...]):
+        self.bound_s = bound_s
+        self.lanes = lanes
+        self.lock = threading.Lock()
+        self.waits: dict[object, tuple[str, float, bool, str | None]] = {}
+        self.failure: BaseException | None = None
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="cycle-watchdog", daemon=True)
+        self._thread.start()
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.failure is None:
+                self.failure = error
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    @contextlib.contextmanager
+    def waiting(self, what: str, *, lane: str | None = None, bounded: bool = True):
+        """`what`: the thing awaited, as the failure names it; `lane`: the lane that waits for the other one (None:
+        the cycle waits for a stage process)."""
+        key = object()
+        with self.lock:
+            self.waits[key] = (what, time.monotonic(), bounded, lane)
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.waits.pop(key, None)
+
+    def until(self, condition, what: str, *, lane: str, bounded: bool = True) -> float:
+        """Wait for `condition()`; return the seconds waited."""
+        began = time.perf_counter()
+        with self.waiting(what, lane=lane, bounded=bounded):
+            while not condition():
+                self.check()
+                time.sleep(POLL_S)
+        return time.perf_counter() - began
+
+    def _watch(self) -> None:
+        while not self._closed.wait(POLL_S * 4):
+            now = time.monotonic()
+            with self.lock:
+                waits = list(self.waits.values())
+            stage_running = any(lane is None for *_, lane in waits)
+            for what, since, bounded, lane in waits:
+                # A lane that waits while a stage runs waits on that stage, whose own wait is bounded.
+                if bounded and now - since > self.bound_s and (lane is None or not stage_running):
+                    waiter = f"the {lane} lane" if lane else "the cycle"
+                    self.fail(CycleWedged(f"{waiter} waited more than {self.bound_s:g} s (stage_timeout_s) for {what}"))
+            waiting = {lane: (what, since) for what, since, _, lane in waits if lane is not None}
+            if len(self.lanes) > 1 and set(self.lanes) <= waiting.keys() \
+                    and now - max(since for _, since in waiting.values()) > WEDGE_GRACE_S:
+                each = " while ".join(f"the {lane} lane waits for {waiting[lane][0]}" for lane in self.lanes)
+                self.fail(CycleWedged(f"the cycle is wedged: {each}; neither can make what the other waits for"))
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join()
 
 
 class StageLauncher:
@@ -55,8 +189,9 @@ class StageLauncher:
     exits, but it is forked from a server that imported torch, transformers and TRL once, so the interpreter start
     and imports (seconds on a small model) are not paid again in every cycle; loading and saving still are."""
 
-    def __init__(self, run: Path, *, threads: int | None, launcher: str, on_lane_start=None):
+    def __init__(self, run: Path, *, threads: int | None, launcher: str, watchdog: Watchdog, on_lane_start=None):
         self.run = run
+        self.watchdog = watchdog
         self.threads = threads
         self.launcher = launcher
         self.restarts = 0
@@ -75,10 +210,11 @@ class StageLauncher:
         before it died (an update that wrote its version and was killed before it could say so)."""
         for attempt in range(STAGE_RETRIES + 1):
             began = time.perf_counter()
-            if self.launcher == "lanes" and stage in ("generate", "update"):
-                code, message = self._lane(stage, args)
-            else:
-                code, message = (self._forked if self._context is not None else self._fresh)(stage, args)
+            with self.watchdog.waiting(f"stage {stage} {' '.join(args)} to finish"):
+                if self.launcher == "lanes" and stage in ("generate", "update"):
+                    code, message = self._lane(stage, args)
+                else:
+                    code, message = (self._forked if self._context is not None else self._fresh)(stage, args)
             wall = time.perf_counter() - began
             if code == 0:
                 return wall
@@ -106,24 +242,32 @@ class StageLauncher:
                 if self._on_lane_start is not None:
                     self._on_lane_start(stage, lane.pid)
         request = {key.removeprefix("--"): int(value) for key, value in zip(args[::2], args[1::2], strict=True)}
-        return lane.request(request)
+        return lane.request(request, self.watchdog.check)
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
         for lane in self._lanes.values():
-            lane.close()
+            lane.close(kill=kill)
         self._lanes.clear()
 
     def _environment(self) -> dict:
-        env = {SPAWNED_AT_ENV: repr(time.time())}
+        env = {SPAWNED_AT_ENV: repr(time.time()), STAGE_OF_CYCLE_ENV: "1"}
         if self.threads is not None:
             env["OMP_NUM_THREADS"] = str(self.threads)
         return env
 
     def _fresh(self, stage: str, args: tuple) -> tuple[int, str]:
         command = [sys.executable, "-m", "training", stage, "--run", str(self.run), *args]
-        result = subprocess.run(command, env={**os.environ, **self._environment()}, capture_output=True, text=True)
-        lines = (result.stderr or result.stdout).strip().splitlines()
-        return result.returncode, lines[-1] if lines else "no output"
+        process = subprocess.Popen(command, env={**os.environ, **self._environment()}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        with _killed_unless_waited_for(process):
+            while True:
+                try:
+                    stdout, stderr = process.communicate(timeout=POLL_S * 10)
+                    break
+                except subprocess.TimeoutExpired:
+                    self.watchdog.check()
+        lines = (stderr or stdout).strip().splitlines()
+        return process.returncode, lines[-1] if lines else "no output"
 
     def _forked(self, stage: str, args: tuple) -> tuple[int, str]:
         receive, send = self._context.Pipe(duplex=False)
@@ -131,7 +275,10 @@ class StageLauncher:
                                                                     send), name=f"stage-{stage}")
         process.start()
         send.close()
-        process.join()
+        with _killed_unless_waited_for(process):
+            while process.is_alive():
+                process.join(POLL_S)
+                self.watchdog.check()
         try:
             message = receive.recv()
         except EOFError:  # it exited without a word: it finished, or it was killed
@@ -155,24 +302,39 @@ class Lane:
     def alive(self) -> bool:
         return self.process.is_alive()
 
-    def request(self, request: dict) -> tuple[int, str]:
-        """(0, "") when the lane did the stage; (its exit code, why) when it died (negative: killed) or refused."""
+    def request(self, request: dict, check) -> tuple[int, str]:
+        """(0, "") when the lane did the stage; (its exit code, why) when it died (negative: killed) or refused.
+        `check()` is called while the lane works and raises when the cycle fails."""
         try:
             self.connection.send(request)
+            while not self.connection.poll(POLL_S):  # a dead lane makes the pipe readable (end of file)
+                check()
             status, message = self.connection.recv()
         except (EOFError, OSError):  # it died with the request: the caller starts a new lane and asks again
             self.process.join()
             return self.process.exitcode if self.process.exitcode is not None else -1, "the lane process died"
         return (0, "") if status == "ok" else (1, message)
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
+        """Asks the lane to finish; `kill`: the cycle failed, the lane may be wedged itself, so it is not waited for."""
         with contextlib.suppress(OSError):
             self.connection.send(None)
-        self.process.join(timeout=60)
+        self.process.join(timeout=0 if kill else 60)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
         self.connection.close()
+
+
+@contextlib.contextmanager
+def _killed_unless_waited_for(process):
+    """A stage process the cycle stops waiting for (the watchdog failed the cycle, SIGTERM, Ctrl-C) is killed, not
+    left running on its own."""
+    try:
+        yield
+    except BaseException:
+        process.kill()
+        raise
 
 
 def _stage_child(stage: str, run: str, args: tuple, env: dict, report) -> None:
@@ -216,9 +378,13 @@ class Cycle:
         self.config = config
         self.steps = config.max_steps
         self.k = config.max_staleness
+        self.watchdog = Watchdog(config.stage_timeout_s,
+                                 ("generation", "update") if config.mode == "overlapped" else ("update",))
         self.launch = StageLauncher(self.path, threads=config.torch_threads, launcher=config.stage_launcher,
-                                    on_lane_start=self._lane_started)
+                                    watchdog=self.watchdog, on_lane_start=self._lane_started)
         self.stale_dropped = 0
+        self.batch_lock = threading.Lock()  # a batch's staleness check and its drop, one lane at a time
+        self.regenerate: set[int] = set()   # batches dropped as stale after the generation lane passed them
         self.idle = {"generation": 0.0, "update": 0.0}
         self.launch_wall = {"generate": 0.0, "score": 0.0, "update": 0.0}
         self.failure: BaseException | None = None
@@ -226,8 +392,9 @@ class Cycle:
         # (and the reward model) between batches, as in-process GRPO does; with "python" every stage is a process.
         self.scorers = Scorers(self.path) if config.stage_launcher in ("forkserver", "lanes") else None
 
-    def close(self) -> None:
-        self.launch.close()
+    def close(self, *, failed: bool = False) -> None:
+        self.watchdog.close()
+        self.launch.close(kill=failed)
         if self.scorers is not None:
             self.scorers.close()
 
@@ -257,99 +424,124 @@ class Cycle:
             self._timed("score", "--batch", str(batch))
         self._show(generation={"batch": batch, "version": version_name(version), "state": "scored"})
 
-    def _usable(self, batch: int, trainer_version: int) -> bool:
-        """Whether batch `batch` has scored records fresh enough for the trainer at `trainer_version`; stale ones are
-        dropped (counted) so that the batch is generated again."""
-        made_by = _scored_version(self.path, batch)
-        if made_by is None:
+    def _usable(self, batch: int) -> bool:
+        """Whether batch `batch` has scored records fresh enough for the version that trains it (version `batch`);
+        stale ones are dropped (counted) and the batch is marked to be generated again."""
+        with self.batch_lock:
+            made_by = _scored_version(self.path, batch)
+            if made_by is None:
+                return False
+            if batch - made_by <= self.k and made_by <= batch:
+                return True
+            self.stale_dropped += len(read_records(batch_folder(self.path, batch) / SCORED))
+            for name in (SCORED, GENERATED):
+                (batch_folder(self.path, batch) / name).unlink(missing_ok=True)
+            self.regenerate.add(batch)
             return False
-        if trainer_version - made_by <= self.k and made_by <= trainer_version:
-            return True
-        self.stale_dropped += len(read_records(batch_folder(self.path, batch) / SCORED))
-        for name in (SCORED, GENERATED):
-            (batch_folder(self.path, batch) / name).unlink(missing_ok=True)
-        return False
 
     def _update(self, version: int) -> None:
         self._show(update={"version": version_name(version), "state": "updating"})
         written = version_path(self.path, version + 1) / "version.json"
         self._timed("update", "--version", str(version), done=written.is_file)
         self._show(update={"version": version_name(version + 1), "state": "written"})
+        retain_versions(self.path, self.config)
 
     def run_staged(self, start: int) -> None:
         for version in range(start, self.steps):
-            if not self._usable(version, version):
+            if not self._usable(version):
                 self._make_batch(version, version)
             self._update(version)
 
     def run_overlapped(self, start: int) -> None:
+        """The generation lane (a thread driving the generate and score stages) makes batch after batch, each with the
+        newest version once that is at most k behind the batch, and first any batch the update side dropped as stale;
+        the update side (this thread) trains each version on its batch. Every wait goes through the watchdog."""
         done = threading.Event()
 
         def generation_lane() -> None:
+            cursor = start  # the next batch in order; the lane makes a dropped batch before it
             try:
-                for batch in range(start, self.steps):
-                    waited = time.perf_counter()
-                    while not done.is_set() and (latest_version(self.path) or 0) < batch - self.k:
-                        time.sleep(POLL_S)
-                    self.idle["generation"] += time.perf_counter() - waited
+                while True:
+                    def ready(batch=cursor) -> bool:
+                        return done.is_set() or bool(self.regenerate) or (
+                            batch < self.steps and (latest_version(self.path) or 0) >= batch - self.k)
+
+                    if cursor < self.steps:
+                        what = f"version {version_name(max(0, cursor - self.k))} (to generate batch {cursor})"
+                    else:  # every batch is made; a batch the update drops would be made again
+                        what = "a batch dropped as stale (every batch is made)"
+                    self.idle["generation"] += self.watchdog.until(ready, what, lane="generation",
+                                                                   bounded=cursor < self.steps)
                     if done.is_set():
                         return
-                    latest = latest_version(self.path) or 0
-                    if not self._usable(batch, max(latest, batch - self.k)):
-                        self._make_batch(batch, latest)
+                    with self.batch_lock:
+                        batch = min(self.regenerate) if self.regenerate else cursor
+                        self.regenerate.discard(batch)
+                    if batch == cursor:
+                        cursor += 1
+                    if not self._usable(batch):
+                        self._make_batch(batch, latest_version(self.path) or 0)
             except BaseException as error:
-                self.failure = error
-                done.set()
+                self.watchdog.fail(error)
 
         lane = threading.Thread(target=generation_lane, name="generation-lane", daemon=True)
         lane.start()
         try:
             for version in range(start, self.steps):
-                waited = time.perf_counter()
-                while not self._usable(version, version):
-                    if self.failure is not None:
-                        raise self.failure
-                    if not lane.is_alive():  # the lane dropped this batch as stale after it passed: make it here
-                        self._make_batch(version, version)
-                        break
-                    time.sleep(POLL_S)
-                self.idle["update"] += time.perf_counter() - waited
+                self.idle["update"] += self.watchdog.until(
+                    lambda version=version: self._usable(version),
+                    f"batch {version} (generated by {version_name(max(0, version - self.k))} or later, and scored)",
+                    lane="update")
+                self.watchdog.check()
                 self._update(version)
+        except BaseException as error:
+            self.watchdog.fail(error)  # the generation lane's waits stop too
+            raise
         finally:
             done.set()
             lane.join()
-        if self.failure is not None:
-            raise self.failure
+        self.watchdog.check()
 
     # --- the ledger -----------------------------------------------------------------------------------------------
 
     def ledger(self, *, start: int, wall_s: float) -> dict:
         rows = []
+        intervals = []
         for batch in range(start, self.steps):
             generate, score, update = (_stage_json(self.path, batch, stage) for stage in ("generate", "score", "update"))
-            switching = sum(part.get(key, 0.0) for part in (generate, score, update)
-                            for key in ("cold_start_s", "loading_s", "saving_s"))
+            split = {key: round(sum(part.get(key, 0.0) for part in (generate, score, update)), 3)
+                     for key in SWITCHING_PARTS}
+            switching = sum(split.values())
+            intervals += [(part["began_at"], part["ended_at"]) for part in (generate, score, update)
+                          if "began_at" in part and "ended_at" in part]
             rows.append({
                 "batch": batch, "generated_by": generate.get("version"), "trained": update.get("version"),
                 "made": update.get("made"), "lag": update.get("max_lag", 0),
                 "generation_s": generate.get("generation_s", 0.0), "verification_s": score.get("verification_s", 0.0),
-                "update_s": update.get("update_s", 0.0), "switching_s": round(switching, 3),
+                "update_s": update.get("update_s", 0.0), "switching_s": round(switching, 3), **split,
                 "tokens_generated": generate.get("tokens_generated", 0), "max_length": generate.get("max_length", 0),
                 "completions": generate.get("completions", 0), "loss": update.get("loss"),
+                "correction": update.get("correction"),
                 # The CPU of the processes that load the policy (the score stage may run in the cycle's own process).
                 "stage_cpu_s": round(sum(part.get("cpu_s", 0.0) for part in (generate, update)), 3),
             })
         totals = {key: round(sum(row[key] for row in rows), 3)
                   for key in ("generation_s", "verification_s", "update_s", "switching_s")}
+        ended = time.time()
         tokens = sum(row["tokens_generated"] for row in rows)
         completions = sum(row["completions"] for row in rows)
         return {
             "mode": self.config.mode, "max_staleness": self.k, "cycles": len(rows), "wall_s": round(wall_s, 2),
             **totals,
             "switching_share": round(totals["switching_s"] / wall_s, 4) if wall_s > 0 else None,
+            "switching_split_s": {key: round(sum(row[key] for row in rows), 3) for key in SWITCHING_PARTS},
+            # Wall time in which no stage of the run ran: a scheduler's queue, the cycle's own start, pauses.
+            "queue_idle_s": round(max(0.0, wall_s - _covered(intervals, ended - wall_s, ended)), 3),
             "tokens_generated": tokens, "completions": completions,
             "mean_length": round(tokens / completions, 2) if completions else 0.0,
             "max_length": max((row["max_length"] for row in rows), default=0),
+            "retention": _retention_summary(self.path),
+            "stale_correction": _correction_summary([row["correction"] for row in rows if row["correction"]]),
             "records_dropped_stale": self.stale_dropped, "stage_restarts": self.launch.restarts,
             "stage_launcher": self.config.stage_launcher,
             "stage_cpu_s": round(sum(row["stage_cpu_s"] for row in rows), 3),
@@ -368,8 +560,23 @@ def format_cycle_ledger(ledger: dict) -> str:
     for key, name in (("generation_s", "generation"), ("verification_s", "verification"),
                       ("switching_s", "switching (start, load, save)"), ("update_s", "update")):
         lines.append(f"{name:<28}{ledger[key]:>10.1f}{ledger[key] / wall:>14.0%}")
+    for key, value in ledger.get("switching_split_s", {}).items():
+        name = "  " + key.removesuffix("_s").replace("_", " ")
+        lines.append(f"{name:<28}{value:>10.1f}{value / wall:>14.0%}")
     for lane, value in ledger["idle_s"].items():
         lines.append(f"{lane + ' lane idle':<28}{value:>10.1f}{value / wall:>14.0%}")
+    if "queue_idle_s" in ledger:
+        lines.append(f"{'queue and idle (no stage)':<28}{ledger['queue_idle_s']:>10.1f}"
+                     f"{ledger['queue_idle_s'] / wall:>14.0%}")
+    correction = ledger.get("stale_correction") or {}
+    if correction.get("updates"):
+        lines.append(f"stale answers corrected in {correction['updates']} updates: weight min {correction['ratio_min']:.3g}"
+                     f", mean {correction['ratio_mean']:.3g}, max {correction['ratio_max']:.3g}; masked "
+                     f"{correction['masked_share']:.0%}, below 0.001 {correction['negligible_share']:.0%}; effective "
+                     f"sample size down to {correction['effective_sample_size_min']:.2f}")
+    retention = ledger.get("retention") or {}
+    if retention.get("versions_removed"):
+        lines.append(f"retention removed {retention['versions_removed']} versions, {retention['bytes_freed']:,} bytes")
     lines.append(f"tokens generated {ledger['tokens_generated']} (mean length {ledger['mean_length']}, max "
                  f"{ledger['max_length']}); records dropped as stale {ledger['records_dropped_stale']}; stage restarts "
                  f"{ledger['stage_restarts']}")
@@ -453,24 +660,49 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
         return run.record
     start = latest_version(run.path) or 0
     cycle = Cycle(run, config)
+    failed = True
     try:
-        if config.mode == "overlapped":
-            cycle.run_overlapped(start)
-        else:
-            cycle.run_staged(start)
-    except KeyboardInterrupt:
-        run.update(status=RecordStatus.INTERRUPTED, ended_at=utc_now(), error="interrupted")
+        with _terminated_on_sigterm():
+            if config.mode == "overlapped":
+                cycle.run_overlapped(start)
+            else:
+                cycle.run_staged(start)
+        failed = False
+    except KeyboardInterrupt as error:
+        run.update(status=RecordStatus.INTERRUPTED, ended_at=utc_now(), error=str(error) or "interrupted")
         raise
     except StageFailed as error:
         run.update(status=RecordStatus.FAILED, ended_at=utc_now(), error=str(error))
         raise PairwiseInputError(f"{run.path}: {error}; fix the cause and set resume_from_checkpoint: true to go on "
                                  "from the last version") from None
+    except PairwiseInputError as error:  # a stage's refusal, raised in this process (the cycle's own scoring)
+        run.update(status=RecordStatus.FAILED, ended_at=utc_now(), error=str(error))
+        raise
     except BaseException as error:
         run.update(status=RecordStatus.FAILED, ended_at=utc_now(), error=f"{type(error).__name__}: {error}")
         raise
     finally:
-        cycle.close()
+        cycle.close(failed=failed)
     return _finish(run, cycle, config, started=started, base_path=base_path, base_hash=base_hash, scorer=scorer)
+
+
+@contextlib.contextmanager
+def _terminated_on_sigterm():
+    """SIGTERM raises Terminated in the cycle's thread, so run.json says why the run stopped instead of "running"."""
+    import signal
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminated(signum, frame):
+        raise Terminated("stopped by SIGTERM; resume it with resume_from_checkpoint: true")
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _finish(run, cycle, config, *, started, base_path, base_hash, scorer) -> dict:
@@ -550,14 +782,40 @@ def stage_main(args) -> int:
     from training.grpo import stages
 
     run = Path(args.run)
+    # A stage the cycle started: the cycle keeps run.json. A stage a scheduler started (a Slurm job) says in it what it
+    # did, so the run page follows the run between prepare and finish.
+    shown = os.environ.get(STAGE_OF_CYCLE_ENV) is None and (run / "run.json").is_file()
     if args.stage == "generate":
         record = stages.generate_stage(run, args.batch, args.version)
+        changes = {"generation": {"batch": args.batch, "version": record["version"], "state": "generated"}}
     elif args.stage == "score":
         record = stages.score_stage(run, args.batch)
+        changes = {"generation": {"batch": args.batch, "version": _stage_json(run, args.batch, "generate").get("version"),
+                                  "state": "scored"}}
     else:
         record = stages.update_stage(run, args.version)
+        changes = {"update": {"version": record["made"], "state": "written"}}
+        if shown:  # a scheduler's update job: no cycle process to apply the retention
+            retain_versions(run, stages.load_run_config(run))
+    if shown:
+        _show_stage(run, **changes)
     print(json.dumps(record, sort_keys=True))
     return 0
+
+
+def _show_stage(run: Path, **changes) -> None:
+    """run.json's cycle, changed by a stage job: under a lock, since an overlapped run's generate and update jobs
+    may end at once; the count of versions written read from versions/."""
+    import fcntl
+
+    from training.run_folder import RunFolder
+
+    folder = RunFolder(run)
+    with open(run / ".run.json.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        folder.record = folder.read_record() or {}
+        cycle = folder.record.get("cycle") or {}
+        folder.update(cycle={**cycle, **changes, "state": "running", "versions": (latest_version(run) or 0) + 1})
 
 
 def parse_version(text: str) -> int:

@@ -34,6 +34,7 @@ from training.grpo.stages import (
     RecordedRewards,
     StageClock,
     _write_stage_record,
+    checked_weights,
     generate_batch,
     generation_trainer,
     load_run_config,
@@ -83,7 +84,8 @@ class GenerationLane:
     def generate(self, *, batch: int, version: int, cold_start_s: float) -> dict:
         clock = StageClock()
         clock.cold_start_s = cold_start_s
-        meta = read_version(self.run, version)
+        # Hashed when the lane loads a version; the weights it keeps in memory are the ones it hashed.
+        meta = read_version(self.run, version) if version == self.version else checked_weights(self.run, version, clock)
         if self.trainer is None:
             self.trainer = generation_trainer(self.config, self.run, version, batch=batch)
         elif version != self.version:
@@ -120,6 +122,7 @@ class UpdateLane:
         records, stale, source = scored_records_for_update(self.run, version, self.config)
         if self.thread is None or not self.thread.is_alive() or self.next_version != version:
             self._stop_trainer()
+            checked_weights(self.run, version, clock)  # the trainer resumes from these weights
             self._start_trainer(version)
         self.requests.put({"version": version, "clock": clock, "records": records, "stale": stale, "source": source})
         status, value = self._result(version)
@@ -212,7 +215,7 @@ class UpdateLane:
         made = write_next_version(self.run, version, self.staging / f"checkpoint-{version + 1}",
                                   self.trainer.processing_class, source=current["source"], stale=current["stale"])
         shutil.rmtree(self.staging / f"checkpoint-{version + 1}", ignore_errors=True)
-        clock.lap("saving")
+        clock.lap("export")
         record = update_record(clock, self.trainer, version=version, made=made, records=current["records"],
                                stale=current["stale"], ledger=self.ledger)
         self.ledger.groups = type(self.ledger.groups)()  # each version's record counts its own step's groups

@@ -21,7 +21,14 @@ import time
 from pathlib import Path
 
 from training.errors import PairwiseInputError
-from training.grpo.versions import read_version, version_name, version_number, version_path, write_version
+from training.grpo.versions import (
+    checked_version,
+    read_version,
+    version_name,
+    version_number,
+    version_path,
+    write_version,
+)
 
 GENERATED = "generated.parquet"
 SCORED = "scored.parquet"
@@ -132,9 +139,14 @@ class StageClock:
         self.parts[target] = self.parts.get(target, 0.0) + seconds
 
     def record(self, **fields) -> dict:
+        """The stage's timings; began_at and ended_at (epoch seconds, the cold start included) let the ledger tell
+        the time in which no stage ran (a scheduler's queue, idle lanes) from the time stages ran."""
+        stage_s = time.perf_counter() - self.began
+        ended_at = time.time()
         return {"cold_start_s": round(self.cold_start_s, 3), "cpu_s": round(self._cpu() - self._cpu_began, 3),
                 **{f"{name}_s": round(value, 3) for name, value in self.parts.items()},
-                "stage_s": round(time.perf_counter() - self.began, 3), **fields}
+                "stage_s": round(stage_s, 3), "began_at": round(ended_at - stage_s - self.cold_start_s, 3),
+                "ended_at": round(ended_at, 3), **fields}
 
 
 def _write_stage_record(run: Path, batch: int, stage: str, record: dict) -> None:
@@ -257,11 +269,28 @@ def generate_stage(run: Path, batch: int, version: int | None = None) -> dict:
     run = Path(run)
     version = batch if version is None else version
     config = load_run_config(run)
-    meta = read_version(run, version)
+    meta = checked_weights(run, version, clock)
     set_torch_threads(config)
     trainer = generation_trainer(config, run, version, batch=batch)
     clock.lap("loading")
     return generate_batch(trainer, run, config, batch=batch, version=version, meta=meta, clock=clock)
+
+
+def checked_weights(run: Path, version: int, clock: StageClock) -> dict:
+    """version.json of the version a stage is about to load, its weights' hash checked (timed as the stage's
+    hashing, apart from its loading)."""
+    clock.lap("loading")
+    meta, seconds = checked_version(run, version)
+    clock.lap("loading")
+    clock.move(seconds, "loading", "hashing")
+    return meta
+
+
+def _discard_partial_records(path: Path) -> None:
+    """A generate or score process killed while writing `path` leaves its hidden partial file; the rerun removes it."""
+    from training.atomic_write import discard_partial
+
+    discard_partial(path)
 
 
 def set_torch_threads(config) -> None:
@@ -308,6 +337,7 @@ def generate_batch(trainer, run: Path, config, *, batch: int, version: int, meta
             "policy_weights_sha256": meta["content_hash"],
             "sampling_seed": generation_seed(config.seed, batch, trainer.accelerator.process_index),
         })
+    _discard_partial_records(batch_folder(run, batch) / GENERATED)
     write_records(batch_folder(run, batch) / GENERATED, records, scored=False)
     clock.lap("saving")
     tokens = sum(r["length"] for r in records)
@@ -373,6 +403,7 @@ def score_stage(run: Path, batch: int, *, scorers: "Scorers | None" = None) -> d
                "components": json.dumps(result.components, sort_keys=True, default=str), "reason": result.reason,
                "scorer": result.scorer, "reward_model_score": score, "reward_model": model_identity}
               for record, result, value, score in zip(records, results, rewards, model_scores, strict=True)]
+    _discard_partial_records(batch_folder(run, batch) / SCORED)
     write_records(batch_folder(run, batch) / SCORED, scored, scored=True)
     clock.lap("saving")
     record = clock.record(completions=len(scored), correct=sum(r["status"] == "correct" for r in scored))
@@ -458,6 +489,21 @@ class RecordedModelScores:
         return list(self.last)
 
 
+def check_records_weights(run: Path, records: list[dict], *, where: str) -> None:
+    """Refuse records whose weights hash is not the hash of the version they name: they were relabelled, or written
+    by weights that changed after their version was made, so their lag (and whether TRL's correction runs) would be
+    wrong. Refused rather than re-labelled: a record's version decides its prompts' step, its seed and its lag."""
+    hashes: dict[str, str] = {}
+    for record in records:
+        name = record["policy_version"]
+        if name not in hashes:
+            hashes[name] = read_version(run, version_number(name))["content_hash"]
+        if record["policy_weights_sha256"] != hashes[name]:
+            raise PairwiseInputError(f"{where}: record {record['rollout_id']} names policy version {name} but carries the "
+                                     f"weights hash {record['policy_weights_sha256']}, not {name}'s {hashes[name]}; it "
+                                     "was relabelled or written by other weights: generate the batch again")
+
+
 def check_records_version(records: list[dict], *, trainer_version: int, max_staleness: int, where: str) -> int:
     """Refuse records another version wrote (staged: max_staleness 0) or more than max_staleness versions older than
     the trainer; return the largest lag."""
@@ -485,6 +531,7 @@ def scored_records_for_update(run: Path, version: int, config) -> tuple[list[dic
     if not source.is_file():
         raise PairwiseInputError(f"{run}: batch {version} has no scored answers ({source}); run the score stage first")
     records = read_records(source)
+    check_records_weights(run, records, where=str(source))
     stale = check_records_version(records, trainer_version=version, max_staleness=config.max_staleness,
                                   where=str(source))
     return records, stale, source
@@ -523,10 +570,12 @@ def write_next_version(run: Path, version: int, saved: Path, tokenizer, *, sourc
 
 def update_record(clock: StageClock, trainer, *, version: int, made: dict, records: list[dict], stale: int,
                   ledger) -> dict:
-    loss = next((row["loss"] for row in reversed(trainer.state.log_history) if "loss" in row), None)
+    logged = next((row for row in reversed(trainer.state.log_history) if "loss" in row), {})
+    prefix = "sampling/importance_sampling_ratio/"
+    correction = {key.removeprefix(prefix): value for key, value in logged.items() if key.startswith(prefix)} or None
     return clock.record(version=version_name(version), made=made["version"], content_hash=made["content_hash"],
                         stale_records=sum(version_number(r["policy_version"]) < version for r in records),
-                        max_lag=stale, loss=loss, groups=vars(ledger.groups))
+                        max_lag=stale, loss=logged.get("loss"), groups=vars(ledger.groups), correction=correction)
 
 
 def update_trainer(config, run: Path, version: int, *, staging: Path, rewards, model_scores, rollout_func,
@@ -575,6 +624,7 @@ def update_stage(run: Path, version: int) -> dict:
     batch = version
     config = load_run_config(run)
     records, stale, source = scored_records_for_update(run, version, config)
+    checked_weights(run, version, clock)
     set_torch_threads(config)
 
     class OneStep(TrainerCallback):
@@ -611,7 +661,7 @@ def update_stage(run: Path, version: int) -> dict:
     made = write_next_version(run, version, staging / f"checkpoint-{version + 1}", trainer.processing_class,
                               source=source, stale=stale)
     shutil.rmtree(staging, ignore_errors=True)
-    clock.lap("saving")
+    clock.lap("export")
     record = update_record(clock, trainer, version=version, made=made, records=records, stale=stale, ledger=ledger)
     _write_stage_record(run, batch, "update", record)
     return record

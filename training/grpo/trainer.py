@@ -132,6 +132,26 @@ def load_reference_weights(trainer, folder: Path) -> None:
                                  "give a checkpoint of the same architecture and vocabulary") from None
 
 
+# A weight below this teaches the policy gradient next to nothing: the answer trains on the KL term alone.
+NEGLIGIBLE_WEIGHT = 1e-3
+
+
+def correction_statistics(ratio: torch.Tensor, completion_mask: torch.Tensor) -> dict:
+    """What TRL's importance-sampling correction did to a batch, beside the min / mean / max of the ratio it logs:
+    the share of weights it masked (set to 0), the share left negligible (below NEGLIGIBLE_WEIGHT, masked included:
+    TRL's sequence_mask has no lower bound), and the effective sample size (sum w)^2 / (n sum w^2), 1 when every
+    answer counts alike, near 0 when a few carry the batch. Per sequence in TRL's sequence modes (ratio B x 1), per
+    completion token in its token modes."""
+    weights = ratio.flatten() if ratio.shape[-1] == 1 else ratio[completion_mask.bool()]
+    weights = weights.detach().float()
+    if weights.numel() == 0:
+        return {"masked_share": 0.0, "negligible_share": 0.0, "effective_sample_size": 0.0}
+    squares = (weights * weights).sum()
+    return {"masked_share": (weights == 0).float().mean().item(),
+            "negligible_share": (weights < NEGLIGIBLE_WEIGHT).float().mean().item(),
+            "effective_sample_size": (weights.sum() ** 2 / (weights.numel() * squares)).item() if squares > 0 else 0.0}
+
+
 class PairwiseGRPOTrainer(GRPOTrainer):
     """GRPOTrainer that writes rollouts/, keeps a ledger, and can replace zero-variance groups."""
 
@@ -217,6 +237,10 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         if self.dynamic_sampling:
             metrics["dynamic_sampling/dropped_groups"].append(counts.dropped)
             metrics["dynamic_sampling/extra_rounds"].append(counts.refill_rounds)
+        if "importance_sampling_ratio" in output:  # TRL's correction ran: answers an older version sampled
+            for key, value in correction_statistics(output["importance_sampling_ratio"],
+                                                    output["completion_mask"]).items():
+                metrics[f"sampling/importance_sampling_ratio/{key}"].append(value)
         if self.append_metrics is not None and self.accelerator.is_main_process:
             self.append_metrics({"event": "generation", "step": self.state.global_step + 1,
                                  "zero_variance_share": counts.zero_variance_share,

@@ -51,6 +51,23 @@ def read_version(run: Path, number: int) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def checked_version(run: Path, number: int) -> tuple[dict, float]:
+    """version.json of version `number`, after hashing its weights: one line if they are not the weights it names
+    (changed after the update wrote them); and the seconds the hashing took (the ledger's hashing_s)."""
+    import time
+
+    from training.run_folder import checkpoint_content_hash
+
+    record = read_version(run, number)
+    began = time.perf_counter()
+    actual = checkpoint_content_hash(version_path(run, number))
+    if actual != record["content_hash"]:
+        raise PairwiseInputError(f"{version_path(run, number)}: its weights hash {actual}, not the {record['content_hash']} "
+                                 "its version.json names; they changed after they were written. Remove this version "
+                                 "and the later ones and resume the run from the one before")
+    return record, time.perf_counter() - began
+
+
 def latest_version(run: Path) -> int | None:
     """The highest version number with a complete folder, or None."""
     folder = versions_folder(run)
@@ -72,6 +89,7 @@ def write_version(run: Path, number: int, fill, *, parent: int | None, trained_o
     discard_partial(target)
     with atomic_folder(target) as folder:
         fill(folder)
+        readable_as_files_are(folder)
         record = {
             "format": VERSION_FORMAT,
             "version": version_name(number),
@@ -86,13 +104,14 @@ def write_version(run: Path, number: int, fill, *, parent: int | None, trained_o
 
 
 def export_base_version(run: Path, base_checkpoint: Path, base_hash: str) -> dict:
-    """v0000: the base checkpoint's files, copied (hard-linked where the file system allows) into versions/v0000."""
+    """v0000: the base checkpoint's files, copied (a reflink where the file system allows: shared blocks, copied on
+    write) into versions/v0000, never hard-linked: a write to v0000 must not change the base."""
 
     def fill(folder: Path) -> None:
         for pattern in _CHECKPOINT_FILES:
             for source in Path(base_checkpoint).glob(pattern):
                 if source.is_file() and source.name not in ("parent.json", "run.json", "version.json"):
-                    _link_or_copy(source, folder / source.name)
+                    _reflink_or_copy(source, folder / source.name)
 
     record = write_version(run, 0, fill, parent=None, trained_on={"base_checkpoint": str(Path(base_checkpoint).resolve()),
                                                                   "content_hash": base_hash})
@@ -102,11 +121,41 @@ def export_base_version(run: Path, base_checkpoint: Path, base_hash: str) -> dic
     return record
 
 
-def _link_or_copy(source: Path, target: Path) -> None:
+def _reflink_or_copy(source: Path, target: Path) -> None:
+    import fcntl
+
+    ficlone = 0x40049409  # Linux's FICLONE ioctl: the same blocks, copied when either file is written
+    with open(source, "rb") as reading, open(target, "wb") as writing:
+        try:
+            fcntl.ioctl(writing.fileno(), ficlone, reading.fileno())
+            return
+        except OSError:  # another file system, or one without reflinks
+            pass
+        shutil.copyfileobj(reading, writing, 16 * 1024 * 1024)
+
+
+def _file_mode() -> int:
+    """The mode a new file gets here (0666 less the umask), read without changing the umask where Linux says it."""
     try:
-        target.hardlink_to(source)
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
     except OSError:
-        shutil.copy2(source, target)
+        pass
+    import os
+
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def readable_as_files_are(folder: Path) -> None:
+    """The files of a version or checkpoint folder with the mode a new file gets (0644 under umask 022): the
+    weights file is written private (0600) by its writer, and an inference job of another user must read it."""
+    mode = _file_mode()
+    for path in Path(folder).iterdir():
+        if path.is_file() and not path.is_symlink():
+            path.chmod(mode)
 
 
 def copy_inference_weights(version_folder: Path, target: Path) -> None:
@@ -116,3 +165,41 @@ def copy_inference_weights(version_folder: Path, target: Path) -> None:
         for source in Path(version_folder).glob(pattern):
             if source.is_file() and source.name not in ("version.json", "trainer_state.json"):
                 shutil.copy2(source, target / source.name)
+    readable_as_files_are(target)
+
+
+# A file in a version folder that keeps it from retention: whoever registers the folder as a checkpoint writes it.
+KEEP_FILE = "KEEP"
+RETENTION_RECORD = "retention.json"
+
+
+def prune_versions(run: Path, *, keep_last: int | None, keep_every: int | None, max_staleness: int,
+                   keep: tuple[int, ...] = ()) -> dict:
+    """Remove the versions retention lets go: all but the last `keep_last`, every `keep_every`-th, the last
+    max_staleness + 2 (a live generate stage may load one of them, and the next update loads the last), the
+    versions in `keep` (v0000 as the KL reference) and any holding a KEEP file. Returns the run's retention so far
+    (versions/retention.json): the versions removed and the bytes freed."""
+    from training.run_folder import write_json_atomic
+
+    record_path = versions_folder(run) / RETENTION_RECORD
+    record = json.loads(record_path.read_text(encoding="utf-8")) if record_path.is_file() else {
+        "versions_removed": [], "bytes_freed": 0}
+    last = latest_version(run)
+    if keep_last is None or last is None:
+        return record
+    live = max_staleness + 2
+    for path in sorted(versions_folder(run).iterdir()):
+        if not (path.is_dir() and VERSION_NAME.match(path.name)):
+            continue
+        number = version_number(path.name)
+        if (number > last - max(keep_last, live) or (keep_every and number % keep_every == 0) or number in keep
+                or (path / KEEP_FILE).exists()):
+            continue
+        size = sum(item.stat().st_size for item in path.rglob("*") if item.is_file() and not item.is_symlink())
+        discarded = path.with_name(f".{path.name}.removed")
+        path.rename(discarded)  # out of sight at once: never a half-removed version
+        shutil.rmtree(discarded)
+        record["versions_removed"].append(path.name)
+        record["bytes_freed"] += size
+    write_json_atomic(record_path, record)
+    return record
