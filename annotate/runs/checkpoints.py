@@ -19,6 +19,7 @@ from annotate.errors import UserMistake
 from annotate.runs.folder import read_json
 from annotate.runs.models import Checkpoint, Run
 from training.errors import PairwiseInputError
+from training.grpo.versions import KEEP_FILE, VERSION_NAME
 from training.run_folder import checkpoint_content_hash
 from training.text_input import hidden_character, name_key, without_hidden
 
@@ -211,8 +212,13 @@ def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint
         name = checked_name(name)
     if parent is None and path is not None:
         parent = parent_from_folder(path)
-    return Checkpoint.objects.create(name=name or unique_name(Path(uri.rstrip("/")).name), uri=uri,
-                                     content_hash=content_hash, parent=parent, run=run, registered_by=registered_by)
+    checkpoint = Checkpoint.objects.create(name=name or unique_name(Path(uri.rstrip("/")).name), uri=uri,
+                                           content_hash=content_hash, parent=parent, run=run,
+                                           registered_by=registered_by)
+    if path is not None and VERSION_NAME.match(path.name):
+        # A policy version of a staged cycle: its KEEP file keeps the cycle's retention from removing it.
+        (path / KEEP_FILE).write_text(f"registered in Pairwise as checkpoint {checkpoint.name}\n", encoding="utf-8")
+    return checkpoint
 
 
 def parent_from_folder(path: Path) -> Checkpoint | None:
