@@ -589,14 +589,10 @@ def format_cycle_ledger(ledger: dict) -> str:
 def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: bool = False) -> dict:
     """Run (or resume) a staged or overlapped GRPO run; return its final run record. prepare_only: create the run
     folder and version v0000 and return, for stages that a scheduler runs one by one."""
-    from transformers import AutoTokenizer
-
-    from training.grpo.difficulty import check_sandbox_for_code
     from training.grpo.rollouts import ROLLOUT_FORMAT
     from training.grpo.run import (
         check_kl_reference_kept,
-        checked_reference,
-        dataset_rows,
+        grpo_task_inputs,
         reward_functions,
         reward_model_record,
         reward_model_scorer,
@@ -604,12 +600,11 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
     from training.run_folder import (
         RecordStatus,
         RunFolder,
-        check_causal_lm_checkpoint,
         checkpoint_content_hash,
         utc_now,
     )
     from training.snapshot import file_sha256
-    from training.tasks import load_tasks, write_tasks
+    from training.tasks import write_tasks
     from training.trl_setup import resume_setting, start_run_record
 
     started = time.perf_counter()
@@ -625,12 +620,7 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
     if not resuming and resume:
         raise PairwiseInputError(f"resume_from_checkpoint is set but {run.path} holds no run; start a fresh run with "
                                  "resume_from_checkpoint: false")
-    base_path = check_causal_lm_checkpoint(config.base_checkpoint)
-    reference_path = checked_reference(config, base_path)
-    tasks = load_tasks(config.tasks)
-    check_sandbox_for_code(tasks, config.tasks)
-    tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
-    rows = dataset_rows(tasks, tokenizer, base_path)
+    base_path, reference_path, tasks, tokenizer, rows = grpo_task_inputs(config)  # the in-process run's checks
     scorer = reward_model_scorer(config, tasks, rows)
     base_hash = checkpoint_content_hash(base_path)
     tasks_hash = file_sha256(Path(config.tasks))

@@ -128,21 +128,16 @@ class GRPORunInputs:
     rows: list[dict]
 
 
-def grpo_run_inputs(config: GRPORunConfig) -> GRPORunInputs:
-    """Every refusal of a GRPO run's inputs that needs no model run: the output folder (or the run to resume), the
-    base and reference checkpoints, the task file, the sandbox for code tasks, chat prompts against the chat
-    template, and the reward model setup. The one check of the run and of `python -m training grpo --check` (what
-    the app's launch runs), so a config --check passes is never refused when the run starts."""
+def grpo_task_inputs(config: GRPORunConfig) -> tuple[Path, Path | None, list[dict], object, list[dict]]:
+    """The checks of a GRPO run's inputs besides its output folder, one for the in-process run and the staged cycle:
+    the base and reference checkpoints, the task file, the sandbox for code tasks, chat prompts against the chat
+    template, and the reward model setup. Returns the base and reference paths, the tasks, the tokenizer and the
+    dataset rows."""
     from transformers import AutoTokenizer
 
     from training.grpo.difficulty import check_sandbox_for_code
-    from training.run_folder import RunFolder, check_causal_lm_checkpoint
+    from training.run_folder import check_causal_lm_checkpoint
 
-    run = RunFolder(config.output_dir)
-    resume_from = check_output_dir(config, run)
-    if config.difficulty_filter and resume_from is None and config.world_size > 1:
-        raise PairwiseInputError("difficulty_filter runs on one process; for a multi-process run, run "
-                                 "python -m training grpo-filter first and set tasks to its output")
     base_path = check_causal_lm_checkpoint(config.base_checkpoint)
     reference_path = checked_reference(config, base_path)
     tasks = load_tasks(config.tasks)
@@ -150,7 +145,21 @@ def grpo_run_inputs(config: GRPORunConfig) -> GRPORunInputs:
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
     rows = dataset_rows(tasks, tokenizer, base_path)  # refuses chat prompts without a chat template
     check_reward_model_setup(config, tasks)
-    return GRPORunInputs(run, resume_from, base_path, reference_path, tasks, tokenizer, rows)
+    return base_path, reference_path, tasks, tokenizer, rows
+
+
+def grpo_run_inputs(config: GRPORunConfig) -> GRPORunInputs:
+    """Every refusal of a GRPO run's inputs that needs no model run: the output folder (or the run to resume), then
+    grpo_task_inputs. The one check of the run and of `python -m training grpo --check` (what the app's launch
+    runs), so a config --check passes is never refused when the run starts."""
+    from training.run_folder import RunFolder
+
+    run = RunFolder(config.output_dir)
+    resume_from = check_output_dir(config, run)
+    if config.difficulty_filter and resume_from is None and config.world_size > 1:
+        raise PairwiseInputError("difficulty_filter runs on one process; for a multi-process run, run "
+                                 "python -m training grpo-filter first and set tasks to its output")
+    return GRPORunInputs(run, resume_from, *grpo_task_inputs(config))
 
 
 def run_grpo(config: GRPORunConfig) -> dict:
