@@ -59,14 +59,15 @@ def launch_from(data, user) -> Run:
                       config=data.get("config"), snapshot=data.get("snapshot") or None,
                       tasks=data.get("tasks") or None, export=data.get("export") or None,
                       task_set=data.get("task_set") or None, reward_model=data.get("reward_model") or None,
-                      backend=data.get("backend") or "local", launched_by=user)
+                      backend=data.get("backend") or "local", launched_by=user, check_now=False)
 
 
 class RunsView(APIView):
     permission_classes = [IsAdminOrEngineer]
 
     @extend_schema(summary="Launch a training run", request=RunLaunchSerializer,
-                   responses={202: OpenApiResponse(description="the run, queued; poll its url")})
+                   responses={202: OpenApiResponse(description="the run, checking its config (then queued, or failed "
+                                                                  "with \"config refused: <the line>\"); poll its url")})
     def post(self, request):
         run = launch_from(request.data, request.user)
         return Response(run_payload(run), status=status.HTTP_202_ACCEPTED)

@@ -1,9 +1,10 @@
 """Launching and cancelling runs from the app (API and page).
 
-A launch is checked before anything is queued by the training command's own check
-(`python -m training dpo|grpo --config F --check`) in a subprocess: the same one-line errors as on the
-command line, and the web process never imports the training stack. The run is then recorded as queued
-and handed to the "training" Celery queue once the row is committed (annotate/runs/execute.py runs it).
+A launch is checked by the app's own rules at once, then recorded as `checking`; the training command's own check
+(`python -m training dpo|grpo --config F --check`, in a subprocess: the same one-line errors as on the command
+line, and the web process never imports the training stack) runs off the request, since it takes up to a minute.
+A config it accepts is recorded as queued and handed to the "training" Celery queue (annotate/runs/execute.py
+runs it); one it refuses fails the run with its line.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
+from annotate.celery import app as celery_app
 from annotate.errors import UserMistake
 from annotate.exports.models import Export
 from annotate.runs.checkpoints import checkpoint_resolve, reward_model_resolve, text_model
@@ -237,15 +239,43 @@ def picked_kl_reference(kind: str, config: dict) -> Checkpoint | None:
     return checkpoint
 
 
+# The config keys a launch writes itself (over the user's config), which the training command's parser must leave
+# as they were written.
+LAUNCH_SET_KEYS = ("base_checkpoint", "snapshot", "tasks", "output_dir", "reward_model", "reference_checkpoint")
+CHECK_RUN_CONFIG = "annotate.runs.tasks.check_run_config"
+CONFIG_REFUSED = "config refused: "  # how a run whose config the training command refused begins its error
+
+
+def config_checked(kind: str, backend: str, config: dict) -> dict:
+    """The training command's check of a launch's full config, then the rules that read what it resolved; the
+    resolved config, or UserMistake with one line."""
+    from annotate.runs.slurm import STAGED_MODES, template_path
+
+    resolved = check_config(kind, config)
+    mode = resolved.get("mode") if kind == Run.Kind.GRPO else None
+    if backend == Run.Backend.SLURM and mode in STAGED_MODES and not template_path(kind, mode).is_file():
+        raise UserMistake(f"backend slurm has no job script for grpo runs in mode {mode} (deploy/slurm/grpo_staged.sh); "
+                          "launch it on the local backend")
+    check_launch_keys(resolved, {**{key: config[key] for key in LAUNCH_SET_KEYS if key in config},
+                                 "resume_from_checkpoint": config.get("resume_from_checkpoint")})
+    return resolved
+
+
 def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None = None, tasks: str | None = None,
                export=None, task_set=None, reward_model=None, backend: str = "local",
-               launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
-    """Check a launch and record it as queued; with `enqueue`, hand it to the training queue after commit.
+               launched_by: AbstractBaseUser | None = None, enqueue: bool = True, check_now: bool = True) -> Run:
+    """Check a launch and record it; with `enqueue`, hand it on after commit.
+
+    The app's own rules are checked here, at once (a mistake is a UserMistake, nothing recorded). The training
+    command's check takes up to a minute (it imports the training stack): with `check_now` it runs here, before
+    anything is recorded, and the run is recorded queued; without it (a launch from the page or the API) the run is
+    recorded as `checking` and run_config_check runs the check off the request (with `enqueue`), queueing the run
+    or failing it with "config refused: <its line>".
 
     The input is the app's export (DPO, reward) or task set (GRPO), by id, or a path under the run input folders
     for files that live elsewhere (a cluster's storage); a path that is an export's or task set's is linked to it.
     A GRPO run may be scored by a registered reward model as well (`reward_model`, by name or id)."""
-    from annotate.runs.slurm import STAGED_MODES, template_path
+    from annotate.runs.slurm import template_path
 
     if kind not in LAUNCH_KINDS:
         raise UserMistake(f"kind must be one of {', '.join(LAUNCH_KINDS)}, got {kind!r}")
@@ -263,32 +293,90 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
     scorer = picked_reward_model(kind, reward_model, user_config)
     kl_reference = picked_kl_reference(kind, user_config)
     input_key, input_path, picked = _input_path(kind, snapshot, tasks, export, task_set)
-    # The check sees the real inputs and a run folder that cannot exist yet; the real one is named after the row.
-    placeholder = Path(settings.RUN_ROOT) / f".check-{os.getpid()}-{threading.get_ident()}" / "run"
-    set_here = {"base_checkpoint": base.uri, input_key: input_path, "output_dir": str(placeholder),
+    set_here = {"base_checkpoint": base.uri, input_key: input_path,
                 **({"reward_model": str(Path(scorer.uri).resolve())} if scorer else {}),
                 **({"reference_checkpoint": kl_reference.uri} if kl_reference else {})}
-    full_config = {**user_config, **set_here}
-    resolved = check_config(kind, full_config)
-    mode = resolved.get("mode") if kind == Run.Kind.GRPO else None
-    if backend == Run.Backend.SLURM and mode in STAGED_MODES and not template_path(kind, mode).is_file():
-        raise UserMistake(f"backend slurm has no job script for grpo runs in mode {mode} (deploy/slurm/grpo_staged.sh); "
-                          "launch it on the local backend")
-    check_launch_keys(resolved, {**set_here, "resume_from_checkpoint": full_config.get("resume_from_checkpoint")})
+    resolved = None
+    if check_now:
+        # The check sees the real inputs and a run folder that cannot exist yet; the real one is named after the row.
+        placeholder = Path(settings.RUN_ROOT) / f".check-{os.getpid()}-{threading.get_ident()}" / "run"
+        resolved = config_checked(kind, backend, {**user_config, **set_here, "output_dir": str(placeholder)})
     with transaction.atomic():
         run = Run.objects.create(
             kind=kind, backend=backend, base_checkpoint=base, reward_model=scorer, launched_by=launched_by, folder="",
+            status=Run.Status.QUEUED if check_now else Run.Status.CHECKING,
             snapshot_path=input_path if input_key == "snapshot" else "",
             snapshot_manifest=snapshot_manifest(input_path) if input_key == "snapshot" else None,
             tasks_path=input_path if input_key == "tasks" else "", **picked,
         )
         run.folder = str(run_folder_for(run.pk))
-        run.config = {**full_config, "output_dir": run.folder}
-        run.resolved_config = {**resolved, "output_dir": run.folder}
+        run.config = {**user_config, **set_here, "output_dir": run.folder}
+        run.resolved_config = {**resolved, "output_dir": run.folder} if check_now else None
         run.save(update_fields=["folder", "config", "resolved_config"])
         if enqueue:
-            transaction.on_commit(partial(send, run.pk))
+            transaction.on_commit(partial(send if check_now else send_config_check, run.pk))
     return run
+
+
+def run_config_check(run_id: int, *, enqueue: bool = True) -> Run | None:
+    """Check a `checking` run's config with the training command (config_checked), then record it queued (and,
+    with `enqueue`, hand it to the training queue) or failed with "config refused: <the line>". None when the run
+    is gone or no longer checking (cancelled meanwhile, or a repeated delivery); a run cancelled during the check
+    stays cancelled, since every write here is conditional on the row still checking."""
+    run = Run.objects.filter(pk=run_id, status=Run.Status.CHECKING).first()
+    if run is None:
+        return None
+    still_checking = Run.objects.filter(pk=run_id, status=Run.Status.CHECKING)
+    try:
+        resolved = config_checked(run.kind, run.backend, run.config)
+    except UserMistake as mistake:
+        still_checking.update(status=Run.Status.FAILED, finished_at=timezone.now(),
+                              error=CONFIG_REFUSED + " ".join(str(mistake).split()))
+    except Exception as error:  # the check itself broke (a full disk, a missing interpreter): one line, logged
+        logger.exception("run %s: the config check failed", run_id)
+        still_checking.update(status=Run.Status.FAILED, finished_at=timezone.now(),
+                              error=f"the config check failed ({type(error).__name__}: {error}); launch it again")
+    else:
+        queued = still_checking.update(status=Run.Status.QUEUED, resolved_config={**resolved, "output_dir": run.folder})
+        if queued and enqueue:
+            send(run_id)
+    return Run.objects.get(pk=run_id)
+
+
+def config_refusal(run_id) -> str | None:
+    """The line a run's config was refused with, for the launch form that launches it again; None for any other
+    run (or no run: the form says so itself)."""
+    text = str(run_id).strip()
+    if not text.isdigit() or len(text) > 18:
+        return None
+    return (Run.objects.filter(pk=int(text), status=Run.Status.FAILED, error__startswith=CONFIG_REFUSED)
+            .values_list("error", flat=True).first())
+
+
+def _config_check_in_thread(run_id: int) -> None:
+    try:
+        run_config_check(run_id)
+    except Exception:
+        logger.exception("run %s: the config check failed in its thread", run_id)
+    finally:
+        connections.close_all()  # this thread's own connections; they would outlive it otherwise
+
+
+def send_config_check(run_id: int) -> None:
+    """Hand a checking run's config check off the request, as send() hands a run: with no broker (the embedded
+    default) to a thread of this process; with one to the default Celery queue, never the training queue, so a
+    check does not wait behind a training run. A broker that cannot be reached fails the run, saying so."""
+    if celery_app.conf.task_always_eager:
+        threading.Thread(target=_config_check_in_thread, args=(run_id,), name=f"run-{run_id}-check",
+                         daemon=True).start()
+        return
+    try:
+        celery_app.tasks[CHECK_RUN_CONFIG].delay(run_id)
+    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
+        logger.exception("run %s could not be queued for its config check", run_id)
+        Run.objects.filter(pk=run_id, status=Run.Status.CHECKING).update(
+            status=Run.Status.FAILED, finished_at=timezone.now(),
+            error=f"the config check could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL")
 
 
 def run_cancel(run: Run) -> Run:
@@ -301,7 +389,7 @@ def run_cancel(run: Run) -> Run:
         if run.finished:
             raise UserMistake(f"run {run.pk} has already {run.status}; only a queued or running run can be cancelled",
                               status=409)
-        if run.status == Run.Status.QUEUED:
+        if run.status in (Run.Status.CHECKING, Run.Status.QUEUED):
             run.status, run.error, run.finished_at = Run.Status.CANCELLED, "cancelled before it started", timezone.now()
             run.save(update_fields=["status", "error", "finished_at"])
             return run

@@ -131,6 +131,7 @@ class Run(OriginWrittenOnce):
         REWARD = "reward"
 
     class Status(models.TextChoices):
+        CHECKING = "checking", "checking config"  # recorded; the training command's --check runs off the request
         QUEUED = "queued"
         RUNNING = "running"
         SUCCEEDED = "succeeded"

@@ -23,6 +23,7 @@ from annotate.runs.slurm import slurm_refresh
 logger = logging.getLogger(__name__)
 
 RESUMABLE_KINDS = (Run.Kind.DPO, Run.Kind.GRPO)
+CHECK_MARGIN_S = 60  # past the config check's own timeout: its subprocess is killed by then, its thread has written
 
 
 def slurm_runs_poll() -> list[int]:
@@ -70,10 +71,30 @@ def lost_runs_mark() -> list[int]:
     return failed
 
 
+def lost_checks_mark() -> list[int]:
+    """Mark failed every run still `checking` well past the bound of its config check (the process that ran the
+    check died: a restart, a lost worker), so none stays checking forever. Returns the ids of the runs failed."""
+    from annotate.runs.launch import CHECK_TIMEOUT_S
+
+    bound_s = CHECK_TIMEOUT_S + CHECK_MARGIN_S
+    cutoff = timezone.now() - dt.timedelta(seconds=bound_s)
+    failed = []
+    for run_id in Run.objects.filter(status=Run.Status.CHECKING, created_at__lt=cutoff).order_by("pk").values_list(
+            "pk", flat=True):
+        if Run.objects.filter(pk=run_id, status=Run.Status.CHECKING).update(
+                status=Run.Status.FAILED, finished_at=timezone.now(),
+                error=f"lost: the check of its config did not finish within {bound_s} s (the process that ran it "
+                      "stopped); launch it again"):
+            logger.warning("run %s marked lost: its config check never ended", run_id)
+            failed.append(run_id)
+    return failed
+
+
 def runs_sweep() -> None:
-    """Both sweeps, as embedded mode runs them."""
+    """The sweeps, as embedded mode runs them."""
     slurm_runs_poll()
     lost_runs_mark()
+    lost_checks_mark()
 
 
 _started: tuple[threading.Thread, threading.Event] | None = None

@@ -6,7 +6,7 @@ calls it."""
 from celery import shared_task
 from celery.signals import worker_ready
 
-from annotate.runs import execute, model_reviewer_scoring, sweeps, task_sets
+from annotate.runs import execute, launch, model_reviewer_scoring, sweeps, task_sets
 from annotate.runs.queue import EXECUTE_RUN, QUEUE
 
 
@@ -31,6 +31,15 @@ def check_task_set(task_set_id: int) -> str:
     On the default queue: the check is bounded (PAIRWISE_TASK_SET_CHECK_S) and must not wait behind a run."""
     task_set = task_sets.task_set_check(task_set_id)
     return task_set.status if task_set is not None else "skipped"
+
+
+@shared_task(name=launch.CHECK_RUN_CONFIG)
+def check_run_config(run_id: int) -> str:
+    """Check a launched run's config with the training command (annotate/runs/launch.py), then queue or fail it; a
+    cancelled run or a repeated delivery does nothing. On the default queue: the check is bounded (CHECK_TIMEOUT_S)
+    and must not wait behind a training run."""
+    run = launch.run_config_check(run_id)
+    return run.status if run is not None else "skipped"
 
 
 @shared_task
@@ -61,5 +70,6 @@ def poll_slurm_runs() -> int:
 
 @shared_task
 def mark_lost_runs() -> int:
-    """Periodic (celery beat): local runs whose worker stopped reporting are marked failed; returns how many."""
-    return len(sweeps.lost_runs_mark())
+    """Periodic (celery beat): local runs whose worker stopped reporting, and runs whose config check never ended,
+    are marked failed; returns how many."""
+    return len(sweeps.lost_runs_mark()) + len(sweeps.lost_checks_mark())

@@ -35,7 +35,7 @@ from annotate.runs.demo_checkpoint import (
 )
 from annotate.runs.evaluation import eval_launch, eval_side_by_side, evals_of
 from annotate.runs.filters import launch_values_from_run, runs_filtered
-from annotate.runs.launch import LAUNCH_KINDS, run_cancel, run_launch
+from annotate.runs.launch import LAUNCH_KINDS, config_refusal, run_cancel, run_launch
 from annotate.runs.launch_form import (
     FAMILY_CHOICES,
     FORM_FIELDS,
@@ -84,14 +84,16 @@ def runs_page(request):
     if request.method == "GET" and request.GET.get("again"):
         try:
             values.update(launch_values_from_run(run_id=request.GET["again"]))
+            error = config_refusal(request.GET["again"])  # launched again to fix what the check refused
         except UserMistake as mistake:
             error = str(mistake)
     if request.method == "POST":
         values.update({name: request.POST.get(name, "").strip() for name in FORM_FIELDS})
         try:
             run = run_launch(kind=values["kind"], base_checkpoint=values["base_checkpoint"], config=values["config"],
-                             **launch_inputs(values), backend=values["backend"], launched_by=request.user)
-            messages.success(request, f"Run {run.pk} queued.")
+                             **launch_inputs(values), backend=values["backend"], launched_by=request.user,
+                             check_now=False)
+            messages.success(request, f"Run {run.pk} recorded; the training command is checking its config.")
             return redirect("run-page", run_id=run.pk)
         except UserMistake as mistake:
             error = str(mistake)

@@ -36,7 +36,7 @@ def test_an_engineer_launches_follows_and_cancels_a_run(live_server, base_checkp
     export = Export.objects.create(project=project, filters={}, status=Export.Status.DONE, out_dir=str(tiny_snapshot),
                                    counts={"train": 24, "test": 8})
     page = browser.new_page(viewport={"width": 1440, "height": 1000})
-    page.set_default_navigation_timeout(180_000)  # the launch waits for the training command's own check
+    page.set_default_navigation_timeout(60_000)
     page.goto(live_server.url + "/")
     page.get_by_label("Username").fill("eve")
     page.get_by_label("Password").fill(PASSWORD)
@@ -55,12 +55,15 @@ def test_an_engineer_launches_follows_and_cancels_a_run(live_server, base_checkp
     page.get_by_label("Base checkpoint").select_option("tiny-sft")
     page.get_by_label("Snapshot (DPO, reward)").select_option(str(export.pk))
     page.get_by_label("Config (YAML)").fill(LONG_RUN)
-    page.get_by_role("button", name="Launch").click()  # the training command checks the config first
+    page.get_by_role("button", name="Launch").click()
+    # The run page at once, while the training command checks the config off the request.
     expect(page).to_have_url(re.compile(r"/runs/\d+/$"))
     run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    expect(page.locator("#run-checking")).to_contain_text("Checking the config with the training command")
 
-    # Followed without reloading: the step counter moves and the loss curve is drawn as rows arrive.
-    expect(page.locator("#run-status")).to_have_text("running", timeout=60_000)
+    # Followed without reloading: the check ends, the step counter moves and the loss curve is drawn as rows arrive.
+    expect(page.locator("#run-status")).to_have_text("running", timeout=240_000)
+    expect(page.locator("#run-checking")).to_be_hidden()
     expect(page.locator("#chart-loss polyline")).to_be_visible(timeout=180_000)
     expect(page.locator("#run-step")).to_have_text(re.compile(r"^\d+$"))
     page.screenshot(path=str(artifacts / "run-page.png"), full_page=True)

@@ -14,7 +14,7 @@ from annotate.exports.models import Export
 from annotate.exports.pipeline import prompt_split
 from annotate.runs.checkpoints import checkpoint_register, is_reward_model
 from annotate.runs.execute import run_execute
-from annotate.runs.launch import run_launch
+from annotate.runs.launch import run_config_check, run_launch
 from annotate.runs.models import Checkpoint, Run, TaskSet
 from tests.conftest import TORCH_THREADS, import_rows, make_items
 from tests.training.helpers import write_unlearnable_tasks
@@ -57,6 +57,7 @@ def test_a_reward_run_trains_through_the_local_backend_and_registers_a_reward_mo
     body = started.json()
     assert body["kind"] == "reward" and body["snapshot"]["export"] == {"id": finished_export.pk, "project": "speed"}
 
+    assert run_config_check(body["id"], enqueue=False).status == "queued"
     run = run_execute(run_id=body["id"], worker="tests")
     assert run.status == "succeeded", (run.error, run.log_tail[-2000:])
     made = Checkpoint.objects.get(run=run)
@@ -97,7 +98,8 @@ def test_a_reward_run_trains_through_the_local_backend_and_registers_a_reward_mo
                   reward_model=made.name, config={"max_steps": 1, "num_generations": 2,
                                                   "per_device_train_batch_size": 2, "use_cpu": True})
     assert grpo.status_code == 202, grpo.json()
-    queued = Run.objects.get(pk=grpo.json()["id"])
+    queued = run_config_check(grpo.json()["id"], enqueue=False)
+    assert queued.status == "queued", queued.error
     assert queued.reward_model == made and queued.config["reward_model"] == made.uri
     assert grpo.json()["reward_model"]["trained_by"]["id"] == run.pk
 

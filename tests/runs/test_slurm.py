@@ -11,7 +11,7 @@ import yaml
 
 from annotate.runs import execute
 from annotate.runs import slurm as slurm_backend
-from annotate.runs.launch import run_cancel
+from annotate.runs.launch import run_cancel, run_config_check
 from annotate.runs.models import Run
 from annotate.runs.slurm import slurm_refresh
 from tests.runs.helpers import slurm_run
@@ -40,6 +40,7 @@ def test_a_reward_launch_on_slurm_is_queued_then_submitted_as_the_reward_templat
                                                  "snapshot": str(tiny_snapshot), "config": {"max_steps": 2}},
                                 format="json")
     assert started.status_code == 202, started.json()
+    assert run_config_check(started.json()["id"], enqueue=False).status == "queued"
     run = execute.run_execute(run_id=started.json()["id"], worker="w1@test")
     assert run.status == "running" and run.slurm_job_id == "4242" and run.folder == str(run_root / f"run-{run.pk:06d}")
     script = (tmp_path / "submitted.sbatch").read_text()

@@ -20,14 +20,18 @@ TWO_STEPS = {"learning_rate": 1e-3, "max_steps": 2, "per_device_train_batch_size
              "torch_threads": TORCH_THREADS, "use_cpu": True, "report_to": ["none"]}
 
 
+# The launch's config check goes to the default queue, the run to the training queue: one worker takes both here.
+WORKER_QUEUES = f"celery,{QUEUE}"
+
+
 @pytest.fixture
 def training_worker(tmp_path, run_root, monkeypatch):
-    """Tasks sent through Redis to a worker of the training queue, on the test database and run root."""
-    redis.Redis.from_url(REDIS_URL).delete(QUEUE)  # nothing left over from an earlier, interrupted session
+    """Tasks sent through Redis to a worker of the training and default queues, on the test database and run root."""
+    redis.Redis.from_url(REDIS_URL).delete(QUEUE, "celery")  # nothing left over from an earlier, interrupted session
     monkeypatch.setenv("PAIRWISE_RUN_ROOT", str(run_root))
     saved = {key: celery_app.conf[key] for key in ("broker_url", "task_always_eager")}
     configure_celery(broker_url=REDIS_URL, task_always_eager=False)
-    worker = Worker(queue=QUEUE, name="training@pairwise-tests", snapshot_root=tmp_path / "snapshots",
+    worker = Worker(queue=WORKER_QUEUES, name="training@pairwise-tests", snapshot_root=tmp_path / "snapshots",
                     log=tmp_path / "worker.log")
     yield worker
     worker.stop()
@@ -84,7 +88,7 @@ def test_a_restarted_worker_follows_its_live_run_again_and_can_still_cancel_it(
     training_worker.kill()  # the trainer lives on in its own process group
     assert process_alive(pid) and Run.objects.get(pk=run_id).status == "running"
     steps_before = len(Run.objects.get(pk=run_id).metrics)
-    restarted = Worker(queue=QUEUE, name="training@pairwise-tests", snapshot_root=tmp_path / "snapshots",
+    restarted = Worker(queue=WORKER_QUEUES, name="training@pairwise-tests", snapshot_root=tmp_path / "snapshots",
                        log=tmp_path / "worker.log")
     try:
         wait_for(lambda: len(Run.objects.get(pk=run_id).metrics) > steps_before + 1, "the run to be followed again")

@@ -18,6 +18,7 @@ from django.core.management.base import CommandError
 
 from annotate.runs import execute, launch
 from annotate.runs.audit import audit_create
+from annotate.runs.launch import CONFIG_REFUSED, run_config_check
 from annotate.runs.models import AuditItem, AuditJudgment, Checkpoint, Run
 from annotate.runs.queue import run_folder_for
 from tests.runs.conftest import (  # noqa: F401 - fixtures
@@ -59,6 +60,16 @@ def refused(response, status: int = 400) -> str:
     return detail
 
 
+def refused_by_the_check(response) -> str:
+    """The line the training command's check refused an accepted launch with: answered 202 `checking`, then the
+    run failed with "config refused: <the line>" and its config never resolved, so nothing was queued."""
+    assert (response.status_code, response.json()["status"]) == (202, "checking"), response.json()
+    run = run_config_check(response.json()["id"], enqueue=False)
+    assert (run.status, run.resolved_config) == ("failed", None), run.error
+    assert run.error.startswith(CONFIG_REFUSED) and "\n" not in run.error
+    return run.error.removeprefix(CONFIG_REFUSED)
+
+
 def assert_run_root_empty(root: Path) -> None:
     assert not root.exists() or not [p for p in root.iterdir() if not p.name.startswith(".check-")]
 
@@ -80,7 +91,7 @@ def launch_grpo(api, tasks, config):
 def test_a_list_item_cannot_move_a_grpo_runs_output_out_of_the_run_root(engineer_api, base_checkpoint, tasks_file,
                                                                         outside, run_root):
     elsewhere = outside / "x"
-    detail = refused(launch_grpo(engineer_api, tasks_file,
+    detail = refused_by_the_check(launch_grpo(engineer_api, tasks_file,
                                  {**GRPO_STEPS, "reward_weights": [1.0, f"--output_dir={elsewhere}"]}))
     assert detail == (f"config: reward_weights item '--output_dir={elsewhere}' is not a value of reward_weights; a "
                       "list item cannot be an option (set each key on its own line)")
@@ -93,7 +104,7 @@ def test_a_list_item_cannot_swap_a_dpo_runs_base_checkpoint(engineer_api, base_c
                                                             tiny_checkpoint, tmp_path, run_root):
     unregistered = tmp_path / "unregistered"
     shutil.copytree(tiny_checkpoint, unregistered)
-    detail = refused(launch_dpo(engineer_api, tiny_snapshot, {
+    detail = refused_by_the_check(launch_dpo(engineer_api, tiny_snapshot, {
         **DPO_STEPS, "use_peft": True, "lora_target_modules": ["q_proj", f"--base_checkpoint={unregistered}"]}))
     assert detail.startswith("config: lora_target_modules item '--base_checkpoint=")
     assert Checkpoint.objects.get().name == "tiny-sft"  # the lineage names only what was registered
@@ -111,7 +122,7 @@ def test_a_launch_key_the_parser_resolves_otherwise_is_refused(engineer_api, bas
         print(json.dumps({{**config, "output_dir": {str(outside / "x")!r}}}))
     '''))
     monkeypatch.setattr(launch, "training_command", lambda *args: [sys.executable, str(stand_in), *args])
-    detail = refused(launch_dpo(engineer_api, tiny_snapshot, DPO_STEPS))
+    detail = refused_by_the_check(launch_dpo(engineer_api, tiny_snapshot, DPO_STEPS))
     assert detail.startswith(f"config: output_dir came out of the training command's parser as '{outside / 'x'}', "
                              "not '") and detail.endswith("as the launch set it; nothing was queued")
     assert_run_root_empty(run_root)
@@ -187,7 +198,7 @@ def test_nested_settings_are_held_to_the_rules_of_the_top_level(engineer_api, ba
 def test_a_step_count_past_its_bound_is_refused_before_anything_is_queued(engineer_api, base_checkpoint, tiny_snapshot,
                                                                           run_root, monkeypatch):
     monkeypatch.delenv("PAIRWISE_MAX_TRAIN_STEPS", raising=False)
-    detail = refused(launch_dpo(engineer_api, tiny_snapshot, {**DPO_STEPS, "max_steps": 10**12}))
+    detail = refused_by_the_check(launch_dpo(engineer_api, tiny_snapshot, {**DPO_STEPS, "max_steps": 10**12}))
     assert detail == ("config: max_steps is 1000000000000, past the bound of 1000000; lower it, or raise the bound by "
                       "setting PAIRWISE_MAX_TRAIN_STEPS where the training command runs")
     assert_run_root_empty(run_root)

@@ -1,4 +1,4 @@
-// The run page follows a queued or running run: every 2 s it reads GET /api/v1/runs/{id} (same origin,
+// The run page follows a checking, queued or running run: every 2 s it reads GET /api/v1/runs/{id} (same origin,
 // session cookie) and swaps in the status, step, curves (server-drawn SVG), log tail, error and, for a staged
 // GRPO run, its cycle.
 (function () {
@@ -18,7 +18,8 @@
       return schedule();
     }
     const status = document.getElementById("run-status");
-    status.textContent = run.status;
+    status.textContent = run.status === "checking" ? "checking config" : run.status;
+    document.getElementById("run-checking").hidden = run.status !== "checking";
     status.className = "status status-" + run.status;
     text("run-step", run.steps ?? "—");
     text("run-exit-code", run.exit_code ?? "—");
