@@ -140,6 +140,42 @@ def preference_summary(policy: list[tuple[float, float]], reference: list[tuple[
     }
 
 
+def change_from_base(policy: list[tuple[float, float]], reference: list[tuple[float, float]]) -> dict:
+    """Whether training changed the model's preferences on the test pairs by more than chance, pair by pair.
+
+    Preference accuracy, paired: McNemar's exact test on the pairs whose ranking changed (statsmodels) and a 95%
+    Wald interval for the paired difference of proportions. The log-likelihood margin (log p(chosen) - log
+    p(rejected)), paired: its mean change with a 95% t interval (scipy). `real` says whether either interval
+    excludes no change; with few pairs or a short run both include it, and the pages say the run was too short to
+    show one rather than show a difference that is noise."""
+    import math
+
+    from scipy import stats
+    from statsmodels.stats.contingency_tables import mcnemar
+
+    n = len(policy)
+    before = [c > r for c, r in reference]
+    after = [c > r for c, r in policy]
+    gained = sum(a and not b for a, b in zip(after, before, strict=True))
+    lost = sum(b and not a for a, b in zip(after, before, strict=True))
+    difference = (gained - lost) / n
+    spread = math.sqrt(max(gained + lost - (gained - lost) ** 2 / n, 0.0)) / n
+    table = [[0, lost], [gained, 0]]
+    p_value = float(mcnemar(table, exact=True).pvalue) if gained + lost else 1.0
+    deltas = [(pc - pr) - (rc - rr) for (pc, pr), (rc, rr) in zip(policy, reference, strict=True)]
+    mean = sum(deltas) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in deltas) / (n - 1)) if n > 1 else 0.0
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n > 1 and sd > 0 else 0.0
+    accuracy_interval = [round(difference - 1.96 * spread, 4), round(difference + 1.96 * spread, 4)]
+    margin_interval = [round(mean - half, 6), round(mean + half, 6)]
+    excludes_zero = [lo > 0 or hi < 0 for lo, hi in (accuracy_interval, margin_interval)]
+    return {"pairs": n,
+            "preference_accuracy": {"difference": round(difference, 4), "interval": accuracy_interval,
+                                    "gained": gained, "lost": lost, "p_value": round(p_value, 6)},
+            "log_likelihood_margin": {"mean_change": round(mean, 6), "interval": margin_interval},
+            "real": n > 1 and any(excludes_zero)}
+
+
 def format_comparison(results: dict) -> str:
     base, trained = results["base"], results["trained"]
     lines = [
@@ -148,6 +184,13 @@ def format_comparison(results: dict) -> str:
         f"implicit-reward accuracy               {'-':>6}   {trained['reward_accuracy']:>7.3f}",
         f"mean implicit-reward margin            {base['reward_margin']:>6.3f}   {trained['reward_margin']:>7.3f}",
     ]
+    if change := results.get("change"):
+        accuracy, margin = change["preference_accuracy"], change["log_likelihood_margin"]
+        lines.append(f"change from the base, paired: preference accuracy {accuracy['difference']:+.3f} (95% "
+                     f"{accuracy['interval'][0]:+.3f} to {accuracy['interval'][1]:+.3f}), log-likelihood margin "
+                     f"{margin['mean_change']:+.3f} (95% {margin['interval'][0]:+.3f} to {margin['interval'][1]:+.3f}): "
+                     + ("a change beyond chance" if change["real"] else
+                        "within chance: the run was too short, or the test split too small, to show a change"))
     return "\n".join(lines)
 
 
@@ -212,6 +255,7 @@ def run_dpo(config: DPORunConfig) -> dict:
             results = {
                 "base": base_summary,
                 "trained": preference_summary(trained_logps, base_logps, config.beta),
+                "change": change_from_base(trained_logps, base_logps),
             }
             for which in ("base", "trained"):
                 run.append_metrics({"event": "test", "model": which, "step": trainer.state.global_step,

@@ -101,6 +101,23 @@ def eval_table(run: Run) -> list[dict]:
             for key, text in names.items() if key in base or key in trained]
 
 
+def test_change(run: Run) -> dict | None:
+    """A DPO run's change from its base on the test split, pair by pair (training/dpo.py change_from_base), with
+    the sentence the page shows: a change beyond chance, or a run too short (or a split too small) to show one.
+    None when the run recorded none, or on too few pairs to judge."""
+    change = (((run.record or {}).get("results") or {}).get("test") or {}).get("change")
+    if not isinstance(change, dict) or too_few_to_judge(change.get("pairs") or 0):
+        return None
+    accuracy, margin = change["preference_accuracy"], change["log_likelihood_margin"]
+    return {**change, "sentence": (
+        f"Against its base on {change['pairs']} held-out pairs: preference accuracy {accuracy['difference']:+.3f} "
+        f"(95% interval {accuracy['interval'][0]:+.3f} to {accuracy['interval'][1]:+.3f}; {accuracy['gained']} "
+        f"pairs gained, {accuracy['lost']} lost), log-likelihood margin {margin['mean_change']:+.3f} (95% interval "
+        f"{margin['interval'][0]:+.3f} to {margin['interval'][1]:+.3f}). "
+        + ("That is a change beyond chance." if change["real"] else
+           "Both intervals include no change: this run was too short, or its test split too small, to show one."))}
+
+
 # A reward run's test-split figures (run.json results.test, training/reward.py reward_summary): each row with the
 # pairs it stands on; the length split's rows stand on their own subsets, so one can be too few while the rest are not.
 REWARD_ROWS = (("accuracy", "accuracy (chosen scored above rejected)"),
@@ -422,6 +439,7 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
             "cycle": cycle_progress(run),
             "eval": eval_table(run),
             "eval_note": eval_note(run),
+            "test_change": test_change(run),
             "reward_eval": reward_table(run),
             "too_few_to_judge_under": TOO_FEW_TO_JUDGE,
             "evaluation": eval_side_by_side(run) if run.kind == Run.Kind.EVAL else None,

@@ -158,3 +158,32 @@ def test_existing_run_folder_is_not_overwritten(tmp_path, tiny_checkpoint, tiny_
     assert main(["dpo", "--config", str(write_config(tmp_path, tiny_checkpoint, tiny_snapshot))]) == 2
     assert "already exists" in capsys.readouterr().err
     assert (tmp_path / "run" / "run.json").read_text() == "{}"
+
+
+def test_the_change_from_the_base_is_paired_and_worked_by_hand():
+    from training.dpo import change_from_base
+
+    # Ten test pairs as (log p(chosen), log p(rejected)): the base ranks pair 0 right, the trained model pairs 0-7.
+    reference = [(-1.0, -2.0)] + [(-2.0, -1.0)] * 9
+    policy = [(-1.0, -2.0)] * 8 + [(-2.0, -1.0)] * 2
+    change = change_from_base(policy, reference)
+    accuracy, margin = change["preference_accuracy"], change["log_likelihood_margin"]
+    # 7 gained, 0 lost: +0.7, Wald spread sqrt(7 - 49/10)/10; McNemar's exact p = 2 x 0.5^7.
+    assert (accuracy["gained"], accuracy["lost"], accuracy["difference"]) == (7, 0, 0.7)
+    assert accuracy["interval"] == pytest.approx([0.7 - 1.96 * 2.1 ** 0.5 / 10, 0.7 + 1.96 * 2.1 ** 0.5 / 10], abs=1e-4)
+    assert accuracy["p_value"] == pytest.approx(2 * 0.5 ** 7)
+    # Margin changes: 0, seven of +2, two of 0: mean 1.4, sd sqrt(8.4/9), t(0.975, 9) = 2.2622.
+    half = 2.262157 * (8.4 / 9) ** 0.5 / 10 ** 0.5
+    assert margin["mean_change"] == pytest.approx(1.4)
+    assert margin["interval"] == pytest.approx([1.4 - half, 1.4 + half], abs=1e-5)
+    assert change["real"] is True
+
+
+def test_a_run_that_changed_nothing_is_within_chance():
+    from training.dpo import change_from_base
+
+    pairs = [(-1.0, -2.0), (-2.0, -1.0), (-1.5, -1.4), (-3.0, -2.0)]
+    change = change_from_base(pairs, pairs)
+    assert change["preference_accuracy"]["difference"] == 0 and change["preference_accuracy"]["p_value"] == 1.0
+    assert change["log_likelihood_margin"]["interval"] == [0.0, 0.0]
+    assert change["real"] is False
