@@ -19,6 +19,7 @@ from annotate.runs.present import checkpoint_payload, checkpoint_summary, run_pa
 from annotate.runs.slurm import slurm_refresh
 
 LAUNCH_FIELDS = {"kind", "base_checkpoint", "config", "snapshot", "tasks", "export", "task_set", "reward_model",
+                 "train_on_heldout",
                  "backend"}
 
 
@@ -37,6 +38,8 @@ class RunLaunchSerializer(serializers.Serializer):
     tasks = serializers.CharField(required=False, help_text="or a task file under the run input folders (grpo)")
     config = serializers.JSONField(required=False, help_text="TRL config keys, as a mapping or YAML text")
     backend = serializers.ChoiceField(["local", "slurm"], required=False, default="local")
+    train_on_heldout = serializers.BooleanField(required=False, default=False, help_text="train a grpo run on a "
+                                                "held-out task set all the same (refused otherwise)")
 
 
 def run_or_404(run_id: int) -> Run:
@@ -55,11 +58,14 @@ def launch_from(data, user) -> Run:
     if unknown:
         raise UserMistake(f"unknown field {unknown[0]!r}; a launch takes {', '.join(sorted(LAUNCH_FIELDS))} "
                           "(TRL keys go inside config)")
+    if data.get("train_on_heldout") not in (None, True, False):
+        raise UserMistake("train_on_heldout must be true or false")
     return run_launch(kind=data.get("kind", ""), base_checkpoint=data.get("base_checkpoint"),
                       config=data.get("config"), snapshot=data.get("snapshot") or None,
                       tasks=data.get("tasks") or None, export=data.get("export") or None,
                       task_set=data.get("task_set") or None, reward_model=data.get("reward_model") or None,
-                      backend=data.get("backend") or "local", launched_by=user, check_now=False)
+                      backend=data.get("backend") or "local", launched_by=user, check_now=False,
+                      train_on_heldout=data.get("train_on_heldout") is True)
 
 
 class RunsView(APIView):

@@ -263,7 +263,8 @@ def config_checked(kind: str, backend: str, config: dict) -> dict:
 
 def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None = None, tasks: str | None = None,
                export=None, task_set=None, reward_model=None, backend: str = "local",
-               launched_by: AbstractBaseUser | None = None, enqueue: bool = True, check_now: bool = True) -> Run:
+               launched_by: AbstractBaseUser | None = None, enqueue: bool = True, check_now: bool = True,
+               train_on_heldout: bool = False) -> Run:
     """Check a launch and record it; with `enqueue`, hand it on after commit.
 
     The app's own rules are checked here, at once (a mistake is a UserMistake, nothing recorded). The training
@@ -293,6 +294,11 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
     scorer = picked_reward_model(kind, reward_model, user_config)
     kl_reference = picked_kl_reference(kind, user_config)
     input_key, input_path, picked = _input_path(kind, snapshot, tasks, export, task_set)
+    held_out = picked.get("task_set")
+    if held_out is not None and held_out.variant == "heldout" and not train_on_heldout:
+        raise UserMistake(f"task set {held_out.name!r} is held out: it is for evaluating checkpoints, and a run trained "
+                          "on it leaves nothing unseen to judge the run by; pick a train set, or ask for it "
+                          "explicitly (train_on_heldout: true)")
     set_here = {"base_checkpoint": base.uri, input_key: input_path,
                 **({"reward_model": str(Path(scorer.uri).resolve())} if scorer else {}),
                 **({"reference_checkpoint": kl_reference.uri} if kl_reference else {})}

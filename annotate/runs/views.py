@@ -92,7 +92,7 @@ def runs_page(request):
         try:
             run = run_launch(kind=values["kind"], base_checkpoint=values["base_checkpoint"], config=values["config"],
                              **launch_inputs(values), backend=values["backend"], launched_by=request.user,
-                             check_now=False)
+                             check_now=False, train_on_heldout=request.POST.get("train_on_heldout") == "on")
             messages.success(request, f"Run {run.pk} recorded; the training command is checking its config.")
             return redirect("run-page", run_id=run.pk)
         except UserMistake as mistake:

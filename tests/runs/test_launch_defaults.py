@@ -82,3 +82,19 @@ def test_runs_and_checkpoints_come_first_and_the_launch_form_opens_when_asked(ba
     asked = client.get("/runs/?launch=1&train_from=tiny-sft").content.decode()
     assert '<details class="card" id="launch" open>' in asked
     assert selected_option(asked, "base_checkpoint") == "tiny-sft"
+
+
+def test_grpo_on_a_held_out_set_is_refused_unless_asked_for(task_sets, base_checkpoint, engineer_api):
+    body = {"kind": "grpo", "base_checkpoint": "tiny-sft", "task_set": task_sets["heldout"].pk,
+            "config": {"max_steps": 1}}
+    refused = engineer_api.post("/api/v1/runs", body, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["detail"] == (
+        "task set 'arithmetic · heldout' is held out: it is for evaluating checkpoints, and a run trained on it leaves "
+        "nothing unseen to judge the run by; pick a train set, or ask for it explicitly (train_on_heldout: true)")
+    assert engineer_api.post("/api/v1/runs", {**body, "train_on_heldout": "yes"}, format="json").json() == {
+        "detail": "train_on_heldout must be true or false"}
+    asked = engineer_api.post("/api/v1/runs", {**body, "train_on_heldout": True}, format="json")
+    assert asked.status_code == 202 and asked.json()["status"] == "checking"
+    train = engineer_api.post("/api/v1/runs", {**body, "task_set": task_sets["train"].pk}, format="json")
+    assert train.status_code == 202
