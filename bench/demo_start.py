@@ -12,6 +12,7 @@ Prints a table and writes the JSON; exits 1 if a step did not happen within --ti
 """
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -55,11 +56,12 @@ def wait_for(what: str, check, *, deadline: float, every: float = 1.0):
     raise SystemExit(f"demo_start: {what} did not happen before the timeout")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default=str(results_path("demo_start")))
-    parser.add_argument("--timeout", type=float, default=1800.0)
-    args = parser.parse_args()
+@contextlib.contextmanager
+def demo_server(timeout: float, marks: dict | None = None):
+    """scripts/demo.sh on a fresh data folder and a free port, with the embedded defaults, until the demo
+    checkpoint is registered; yields (base url, an engineer's API token, the demo's environment), then stops the
+    demo (its process group). `marks` gets the seconds to each step."""
+    marks = {} if marks is None else marks
     data_dir = Path(tempfile.mkdtemp(prefix="pairwise-demo-"))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -67,10 +69,9 @@ def main() -> int:
     env.pop("DATABASE_URL", None)
     env.pop("CELERY_BROKER_URL", None)  # the embedded defaults, as scripts/demo.sh runs
     started = time.monotonic()
-    deadline = started + args.timeout
+    deadline = started + timeout
     demo = subprocess.Popen(["scripts/demo.sh"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    marks = {}
     try:
         wait_for("/healthz", lambda: request(base + "/healthz")[0] == 200, deadline=deadline, every=0.25)
         marks["server answers"] = time.monotonic() - started
@@ -83,18 +84,34 @@ def main() -> int:
 
         wait_for("the demo checkpoint", demo_checkpoint, deadline=deadline, every=2.0)
         marks["demo checkpoint registered"] = time.monotonic() - started
-        _, exports = request(base + "/api/v1/projects/demo-judged/exports", token=token)
-        export = next(e for e in exports if e["status"] == "done")
+        yield base, token, env
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(timeout=60)
+
+
+def judged_export(base: str, token: str) -> int:
+    """The judged demo's finished export, as the launch form picks it."""
+    _, exports = request(base + "/api/v1/projects/demo-judged/exports", token=token)
+    return next(e for e in exports if e["status"] == "done")["id"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", default=str(results_path("demo_start")))
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args()
+    marks = {}
+    started = time.monotonic()
+    with demo_server(args.timeout, marks) as (base, token, _):
         asked = time.monotonic()
         status, run = request(base + "/api/v1/runs", token=token, body={
-            "kind": "dpo", "base_checkpoint": "tiny-sft", "export": export["id"], "config": DPO_CONFIG}, timeout=300)
+            "kind": "dpo", "base_checkpoint": "tiny-sft", "export": judged_export(base, token),
+            "config": DPO_CONFIG}, timeout=300)
         if status != 202:
             raise SystemExit(f"demo_start: the launch was refused ({status}): {run}")
         marks["first run launched"] = time.monotonic() - started
         marks["(the launch request alone)"] = time.monotonic() - asked
-    finally:
-        os.killpg(demo.pid, signal.SIGTERM)
-        demo.wait(timeout=60)
     rows = [{"step": step, "seconds": round(seconds, 1)} for step, seconds in marks.items()]
     print("| from scripts/demo.sh on a fresh data folder to | seconds |\n|---|---|")
     for row in rows:
