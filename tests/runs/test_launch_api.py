@@ -79,7 +79,7 @@ def test_launch_inputs_the_app_sets_itself_or_the_kind_needs_are_refused(enginee
         ({"kind": "sft", "base_checkpoint": "tiny-sft"}, "kind must be one of dpo, grpo, reward, got 'sft'"),
         ({"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot), "learning_rate": 1},
          "unknown field 'learning_rate'; a launch takes backend, base_checkpoint, config, export, kind, reward_model, "
-         "snapshot, task_set, tasks (TRL keys go inside config)"),
+         "snapshot, task_set, tasks, train_on_heldout (TRL keys go inside config)"),
         ({"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": str(tiny_snapshot), "config": "max_steps: [1"},
          "config: expected ',' or ']', but got '<stream end>' at line 1; fix the YAML syntax"),
     ]
