@@ -274,3 +274,14 @@ def on_postgres() -> bool:
 def fast_password_hashing(settings):
     """Tests make many users; the production hasher is slow on purpose."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def task_set_checks_in_this_thread(monkeypatch):
+    """A task set's check, handed off after commit, runs in the test's own thread as a worker would, instead of in a
+    thread of its own that could not see the test's uncommitted rows (tests/runs/test_task_sets_and_inputs.py runs
+    it in a thread and in a real worker)."""
+    from annotate.celery import app as celery_app
+
+    monkeypatch.setattr("annotate.runs.task_sets.off_the_request",
+                        lambda task_name, object_id, **options: celery_app.tasks[task_name](object_id))

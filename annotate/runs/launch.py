@@ -21,16 +21,15 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from annotate.celery import app as celery_app
 from annotate.errors import UserMistake
 from annotate.exports.models import Export
 from annotate.runs.checkpoints import checkpoint_resolve, reward_model_resolve, text_model
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import Checkpoint, Run
-from annotate.runs.queue import run_folder_for, send
+from annotate.runs.queue import off_the_request, run_folder_for, send
 from annotate.runs.services import snapshot_manifest
 from annotate.runs.task_sets import task_set_for_path, task_set_resolve
 from annotate.runs.training_process import training_command, training_env
@@ -359,30 +358,16 @@ def config_refusal(run_id) -> str | None:
             .values_list("error", flat=True).first())
 
 
-def _config_check_in_thread(run_id: int) -> None:
-    try:
-        run_config_check(run_id)
-    except Exception:
-        logger.exception("run %s: the config check failed in its thread", run_id)
-    finally:
-        connections.close_all()  # this thread's own connections; they would outlive it otherwise
-
-
 def send_config_check(run_id: int) -> None:
-    """Hand a checking run's config check off the request, as send() hands a run: with no broker (the embedded
-    default) to a thread of this process; with one to the default Celery queue, never the training queue, so a
-    check does not wait behind a training run. A broker that cannot be reached fails the run, saying so."""
-    if celery_app.conf.task_always_eager:
-        threading.Thread(target=_config_check_in_thread, args=(run_id,), name=f"run-{run_id}-check",
-                         daemon=True).start()
-        return
-    try:
-        celery_app.tasks[CHECK_RUN_CONFIG].delay(run_id)
-    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
-        logger.exception("run %s could not be queued for its config check", run_id)
+    """Hand a checking run's config check off the request, as send() hands a run (queue.off_the_request): with no
+    broker to a thread of this process; with one to the default Celery queue, never the training queue, so a check
+    does not wait behind a training run. A broker that cannot be reached fails the run, saying so."""
+    def could_not_queue(error: Exception) -> None:
         Run.objects.filter(pk=run_id, status=Run.Status.CHECKING).update(
             status=Run.Status.FAILED, finished_at=timezone.now(),
             error=f"the config check could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL")
+
+    off_the_request(CHECK_RUN_CONFIG, run_id, could_not_queue=could_not_queue)
 
 
 def run_cancel(run: Run) -> Run:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -47,28 +48,44 @@ def queue_checkpoints_run(*, kind: str, checkpoints: list[Checkpoint], options: 
     return run
 
 
-def execute_in_thread(run_id: int) -> None:
-    """Run the run in this thread, as the task does in a worker (called directly, the task's worker name is
-    "in-process")."""
+def in_this_thread(task_name: str, object_id: int) -> None:
+    """Run a registered task on `object_id` in this thread, as a worker would (called directly, a task's worker
+    name is "in-process"); its failure is logged, never raised into the thread that started it."""
     try:
-        celery_app.tasks[EXECUTE_RUN](run_id)
+        celery_app.tasks[task_name](object_id)
     except Exception:
-        logger.exception("run %s failed in its thread", run_id)
+        logger.exception("%s(%s) failed in its thread", task_name, object_id)
     finally:
         connections.close_all()  # this thread's own connections; they would outlive it otherwise
 
 
-def send(run_id: int) -> None:
-    """Hand the run to the training queue. With no broker (the embedded default) it runs in a thread of this
-    process instead, so a launch from the page returns at once; a broker that cannot be reached fails it."""
+def execute_in_thread(run_id: int) -> None:
+    """Run the run in this thread, as the task does in a worker."""
+    in_this_thread(EXECUTE_RUN, run_id)
+
+
+def off_the_request(task_name: str, object_id: int, *, queue: str | None = None,
+                    could_not_queue: Callable[[Exception], None]) -> None:
+    """Hand a task on `object_id` away from the request: with no broker (the embedded default) to a daemon thread of
+    this process, so the request returns at once (Celery's eager mode would run it inside the request); with one,
+    to the broker (`queue`, else the default queue). A broker that cannot be reached calls `could_not_queue`."""
     if celery_app.conf.task_always_eager:
-        threading.Thread(target=execute_in_thread, args=(run_id,), name=f"run-{run_id}", daemon=True).start()
+        threading.Thread(target=in_this_thread, args=(task_name, object_id),
+                         name=f"{task_name.rsplit('.', 1)[-1]}-{object_id}", daemon=True).start()
         return
-    execute_run = celery_app.tasks[EXECUTE_RUN]
     try:
-        execute_run.apply_async((run_id,), queue=QUEUE)
+        celery_app.tasks[task_name].apply_async((object_id,), queue=queue)
     except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
-        logger.exception("run %s could not be queued", run_id)
+        logger.exception("%s(%s) could not be queued", task_name, object_id)
+        could_not_queue(error)
+
+
+def send(run_id: int) -> None:
+    """Hand the run to the training queue (a thread of this process with no broker); a broker that cannot be
+    reached fails it."""
+    def could_not_queue(error: Exception) -> None:
         Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
             status=Run.Status.FAILED, finished_at=timezone.now(),
             error=f"the run could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL")
+
+    off_the_request(EXECUTE_RUN, run_id, queue=QUEUE, could_not_queue=could_not_queue)

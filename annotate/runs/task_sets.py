@@ -29,7 +29,6 @@ from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, models, transaction
 
-from annotate.celery import app as celery_app
 from annotate.errors import UserMistake
 from annotate.exports.filters import ExportFilters
 from annotate.exports.pipeline import prompt_split
@@ -37,6 +36,7 @@ from annotate.limits import MAX_INT32, share_number, whole_number
 from annotate.review.models import Project
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import TaskSet
+from annotate.runs.queue import off_the_request
 from annotate.runs.training_process import training_command, training_env
 from training.atomic_write import move_into_place
 from training.errors import PairwiseInputError
@@ -106,6 +106,11 @@ def _same_tasks(sha256: str, shown_as: str, *, other_than: int | None = None) ->
                           "that one")
 
 
+def _forget_refused(*, name: str, sha256: str) -> None:
+    """A refused set keeps its name and tasks' hash (both unique) only until a new set takes them."""
+    TaskSet.records.filter(status=TaskSet.Status.REFUSED).filter(models.Q(name=name) | models.Q(sha256=sha256)).delete()
+
+
 def _keep(*, scratch: Path, summary: dict, name: str, shown_as: str, source: str, recipe: dict | None,
           created_by: AbstractBaseUser | None) -> TaskSet:
     _same_tasks(summary["sha256"], shown_as)
@@ -115,6 +120,7 @@ def _keep(*, scratch: Path, summary: dict, name: str, shown_as: str, source: str
     move_into_place(scratch, target)
     try:
         with transaction.atomic():
+            _forget_refused(name=name, sha256=summary["sha256"])
             return TaskSet.objects.create(
                 name=name, path=str(target), sha256=summary["sha256"], count=summary["count"],
                 variant=summary.get("variant") or "", families=summary["families"], scorers=summary["scorers"],
@@ -201,8 +207,7 @@ def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBase
                 out.write(chunk)
         _same_tasks(digest.hexdigest(), shown_as)
         with transaction.atomic():
-            TaskSet.records.filter(status=TaskSet.Status.REFUSED).filter(
-                models.Q(name=name) | models.Q(sha256=digest.hexdigest())).delete()
+            _forget_refused(name=name, sha256=digest.hexdigest())
             task_set = TaskSet.records.create(
                 name=name, path=str(scratch), sha256=digest.hexdigest(), count=0, source=TaskSet.Source.UPLOADED,
                 recipe={"file": shown_as}, created_by=created_by, status=TaskSet.Status.CHECKING)
@@ -218,13 +223,11 @@ def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBase
 
 
 def _send_check(task_set_id: int) -> None:
-    """Hand the check to Celery (after commit); a broker that cannot be reached refuses the set, saying so."""
-    try:
-        celery_app.tasks[CHECK_TASK_SET].delay(task_set_id)
-    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
-        logger.exception("task set %s could not be queued for its check", task_set_id)
-        _refuse(task_set_id, f"the check could not be queued ({type(error).__name__}: {error}); check "
-                             "CELERY_BROKER_URL, then upload the file again")
+    """Hand the check off the request (after commit; queue.off_the_request: a thread of this process with no
+    broker); a broker that cannot be reached refuses the set, saying so."""
+    off_the_request(CHECK_TASK_SET, task_set_id, could_not_queue=lambda error: _refuse(
+        task_set_id, f"the check could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL, "
+                     "then upload the file again"))
 
 
 def _refuse(task_set_id: int, reason: str) -> None:

@@ -56,7 +56,8 @@ def test_a_task_set_made_from_families_is_checked_kept_by_hash_and_listed(settin
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing half-written beside it
 
 
-def test_an_uploaded_task_file_with_bad_lines_is_refused_whole_by_line(settings, django_capture_on_commit_callbacks):
+def test_an_uploaded_task_file_with_bad_lines_is_refused_whole_by_line(settings, django_capture_on_commit_callbacks,
+                                                                        task_set_checks_in_this_thread):
     """An upload is checked once recorded (in-process here, as in the embedded default); a refused one keeps its
     one line and no file, and the same name may be uploaded again."""
     good = {"task_id": "t-1", "kind": "math", "prompt": "What is 2 + 3?", "answer": "5"}
@@ -80,7 +81,8 @@ def test_an_uploaded_task_file_with_bad_lines_is_refused_whole_by_line(settings,
 
 
 def test_the_runs_page_makes_and_uploads_task_sets_and_says_what_went_wrong(make_user, client,
-                                                                            django_capture_on_commit_callbacks):
+                                                                            django_capture_on_commit_callbacks,
+                                                                            task_set_checks_in_this_thread):
     client.force_login(make_user("eve", "engineer"))
     made = client.post("/runs/task-sets", {"source": "make", "families": ["arithmetic"], "variant": "train",
                                            "n": "4", "seed": "1", "name": "sums"}, follow=True)
@@ -232,7 +234,8 @@ def test_a_link_to_a_snapshot_the_form_leaves_out_says_why(base_checkpoint, fini
 
 
 def test_task_sets_over_the_api_made_uploaded_listed_and_refused_by_line(engineer_api,
-                                                                        django_capture_on_commit_callbacks):
+                                                                        django_capture_on_commit_callbacks,
+                                                                        task_set_checks_in_this_thread):
     made = engineer_api.post("/api/v1/task-sets", {"families": ["convert"], "variant": "heldout", "n": 3, "seed": 4},
                              format="json")
     assert made.status_code == 201, made.json()
@@ -315,3 +318,27 @@ def test_an_upload_is_checked_off_the_request_by_a_worker_and_a_slow_one_is_refu
     assert [row["name"] for row in engineer_api.get("/api/v1/task-sets").json()] == ["sleepy", "sums"]
     with pytest.raises(UserMistake, match="^task_set 'sleepy' was refused: checking sleepy.jsonl took over 5 s"):
         task_set_resolve("sleepy")  # what a launch, evaluation or comparison naming it is told
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_no_broker_an_upload_answers_before_its_check_which_runs_in_a_thread(engineer_api, settings):
+    """The embedded default runs Celery tasks eagerly: the check would run inside the upload's request. It is
+    handed to a thread instead, as a training run is, so the request answers with the set still checking."""
+    assert celery_app.conf.task_always_eager  # the embedded default, as scripts/demo.sh runs
+    good = {"task_id": "t-1", "kind": "math", "prompt": "What is 2 + 3?", "answer": "5"}
+    answer = engineer_api.post("/api/v1/task-sets", {"file": SimpleUploadedFile("sums.jsonl", json.dumps(good).encode())},
+                               format="multipart")
+    assert answer.status_code == 202 and answer.json()["status"] == "checking"
+    ready = wait_for(lambda: TaskSet.records.filter(pk=answer.json()["id"], status="ready").first(),
+                     "the upload's check in its thread")
+    assert ready.count == 1
+
+
+def test_a_refused_upload_does_not_keep_its_name_from_a_set_made_later(settings, django_capture_on_commit_callbacks,
+                                                                        task_set_checks_in_this_thread):
+    with django_capture_on_commit_callbacks(execute=True):
+        refused = task_set_upload(upload=SimpleUploadedFile("sums.jsonl", b'{"kind": "math"}\n'), name="sums")
+    refused.refresh_from_db()
+    assert refused.status == "refused"
+    made = task_set_make(families=["arithmetic"], variant="train", n=3, seed=1, name="sums")
+    assert made.status == "ready" and list(TaskSet.records.values_list("name", flat=True)) == ["sums"]

@@ -223,7 +223,8 @@ def test_json_bodies_python_cannot_read_are_one_line_400(project, make_user, cli
 
 @pytest.mark.parametrize("kind", HOSTILE_JSON)
 def test_jsonl_uploads_python_cannot_read_are_refused_by_line(make_project, make_user, client_for, kind,
-                                                              django_capture_on_commit_callbacks):
+                                                              django_capture_on_commit_callbacks,
+                                                              task_set_checks_in_this_thread):
     line, reason = HOSTILE_JSON[kind]
     project = make_project("hostile")
     admin = client_for(make_user("ada", role="admin"))
