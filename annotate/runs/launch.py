@@ -335,8 +335,11 @@ def run_config_check(run_id: int, *, enqueue: bool = True) -> Run | None:
     try:
         resolved = config_checked(run.kind, run.backend, run.config)
     except UserMistake as mistake:
-        still_checking.update(status=Run.Status.FAILED, finished_at=timezone.now(),
-                              error=CONFIG_REFUSED + " ".join(str(mistake).split()))
+        # A 5xx mistake is the check's own failure (no interpreter, no training packages where it ran), not the
+        # config's: it is not called a refusal.
+        line = " ".join(str(mistake).split())
+        still_checking.update(status=Run.Status.FAILED, finished_at=timezone.now(), error=(
+            CONFIG_REFUSED + line if mistake.status < 500 else f"the config check failed: {line}; launch it again"))
     except Exception as error:  # the check itself broke (a full disk, a missing interpreter): one line, logged
         logger.exception("run %s: the config check failed", run_id)
         still_checking.update(status=Run.Status.FAILED, finished_at=timezone.now(),

@@ -64,3 +64,20 @@ def test_a_check_that_never_ended_is_failed_by_the_sweep(base_checkpoint, tiny_s
     assert failed.error.startswith("lost: the check of its config did not finish within")
     assert "launch it again" in failed.error and "\n" not in failed.error
     assert Run.objects.get(pk=recent.pk).status == Run.Status.CHECKING
+
+
+def test_a_check_that_breaks_on_the_server_is_not_called_a_refused_config(base_checkpoint, tiny_snapshot, monkeypatch):
+    """check_config's 5xx (the training command itself failed, e.g. a worker without the training packages) is the
+    server's fault: the run says the check failed, not that the config was refused."""
+    from annotate.errors import UserMistake
+
+    def broken_check(kind, config):
+        raise UserMistake("the training command's check failed (exit code 1): ModuleNotFoundError: No module named "
+                          "'transformers'", status=500)
+
+    run = launched(tiny_snapshot, TWO_STEPS)
+    monkeypatch.setattr("annotate.runs.launch.check_config", broken_check)
+    failed = run_config_check(run.pk, enqueue=False)
+    assert failed.status == Run.Status.FAILED
+    assert failed.error == ("the config check failed: the training command's check failed (exit code 1): "
+                            "ModuleNotFoundError: No module named 'transformers'; launch it again")
