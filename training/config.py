@@ -62,11 +62,17 @@ def is_credential_key(key) -> bool:
     return bool(CREDENTIAL_KEY.search(str(key))) and not SPECIAL_TOKEN_KEY.match(str(key))
 
 
-def mapping_in_text(value):
-    """The mapping a JSON text holds, as TRL reads a dict-valued key given as text; else None."""
+def mapping_in_text(value, where: str = ""):
+    """The mapping a JSON text holds (the value of key `where`), as TRL reads a dict-valued key given as text; else None. Read by Pairwise's
+    one bounded JSON reader: text nested past its bound is refused here in one line (TRL's reader would recurse
+    until Python gives up)."""
+    from training.json_input import JsonRefused, read_json
+
     if isinstance(value, str) and value.lstrip().startswith("{"):
         try:
-            parsed = json.loads(value)
+            parsed = read_json(value)
+        except JsonRefused as refused:
+            raise ConfigError(f"{where or 'a setting'} is JSON text that {refused.reason}; {refused.fix}") from None
         except ValueError:
             return None  # not JSON: TRL's own parsing refuses it in one line
         return parsed if isinstance(parsed, dict) else None
@@ -76,7 +82,7 @@ def mapping_in_text(value):
 def nested_items(value, where: str = ""):
     """Every (dotted path of the mapping, key, value) inside a config value at any depth: mappings, lists, and
     mappings written as JSON text. The top level's path is ""."""
-    mapping = value if isinstance(value, dict) else mapping_in_text(value)
+    mapping = value if isinstance(value, dict) else mapping_in_text(value, where)
     if mapping is not None:
         for key, item in mapping.items():
             yield where, str(key), item

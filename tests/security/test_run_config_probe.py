@@ -386,3 +386,12 @@ def test_only_credential_named_keys_are_hidden_not_every_name_with_token_in_it()
                                     "wandb_api_key": "k", "nested": {"client_secret": "s", "tokenizer_name": "t"}})
     assert shown == {"max_new_tokens": 64, "max_prompt_length": 128, "hub_token": "(hidden)",
                      "wandb_api_key": "(hidden)", "nested": {"client_secret": "(hidden)", "tokenizer_name": "t"}}
+
+
+def test_json_text_nested_past_the_bound_inside_a_config_is_one_line(engineer_api, base_checkpoint, tiny_snapshot,
+                                                                     run_root):
+    deep = "{" + '"a": {' * 5000 + "}" * 5001
+    detail = refused(launch_dpo(engineer_api, tiny_snapshot, {"model_init_kwargs": deep}))
+    assert detail == ("model_init_kwargs is JSON text that nests arrays or objects more than 64 levels deep; send a "
+                      "flatter one")
+    assert_run_root_empty(run_root)
