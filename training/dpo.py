@@ -140,40 +140,48 @@ def preference_summary(policy: list[tuple[float, float]], reference: list[tuple[
     }
 
 
+# Two tests decide whether a run changed anything (accuracy and margin), each at half of 5%, so that together they
+# raise a false alarm at most 5% of the time (Bonferroni).
+CHANGE_ALPHA = 0.05
+CHANGE_TESTS = 2
+
+
 def change_from_base(policy: list[tuple[float, float]], reference: list[tuple[float, float]]) -> dict:
     """Whether training changed the model's preferences on the test pairs by more than chance, pair by pair.
 
-    Preference accuracy, paired: McNemar's exact test on the pairs whose ranking changed (statsmodels) and a 95%
-    Wald interval for the paired difference of proportions. The log-likelihood margin (log p(chosen) - log
-    p(rejected)), paired: its mean change with a 95% t interval (scipy). `real` says whether either interval
-    excludes no change; with few pairs or a short run both include it, and the pages say the run was too short to
-    show one rather than show a difference that is noise."""
+    Preference accuracy, paired: the pairs whose ranking changed (gained, lost), with McNemar's exact test on them
+    (statsmodels) and a 95% Wald interval for the paired difference, shown. The log-likelihood margin (log
+    p(chosen) - log p(rejected)), paired: its mean change with a t interval (scipy) at 1 - 0.05/2. `real`: McNemar's
+    p is under 0.05/2, or the margin's interval excludes no change (the two tests together at 5%). With few pairs
+    or a short run neither holds, and the pages say the run was too short to show a change rather than show a
+    difference that is noise."""
     import math
 
     from scipy import stats
     from statsmodels.stats.contingency_tables import mcnemar
 
     n = len(policy)
+    each = CHANGE_ALPHA / CHANGE_TESTS
     before = [c > r for c, r in reference]
     after = [c > r for c, r in policy]
     gained = sum(a and not b for a, b in zip(after, before, strict=True))
     lost = sum(b and not a for a, b in zip(after, before, strict=True))
     difference = (gained - lost) / n
     spread = math.sqrt(max(gained + lost - (gained - lost) ** 2 / n, 0.0)) / n
-    table = [[0, lost], [gained, 0]]
-    p_value = float(mcnemar(table, exact=True).pvalue) if gained + lost else 1.0
+    p_value = float(mcnemar([[0, lost], [gained, 0]], exact=True).pvalue) if gained + lost else 1.0
     deltas = [(pc - pr) - (rc - rr) for (pc, pr), (rc, rr) in zip(policy, reference, strict=True)]
     mean = sum(deltas) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in deltas) / (n - 1)) if n > 1 else 0.0
-    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n) if n > 1 and sd > 0 else 0.0
-    accuracy_interval = [round(difference - 1.96 * spread, 4), round(difference + 1.96 * spread, 4)]
+    half = float(stats.t.ppf(1 - each / 2, n - 1)) * sd / math.sqrt(n) if n > 1 and sd > 0 else 0.0
     margin_interval = [round(mean - half, 6), round(mean + half, 6)]
-    excludes_zero = [lo > 0 or hi < 0 for lo, hi in (accuracy_interval, margin_interval)]
-    return {"pairs": n,
-            "preference_accuracy": {"difference": round(difference, 4), "interval": accuracy_interval,
-                                    "gained": gained, "lost": lost, "p_value": round(p_value, 6)},
-            "log_likelihood_margin": {"mean_change": round(mean, 6), "interval": margin_interval},
-            "real": n > 1 and any(excludes_zero)}
+    return {"pairs": n, "alpha": CHANGE_ALPHA,
+            "preference_accuracy": {"difference": round(difference, 4), "gained": gained, "lost": lost,
+                                    "interval": [round(difference - 1.96 * spread, 4),
+                                                 round(difference + 1.96 * spread, 4)],
+                                    "p_value": round(p_value, 6)},
+            "log_likelihood_margin": {"mean_change": round(mean, 6), "interval": margin_interval,
+                                      "confidence": 1 - each},
+            "real": n > 1 and (p_value < each or margin_interval[0] > 0 or margin_interval[1] < 0)}
 
 
 def format_comparison(results: dict) -> str:
@@ -186,9 +194,9 @@ def format_comparison(results: dict) -> str:
     ]
     if change := results.get("change"):
         accuracy, margin = change["preference_accuracy"], change["log_likelihood_margin"]
-        lines.append(f"change from the base, paired: preference accuracy {accuracy['difference']:+.3f} (95% "
-                     f"{accuracy['interval'][0]:+.3f} to {accuracy['interval'][1]:+.3f}), log-likelihood margin "
-                     f"{margin['mean_change']:+.3f} (95% {margin['interval'][0]:+.3f} to {margin['interval'][1]:+.3f}): "
+        lines.append(f"change from the base, paired: preference accuracy {accuracy['difference']:+.3f} "
+                     f"(McNemar p {accuracy['p_value']:.3g}), log-likelihood margin {margin['mean_change']:+.3f} "
+                     f"({margin['confidence']:.1%} {margin['interval'][0]:+.3f} to {margin['interval'][1]:+.3f}): "
                      + ("a change beyond chance" if change["real"] else
                         "within chance: the run was too short, or the test split too small, to show a change"))
     return "\n".join(lines)

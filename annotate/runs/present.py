@@ -111,11 +111,11 @@ def test_change(run: Run) -> dict | None:
     accuracy, margin = change["preference_accuracy"], change["log_likelihood_margin"]
     return {**change, "sentence": (
         f"Against its base on {change['pairs']} held-out pairs: preference accuracy {accuracy['difference']:+.3f} "
-        f"(95% interval {accuracy['interval'][0]:+.3f} to {accuracy['interval'][1]:+.3f}; {accuracy['gained']} "
-        f"pairs gained, {accuracy['lost']} lost), log-likelihood margin {margin['mean_change']:+.3f} (95% interval "
+        f"({accuracy['gained']} pairs gained, {accuracy['lost']} lost; McNemar's exact p {accuracy['p_value']:.3g}), "
+        f"log-likelihood margin {margin['mean_change']:+.3f} ({margin.get('confidence', 0.95):.1%} interval "
         f"{margin['interval'][0]:+.3f} to {margin['interval'][1]:+.3f}). "
         + ("That is a change beyond chance." if change["real"] else
-           "Both intervals include no change: this run was too short, or its test split too small, to show one."))}
+           "Neither test shows a change: this run was too short, or its test split too small, to show one."))}
 
 
 # A reward run's test-split figures (run.json results.test, training/reward.py reward_summary): each row with the

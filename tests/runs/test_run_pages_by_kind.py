@@ -46,7 +46,7 @@ def dpo_with_change(*, real: bool, pairs: int = 45) -> Run:
     change = {"pairs": pairs, "real": real,
               "preference_accuracy": {"difference": 0.111 if real else 0.022, "gained": 6 if real else 2, "lost": 1,
                                       "interval": [0.01, 0.21] if real else [-0.05, 0.09], "p_value": 0.06},
-              "log_likelihood_margin": {"mean_change": 0.8 if real else 0.01,
+              "log_likelihood_margin": {"mean_change": 0.8 if real else 0.01, "confidence": 0.975,
                                         "interval": [0.3, 1.3] if real else [-0.2, 0.22]}}
     base = {"pairs": pairs, "preference_accuracy": 0.5, "reward_accuracy": None, "reward_margin": 0.0}
     trained = {"pairs": pairs, "preference_accuracy": 0.6, "reward_accuracy": 0.6, "reward_margin": 0.1}
@@ -56,9 +56,9 @@ def dpo_with_change(*, real: bool, pairs: int = 45) -> Run:
 
 def test_a_dpo_run_says_whether_it_changed_beyond_chance_or_was_too_short_to_show_it(client, make_user):
     page = page_of(client, make_user, dpo_with_change(real=True))
-    assert ("Against its base on 45 held-out pairs: preference accuracy +0.111 (95% interval +0.010 to +0.210; 6 "
-            "pairs gained, 1 lost), log-likelihood margin +0.800 (95% interval +0.300 to +1.300). That is a change "
+    assert ("Against its base on 45 held-out pairs: preference accuracy +0.111 (6 pairs gained, 1 lost; McNemar&#x27;s "
+            "exact p 0.06), log-likelihood margin +0.800 (97.5% interval +0.300 to +1.300). That is a change "
             "beyond chance.") in page
     short = page_of(client, make_user, dpo_with_change(real=False))
-    assert "Both intervals include no change: this run was too short, or its test split too small, to show one." in short
+    assert "Neither test shows a change: this run was too short, or its test split too small, to show one." in short
     assert 'id="test-change"' not in page_of(client, make_user, dpo_with_change(real=True, pairs=6))  # too few

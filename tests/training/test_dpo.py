@@ -172,11 +172,27 @@ def test_the_change_from_the_base_is_paired_and_worked_by_hand():
     assert (accuracy["gained"], accuracy["lost"], accuracy["difference"]) == (7, 0, 0.7)
     assert accuracy["interval"] == pytest.approx([0.7 - 1.96 * 2.1 ** 0.5 / 10, 0.7 + 1.96 * 2.1 ** 0.5 / 10], abs=1e-4)
     assert accuracy["p_value"] == pytest.approx(2 * 0.5 ** 7)
-    # Margin changes: 0, seven of +2, two of 0: mean 1.4, sd sqrt(8.4/9), t(0.975, 9) = 2.2622.
-    half = 2.262157 * (8.4 / 9) ** 0.5 / 10 ** 0.5
+    # Margin changes: 0, seven of +2, two of 0: mean 1.4, sd sqrt(8.4/9); each of the two tests at 2.5%, so the
+    # interval is 97.5%: t(0.9875, 9) = 2.6850.
+    half = 2.685011 * (8.4 / 9) ** 0.5 / 10 ** 0.5
     assert margin["mean_change"] == pytest.approx(1.4)
     assert margin["interval"] == pytest.approx([1.4 - half, 1.4 + half], abs=1e-5)
-    assert change["real"] is True
+    assert margin["confidence"] == 0.975 and change["real"] is True
+
+
+def test_a_wald_interval_that_excludes_zero_is_not_enough_when_the_exact_test_is_not():
+    from training.dpo import change_from_base
+
+    # 5 gained and none lost of 10: the Wald interval (+0.19 to +0.81) excludes 0, McNemar's exact p is 0.0625.
+    reference = [(-2.0, -1.0)] * 10
+    policy = [(-1.0, -2.0)] * 5 + [(-2.8, -1.0)] * 5
+    change = change_from_base(policy, reference)
+    assert change["preference_accuracy"]["interval"][0] > 0
+    assert change["preference_accuracy"]["p_value"] == pytest.approx(0.0625)
+    # The margin moved by +2 on five pairs and by -0.8 on the others: mean +0.6, its 97.5% interval reaches below 0.
+    assert change["log_likelihood_margin"]["mean_change"] == pytest.approx(0.6)
+    assert change["log_likelihood_margin"]["interval"][0] < 0
+    assert change["real"] is False
 
 
 def test_a_run_that_changed_nothing_is_within_chance():
