@@ -95,7 +95,8 @@ def shipped_files_checked(folder: Path, recorded: dict) -> None:
 
 def demo_checkpoint_install(*, source: Path | None = None, manifest: Path | None = None,
                             registered_by: AbstractBaseUser | None = None) -> Checkpoint | None:
-    """Register the shipped demo checkpoint as `tiny-sft`, unless a checkpoint of that name exists (None).
+    """Register the shipped demo checkpoint as `tiny-sft`, unless its weights are registered already (under any
+    name) or a checkpoint of that name exists (None).
 
     The files are checked against the manifest's sha256s, copied into the data folder (a run may write beside its
     base; the repository's copy stays as shipped), checked again there, and registered with the manifest's content
@@ -103,7 +104,9 @@ def demo_checkpoint_install(*, source: Path | None = None, manifest: Path | None
     source = source or SHIPPED_FOLDER
     recorded = shipped_manifest(manifest or SHIPPED_MANIFEST)
     name = recorded["name"]
-    if Checkpoint.objects.filter(name=name).exists():
+    # Registered already: these weights under any name (renamed since), or a checkpoint of that name of one's own.
+    if Checkpoint.objects.filter(content_hash=recorded["content_hash"]).exists() or \
+            Checkpoint.objects.filter(name=name).exists():
         return None
     shipped_files_checked(source, recorded)
     target = Path(settings.DATA_DIR) / "demo-checkpoint" / name

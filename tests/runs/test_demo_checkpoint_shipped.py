@@ -56,6 +56,11 @@ def test_seed_demo_registers_the_shipped_checkpoint_at_once(settings):
     call_command("seed_demo", "--no-task-sets", stdout=again)
     assert "checkpoint tiny-sft: registered already" in again.getvalue()
     assert Checkpoint.objects.count() == 1
+    # Renamed, it is still the demo's checkpoint: seeding again neither registers nor recopies it.
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(name="my-base")
+    call_command("seed_demo", "--no-task-sets", stdout=io.StringIO())
+    assert list(Checkpoint.objects.values_list("name", flat=True)) == ["my-base"]
+    assert folder_file_hashes(Path(checkpoint.uri)) == shipped_manifest()["files"]
 
 
 def test_a_changed_byte_in_the_shipped_files_is_refused_and_nothing_is_registered(tmp_path, settings):
