@@ -26,6 +26,7 @@ from training.text_input import hidden_character, name_key, without_hidden
 logger = logging.getLogger(__name__)
 
 NAME_MAX_LENGTH = Checkpoint._meta.get_field("name").max_length
+KEY_MAX_LENGTH = Checkpoint._meta.get_field("name_key").max_length
 
 
 def checkpoint_resolve(reference, *, key: str = "base_checkpoint") -> Checkpoint:
@@ -124,7 +125,11 @@ def checked_name(name, *, what: str = "checkpoint name", other_than: Checkpoint 
                           "again") from None
     if len(new) > NAME_MAX_LENGTH:
         raise UserMistake(f"{what} is {len(new)} characters long; keep it to {NAME_MAX_LENGTH} or fewer")
-    taken = Checkpoint.objects.filter(name_key=name_key(new)).exclude(pk=other_than.pk if other_than else None).first()
+    key = name_key(new)
+    if len(key) > KEY_MAX_LENGTH:  # compatibility forms can unfold one character into many (U+FDFA into 18)
+        raise UserMistake(f"{what} unfolds to {len(key)} characters in its compatibility form (NFKC); keep that to "
+                          f"{KEY_MAX_LENGTH} or fewer")
+    taken = Checkpoint.objects.filter(name_key=key).exclude(pk=other_than.pk if other_than else None).first()
     if taken is not None:
         alike = "" if taken.name == new else (f" as {taken.name!r}: names that differ only in case or in Unicode's "
                                               "forms of a character are one name")

@@ -381,7 +381,7 @@ def run_cancel(run: Run) -> Run:
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if run.finished:
-            raise UserMistake(f"run {run.pk} has already {run.status}; only a queued or running run can be cancelled",
+            raise UserMistake(f"run {run.pk} has already {run.status}; only a run checking its config, queued or running can be cancelled",
                               status=409)
         if run.status in (Run.Status.CHECKING, Run.Status.QUEUED):
             run.status, run.error, run.finished_at = Run.Status.CANCELLED, "cancelled before it started", timezone.now()

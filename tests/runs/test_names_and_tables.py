@@ -323,3 +323,12 @@ def test_checkpoints_stored_before_the_rule_keep_their_names_and_look_alikes_get
 
     names = dict(Checkpoint.objects.values_list("pk", "name"))
     assert names == {first.pk: "tiny5", second.pk: f"TINY5 ({second.pk})", third.pk: "other"}
+
+
+def test_a_name_whose_compatibility_form_outgrows_its_key_is_refused_in_one_line(base_checkpoint):
+    from annotate.errors import UserMistake
+    from annotate.runs.checkpoints import checkpoint_rename
+
+    name = "\ufdfa" * 30  # 30 characters, 540 once NFKC unfolds each into 18
+    with pytest.raises(UserMistake, match=r"^checkpoint name unfolds to \d+ characters in its compatibility form"):
+        checkpoint_rename(checkpoint=base_checkpoint, name=name)
