@@ -332,6 +332,7 @@ def run_config_check(run_id: int, *, enqueue: bool = True) -> Run | None:
     if run is None:
         return None
     still_checking = Run.objects.filter(pk=run_id, status=Run.Status.CHECKING)
+    still_checking.update(heartbeat_at=timezone.now())  # the lost-check sweep counts from the check's start
     try:
         resolved = config_checked(run.kind, run.backend, run.config)
     except UserMistake as mistake:

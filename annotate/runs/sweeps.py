@@ -14,6 +14,7 @@ import threading
 
 from django.conf import settings
 from django.db import connections
+from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -71,20 +72,27 @@ def lost_runs_mark() -> list[int]:
     return failed
 
 
+# A check never started (its message lost, or a worker that never came) is failed only this long after the launch:
+# a check may wait in the default queue behind exports and task-set checks before it starts.
+CHECK_NEVER_STARTED_S = 1800
+
+
 def lost_checks_mark() -> list[int]:
-    """Mark failed every run still `checking` well past the bound of its config check (the process that ran the
-    check died: a restart, a lost worker), so none stays checking forever. Returns the ids of the runs failed."""
+    """Mark failed every run still `checking` well past the bound of its config check, counted from when the check
+    started (run_config_check stamps heartbeat_at), or never started long after the launch: the process that ran
+    it died (a restart, a lost worker), so none stays checking forever. Returns the ids of the runs failed."""
     from annotate.runs.launch import CHECK_TIMEOUT_S
 
     bound_s = CHECK_TIMEOUT_S + CHECK_MARGIN_S
-    cutoff = timezone.now() - dt.timedelta(seconds=bound_s)
+    now = timezone.now()
+    lost = (Q(heartbeat_at__lt=now - dt.timedelta(seconds=bound_s))
+            | Q(heartbeat_at__isnull=True, created_at__lt=now - dt.timedelta(seconds=CHECK_NEVER_STARTED_S)))
     failed = []
-    for run_id in Run.objects.filter(status=Run.Status.CHECKING, created_at__lt=cutoff).order_by("pk").values_list(
-            "pk", flat=True):
+    for run_id in Run.objects.filter(lost, status=Run.Status.CHECKING).order_by("pk").values_list("pk", flat=True):
         if Run.objects.filter(pk=run_id, status=Run.Status.CHECKING).update(
                 status=Run.Status.FAILED, finished_at=timezone.now(),
-                error=f"lost: the check of its config did not finish within {bound_s} s (the process that ran it "
-                      "stopped); launch it again"):
+                error=f"lost: the check of its config did not finish (started over {bound_s} s ago, or never in "
+                      f"{CHECK_NEVER_STARTED_S} s; the process that ran it stopped); launch it again"):
             logger.warning("run %s marked lost: its config check never ended", run_id)
             failed.append(run_id)
     return failed

@@ -55,15 +55,22 @@ def test_a_run_cancelled_while_checking_stays_cancelled(base_checkpoint, tiny_sn
 
 
 def test_a_check_that_never_ended_is_failed_by_the_sweep(base_checkpoint, tiny_snapshot):
-    lost, recent = launched(tiny_snapshot, TWO_STEPS), launched(tiny_snapshot, TWO_STEPS)
-    Run.objects.filter(pk=lost.pk).update(created_at=timezone.now() - dt.timedelta(seconds=CHECK_TIMEOUT_S + 120))
+    """Counted from when the check started, so a check that waited its turn in the queue is not called lost; one
+    that never started is failed only long after its launch."""
+    from annotate.runs.sweeps import CHECK_NEVER_STARTED_S
 
-    assert lost_checks_mark() == [lost.pk]
+    lost, waiting, never, recent = (launched(tiny_snapshot, TWO_STEPS) for _ in range(4))
+    long_ago = timezone.now() - dt.timedelta(seconds=CHECK_TIMEOUT_S + 120)
+    Run.objects.filter(pk=lost.pk).update(created_at=long_ago, heartbeat_at=long_ago)  # started long ago
+    Run.objects.filter(pk=waiting.pk).update(created_at=long_ago)  # launched long ago, never started: waiting
+    Run.objects.filter(pk=never.pk).update(created_at=timezone.now() - dt.timedelta(seconds=CHECK_NEVER_STARTED_S + 1))
+
+    assert lost_checks_mark() == [lost.pk, never.pk]
     failed = Run.objects.get(pk=lost.pk)
     assert failed.status == Run.Status.FAILED and failed.finished_at is not None
-    assert failed.error.startswith("lost: the check of its config did not finish within")
+    assert failed.error.startswith("lost: the check of its config did not finish")
     assert "launch it again" in failed.error and "\n" not in failed.error
-    assert Run.objects.get(pk=recent.pk).status == Run.Status.CHECKING
+    assert {Run.objects.get(pk=run.pk).status for run in (waiting, recent)} == {Run.Status.CHECKING}
 
 
 def test_a_check_that_breaks_on_the_server_is_not_called_a_refused_config(base_checkpoint, tiny_snapshot, monkeypatch):
