@@ -221,9 +221,12 @@ def offer_confident_disagreements(*, reviewer: ModelReviewer) -> int:
 def _train_pair_ids(snapshot: str, snapshot_id: str | None, project_slug: str) -> frozenset[int]:
     """meta.pair_id of every row of a snapshot's train split when it is a snapshot of this project, else none (pair
     ids name this app's pairs only). A snapshot is written once: cached by path and id."""
-    from training.snapshot import iter_rows, verify
+    from training.snapshot import SnapshotError, iter_rows, verify
 
     manifest = verify(snapshot)
+    if snapshot_id is not None and manifest.get("snapshot_id") != snapshot_id:
+        raise SnapshotError(f"{snapshot} now holds snapshot {manifest.get('snapshot_id')}, not the {snapshot_id} its "
+                            "lineage names")
     if manifest.get("project") != project_slug:
         return frozenset()
     return frozenset(row["meta"]["pair_id"] for row in iter_rows(snapshot, "train", manifest=manifest)
