@@ -323,6 +323,12 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
     return run
 
 
+# Config checks at once in one process (each a training-command subprocess that imports torch): twenty launches in a
+# row from the embedded server check two at a time, each waiting its turn for at most CHECK_TURN_WAIT_S.
+CHECKS_AT_ONCE = threading.BoundedSemaphore(2)
+CHECK_TURN_WAIT_S = 600
+
+
 def run_config_check(run_id: int, *, enqueue: bool = True) -> Run | None:
     """Check a `checking` run's config with the training command (config_checked), then record it queued (and,
     with `enqueue`, hand it to the training queue) or failed with "config refused: <the line>". None when the run
@@ -332,8 +338,13 @@ def run_config_check(run_id: int, *, enqueue: bool = True) -> Run | None:
     if run is None:
         return None
     still_checking = Run.objects.filter(pk=run_id, status=Run.Status.CHECKING)
-    still_checking.update(heartbeat_at=timezone.now())  # the lost-check sweep counts from the check's start
+    if not CHECKS_AT_ONCE.acquire(timeout=CHECK_TURN_WAIT_S):
+        still_checking.update(status=Run.Status.FAILED, finished_at=timezone.now(), error=(
+            f"the config check did not get its turn within {CHECK_TURN_WAIT_S} s (other launches were being checked); "
+            "launch it again"))
+        return Run.objects.get(pk=run_id)
     try:
+        still_checking.update(heartbeat_at=timezone.now())  # the lost-check sweep counts from the check's start
         resolved = config_checked(run.kind, run.backend, run.config)
     except UserMistake as mistake:
         # A 5xx mistake is the check's own failure (no interpreter, no training packages where it ran), not the
@@ -349,6 +360,8 @@ def run_config_check(run_id: int, *, enqueue: bool = True) -> Run | None:
         queued = still_checking.update(status=Run.Status.QUEUED, resolved_config={**resolved, "output_dir": run.folder})
         if queued and enqueue:
             send(run_id)
+    finally:
+        CHECKS_AT_ONCE.release()
     return Run.objects.get(pk=run_id)
 
 

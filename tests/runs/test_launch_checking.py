@@ -88,3 +88,20 @@ def test_a_check_that_breaks_on_the_server_is_not_called_a_refused_config(base_c
     assert failed.status == Run.Status.FAILED
     assert failed.error == ("the config check failed: the training command's check failed (exit code 1): "
                             "ModuleNotFoundError: No module named 'transformers'; launch it again")
+
+
+def test_checks_take_turns_and_one_that_waits_past_its_bound_says_so(base_checkpoint, tiny_snapshot, monkeypatch):
+    from annotate.runs import launch
+
+    run = launched(tiny_snapshot, TWO_STEPS)
+    monkeypatch.setattr(launch, "CHECK_TURN_WAIT_S", 0.1)
+    taken = [launch.CHECKS_AT_ONCE.acquire(timeout=1) for _ in range(2)]  # two other checks are running
+    try:
+        assert all(taken)
+        waited = run_config_check(run.pk, enqueue=False)
+    finally:
+        for _ in range(sum(taken)):
+            launch.CHECKS_AT_ONCE.release()
+    assert waited.status == Run.Status.FAILED
+    assert waited.error == ("the config check did not get its turn within 0.1 s (other launches were being checked); "
+                            "launch it again")
