@@ -141,7 +141,8 @@ def unlock(*, address: str, username: str = "") -> tuple[int, bool]:
     with transaction.atomic():
         attempts = AccessAttempt.objects.select_for_update().filter(**filters)
         removed = sum(attempts.values_list("failures_since_start", flat=True))
-        was_locked = (address_locks(**filters) if not username else username_locks(**filters)).exists()
+        # Unlocking a whole address lifts its own lock and every username's lock from it: either was in force.
+        was_locked = username_locks(**filters).exists() or (not username and address_locks(**filters).exists())
         reset(ip=address, username=username or None)
     return removed, was_locked
 

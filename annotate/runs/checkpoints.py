@@ -217,13 +217,19 @@ def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint
         name = checked_name(name)
     if parent is None and path is not None:
         parent = parent_from_folder(path)
-    checkpoint = Checkpoint.objects.create(name=name or unique_name(Path(uri.rstrip("/")).name), uri=uri,
-                                           content_hash=content_hash, parent=parent, run=run,
-                                           registered_by=registered_by)
-    if path is not None and VERSION_NAME.match(path.name):
-        # A policy version of a staged cycle: its KEEP file keeps the cycle's retention from removing it.
-        (path / KEEP_FILE).write_text(f"registered in Pairwise as checkpoint {checkpoint.name}\n", encoding="utf-8")
-    return checkpoint
+    name = name or unique_name(Path(uri.rstrip("/")).name)
+    keep = path / KEEP_FILE if path is not None and VERSION_NAME.match(path.name) else None
+    if keep is not None:
+        # A policy version of a staged cycle: its KEEP file keeps the cycle's retention from removing it. Written
+        # before the row, so the cycle's cleanup cannot remove a folder between the row and the file.
+        keep.write_text(f"registered in Pairwise as checkpoint {name}\n", encoding="utf-8")
+    try:
+        return Checkpoint.objects.create(name=name, uri=uri, content_hash=content_hash, parent=parent, run=run,
+                                         registered_by=registered_by)
+    except BaseException:
+        if keep is not None:
+            keep.unlink(missing_ok=True)
+        raise
 
 
 def parent_from_folder(path: Path) -> Checkpoint | None:

@@ -25,3 +25,18 @@ def test_a_registered_version_is_kept_when_retention_removes_its_neighbours(tmp_
     assert kept == ["v0000", "v0002", "v0005", "v0006", "v0007"]  # the base, the registered one, the live ones
     assert "v0002" not in record["versions_removed"] and "v0001" in record["versions_removed"]
     assert version_path(run, 2).joinpath("model.safetensors").is_file() and registered.uri.endswith("v0002")
+
+
+def test_a_version_whose_registration_is_refused_gets_no_keep_file(tmp_path):
+    # KEEP is written before the checkpoint row (so cleanup cannot remove the folder in between) and taken back when
+    # the row is not written: a refused name leaves the version free for retention.
+    run = tmp_path / "cycle-run"
+    for number in (1, 2):
+        folder = version_path(run, number)
+        folder.mkdir(parents=True)
+        (folder / "model.safetensors").write_bytes(f"weights of version {number}".encode())
+    checkpoint_register(uri=str(version_path(run, 1)), name="cycle-v1")
+    with pytest.raises(Exception, match="cycle-v1"):
+        checkpoint_register(uri=str(version_path(run, 2)), name="cycle-v1")
+    assert not (version_path(run, 2) / KEEP_FILE).exists()
+    assert (version_path(run, 1) / KEEP_FILE).is_file()

@@ -226,3 +226,16 @@ def test_unlocking_a_username_on_an_address_over_its_bound_says_the_address_is_s
     assert f"Unlocked rita from 203.0.113.9: removed {settings.AXES_FAILURE_LIMIT} failed logins." in text
     assert "203.0.113.9 is still locked for every username" in text
     assert log_in("rita", PASSWORD, address="203.0.113.9").status_code == 429
+
+
+def test_unlocking_a_whole_address_from_which_a_username_was_locked_says_unlocked(make_user, settings):
+    # Only rita is locked from the address (the address is under its own bound): lifting the address lifts her lock,
+    # and the page says so rather than "was not locked".
+    make_user("rita")
+    lock_out("rita", "203.0.113.7", settings)
+    client = admin_client(settings, make_user)
+    text = post_unlock(client, address="203.0.113.7").content.decode()
+    assert (f"Unlocked 203.0.113.7 for every username: removed {settings.AXES_FAILURE_LIMIT} failed logins."
+            in text)
+    assert "was not locked" not in text
+    assert logged_in(log_in("rita", PASSWORD, address="203.0.113.7"))
