@@ -63,6 +63,23 @@ def ask(conn: http.client.HTTPConnection, path: str = "/") -> tuple[str, str | N
     return response.read().decode(), response.getheader("Connection")
 
 
+def wait_until(condition, what: str, seconds: float = 10) -> None:
+    """Poll `condition` until it holds; after `seconds`, fail in one line saying what did not happen."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen within {seconds} s")
+        time.sleep(0.01)
+
+
+def accept_queue(port: int) -> int:
+    """Connections to 127.0.0.1:`port` that no worker has accepted yet: the listening socket's queue, as the
+    kernel's table of TCP sockets shows it (Linux)."""
+    listening = f"0100007F:{port:04X}"  # 127.0.0.1, as the table writes an address
+    rows = (line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:])
+    return sum(int(row[4].split(":")[1], 16) for row in rows if row[1] == listening and row[3] == "0A")
+
+
 def connect(port: int) -> http.client.HTTPConnection:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT)
     conn.connect()
@@ -72,7 +89,8 @@ def connect(port: int) -> http.client.HTTPConnection:
 def test_kept_alive_clients_spread_evenly_over_the_workers(serve):
     port = serve(workers=2, threads=1, connections=3)
     conns = [connect(port) for _ in range(6)]
-    time.sleep(0.5)  # both workers accept what they may; the rest of the clients would wait
+    # Each worker accepts 3 and then no more: once none waits, each worker holds 3, whatever asks first.
+    wait_until(lambda: accept_queue(port) == 0, "both workers accepting all 6 connections")
     pids = [ask(conn)[0] for conn in conns]
     assert sorted(pids.count(pid) for pid in set(pids)) == [3, 3]
 
@@ -94,14 +112,16 @@ def test_a_client_past_the_bound_gets_the_connection_idle_longest(serve):
     assert ask(newer)[0] == pid  # the connection idle for less was kept
 
 
-def test_a_full_worker_with_a_client_waiting_closes_the_connection_it_answers(serve):
+def test_a_full_worker_with_a_client_waiting_closes_the_connection_it_answers(serve, tmp_path):
     port = serve(workers=1, threads=1, connections=3)
+    started = tmp_path / "busy-started"
     silent = connect(port)  # sends nothing: gunicorn's thread waits for its first request, then sets it aside
     time.sleep(DEFAULT_WORKER_DATA_TIMEOUT + 0.2)
     asking, busy = connect(port), connect(port)
     ask(asking)
-    busy.request("GET", "/?sleep=1")  # full now, with one connection idle: gunicorn alone would keep `asking`
-    time.sleep(0.2)  # `busy` is in its thread before anyone waits, so its own answer keeps its connection
+    busy.request("GET", f"/?sleep=1&started={started}")  # full now, with one connection idle: gunicorn alone
+    # would keep `asking`. `busy` is in its thread before anyone waits, so its own answer keeps its connection.
+    wait_until(started.exists, "the app starting on busy's request")
     waiting = [connect(port), connect(port)]  # two, so one still waits if `silent` is handed over meanwhile
     _, connection = ask(asking)  # idle for less than a second, so not handed over: answered after `busy`
     assert connection == "close"
