@@ -3,7 +3,7 @@ the workers, and giving a connection up whenever a client waits to connect.
 
 A kept-alive connection stays with the worker that accepted it. With gunicorn's default bound (1,000 a worker)
 the 32 reviewers of bench/review_load.py sat 13, 15 and 4 on three workers, and their requests queued behind
-the busiest worker's threads while another idled (docs/design.md, "The reviewer loop"). Bounding each worker to
+the busiest worker's threads while another idled (docs/benchmarks/review_load.md). Bounding each worker to
 `worker_connections` spreads them; gunicorn alone would then leave a client past workers x bound in the listen
 queue until some kept-alive connection timed out (`keepalive` seconds, however idle). This worker, while it is
 full and a client waits, answers each request with "Connection: close", and closes a connection idle for a

@@ -14,9 +14,9 @@ bind = os.environ.get("PAIRWISE_BIND", "127.0.0.1:8000")
 # One worker a core: a worker's threads share its interpreter lock, and the cores also run PostgreSQL.
 workers = int(os.environ.get("PAIRWISE_WORKERS", max(2, multiprocessing.cpu_count())))
 # A reviewer request waits on PostgreSQL part of its time (row locks, commit flushes), which a few threads
-# overlap; more threads than that only queue on the worker's interpreter lock. At 32 reviewers on the 2-core
-# bench machine, 2 workers of 4 threads, each holding half the connections, answered `next` with a p99 of
-# 93-107 ms, against 140-175 ms for 3 workers of 8 at the same rate (bench/review_load.py, docs/design.md).
+# overlap; more threads than that only queue on the worker's interpreter lock. At 32 reviewers, 2 workers of 4
+# threads, each holding half the connections, answered `next` with a p99 about 35-45% lower than 3 workers of 8
+# at the same rate (bench/review_load.py, docs/benchmarks/review_load.md).
 threads = int(os.environ.get("PAIRWISE_THREADS", 4))
 # Connections a worker holds at once. A kept-alive connection stays with the worker that accepted it, so
 # without a bound one worker can hold most of the clients and queue them behind its threads while another

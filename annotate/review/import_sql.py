@@ -1,8 +1,8 @@
 """The import's writes, set-based: a file goes through temporary staging tables a chunk of lines at a
 time, and reaches the review tables in a few INSERT ... SELECT statements per chunk, in one transaction.
 
-Why not the ORM row by row: that costs a query or two per response (74 s for 10,000 prompts on
-PostgreSQL). Here the database does the lookups, conflict checks and pairing a chunk at a time, and
+Why not the ORM row by row: that costs a query or two per response, many times slower on PostgreSQL
+(docs/benchmarks/import.md). Here the database does the lookups, conflict checks and pairing a chunk at a time, and
 Python holds one chunk of lines at a time, so memory does not grow with the file; neither does the
 database's, since foreign keys are checked at the end of each statement rather than kept for the
 commit. On PostgreSQL the staging rows go in by COPY (psycopg's `cursor.copy`); on SQLite, the embedded
@@ -285,8 +285,8 @@ def _planned_prompts(cursor, project_id: int) -> float:
     return (orjson.loads(plan) if isinstance(plan, str | bytes) else plan)[0]["Plan"]["Plan Rows"]
 
 
-# What ANALYZE refreshes: during an import, the prompts' columns its lookups go by (50 ms on 30,000
-# prompts where all three tables take 500); after it, every table it wrote. Both begin with the prompts,
+# What ANALYZE refreshes: during an import, the prompts' columns its lookups go by (a tenth of
+# what all three tables take; docs/benchmarks/import.md); after it, every table it wrote. Both begin with the prompts,
 # so two imports never wait on each other in a circle.
 LOOKUP_STATISTICS = f"{PROMPT_T} (project_id, external_id)"
 IMPORTED_TABLES = f"{PROMPT_T}, {RESPONSE_T}, {PAIR_T}"
@@ -349,7 +349,7 @@ def _write_chunk(cursor, project: Project, now, statistics: _StatisticsWatch) ->
 def _analyze_imported_tables() -> None:
     """Fresh statistics once a bulk import has committed. Until autovacuum gets round to it, the planner
     takes the new rows for a handful and plans the reviewer queue's count of open pairs as a sort of every
-    pair (260 ms instead of 0.3 ms a request on a new project of 2,000 pairs)."""
+    pair, hundreds of times slower a request (docs/benchmarks/import.md)."""
     with transaction.atomic(), connection.cursor() as cursor:
         _refresh_statistics(cursor, IMPORTED_TABLES)  # when another import holds them, its own refresh will do
 

@@ -1,7 +1,7 @@
 """The demo's SFT checkpoint `tiny-sft`: shipped, or built as a run.
 
-No model hub is reachable, and training `python -m training tiny-sft`'s 320 steps takes from 5 minutes (two
-quiet cores) to 40 (two slow, busy ones), so a fresh demo would keep an engineer waiting. Pairwise therefore ships
+No model hub is reachable, and training `python -m training tiny-sft`'s 320 steps takes minutes on a small machine
+(docs/benchmarks/demo_start.md), so a fresh demo would keep an engineer waiting. Pairwise therefore ships
 the recipe's output (about 4 MB, annotate/runs/demo_files/tiny-sft/) with a manifest of its recipe and the sha256
 of every file. `manage.py seed_demo` checks the files against the manifest, copies them into the data folder and
 registers them (`demo_checkpoint_install`), so launching works the moment the server answers. A test rebuilds the

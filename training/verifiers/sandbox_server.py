@@ -37,18 +37,10 @@ lower what it has. Everything else (mount, unshare, setns, ptrace, keyctl, bpf, 
 io_uring, process_vm_*, ...) fails with EPERM. libseccomp (the C library, through ctypes, so this
 script stays standard-library only) compiles it; without libseccomp the server refuses to start.
 
-What the filter costs, measured on 2 CPUs shared with other work (load average 8-14), kernel 6.18:
-  * installed in each child it cost 0.2 ms (libseccomp's binary-tree filter) to 0.6-1 ms (its
-    linear one) per candidate, a fifth or more of a candidate's 2.5-3 ms: the kernel compiles the
-    program and precomputes its per-call cache at every install. So it is installed once, in the
-    server, and inherited;
-  * so installed, 400 alternating candidates with and without it took a median 7.2 vs 7.5 ms (root)
-    and 6.1 vs 6.0 ms (userns): no difference beyond the noise;
-  * an allowed system call costs about 11 ns more (300,000 getppid calls: 0.052 vs 0.049 s of the
-    candidate's CPU time, bench/verify.py), the slower system-call entry a filtered process takes;
-  * bench/verify.py, 164 HumanEval canonical solutions, 2 workers, per second with vs without:
-    101.1 vs 87.0 as root, 100.7 vs 105.8 as uid 65534 (run-to-run noise here is +-30%).
-It costs little, so it is on; the server's `no-seccomp` argument exists only for that measurement.
+It is installed once, in the server, and every child inherits it: installed in each child it cost a fifth or
+more of a candidate's time, since the kernel compiles the program at every install. So installed, it costs
+nothing measurable per candidate; the figures are in docs/benchmarks/verify.md (bench/verify.py).
+It costs little, so it is on; the server's `no-seccomp` argument exists only for that benchmark.
 
 The child writes length-prefixed JSON frames: the plain JSON value returned by each call, or the
 error it raised. Expected outputs never enter this process. After each candidate the server kills
