@@ -112,7 +112,14 @@ def launch_values(query) -> dict:
     return {"kind": kind, "backend": "local", "config": DEFAULT_CONFIGS[kind],
             "base_checkpoint": query.get("train_from") or default_base_name(),
             "export": query.get("reward_on_export") or query.get("dpo_on_export", ""),
-            "task_set": query.get("grpo_on_task_set", ""), "reward_model": ""}
+            "task_set": query.get("grpo_on_task_set", ""), "reward_model": "", "train_on_heldout": False}
+
+
+def heldout_asked_for(run_id) -> bool:
+    """Whether a run launched again had asked to train on a held-out task set: a GRPO run on one is recorded only
+    when asked for (run_launch refuses it otherwise), so the form that launches it again asks the same."""
+    text = str(run_id).strip()
+    return text.isdigit() and Run.objects.filter(pk=int(text), kind=Run.Kind.GRPO, task_set__variant="heldout").exists()
 
 
 def default_base_name() -> str:

@@ -43,6 +43,7 @@ from annotate.runs.launch_form import (
     VARIANT_CHOICES,
     compare_prompts_source,
     default_snapshot,
+    heldout_asked_for,
     launch_inputs,
     launch_values,
     snapshot_choices,
@@ -84,15 +85,17 @@ def runs_page(request):
     if request.method == "GET" and request.GET.get("again"):
         try:
             values.update(launch_values_from_run(run_id=request.GET["again"]))
+            values["train_on_heldout"] = heldout_asked_for(request.GET["again"])
             error = config_refusal(request.GET["again"])  # launched again to fix what the check refused
         except UserMistake as mistake:
             error = str(mistake)
     if request.method == "POST":
         values.update({name: request.POST.get(name, "").strip() for name in FORM_FIELDS})
+        values["train_on_heldout"] = request.POST.get("train_on_heldout") == "on"
         try:
             run = run_launch(kind=values["kind"], base_checkpoint=values["base_checkpoint"], config=values["config"],
                              **launch_inputs(values), backend=values["backend"], launched_by=request.user,
-                             check_now=False, train_on_heldout=request.POST.get("train_on_heldout") == "on")
+                             check_now=False, train_on_heldout=values["train_on_heldout"])
             messages.success(request, f"Run {run.pk} recorded; the training command is checking its config.")
             return redirect("run-page", run_id=run.pk)
         except UserMistake as mistake:
