@@ -6,13 +6,15 @@ no caller expects, a 500 in the app and a traceback from the training command. `
 JsonRefused with one reason (bad syntax stays json.JSONDecodeError, as DRF reads it); `read_json_line` refuses a
 line of a JSONL file, syntax included, with the one reason that follows its "line N: ". The web
 app (annotate/parsers.py for every JSON body, the item import) and the task files (training/tasks.py) all read
-through it.
+through it, and `read_json_file` reads the records a run or a checkpoint folder may hold (run.json, parent.json).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 # Arrays and objects inside one another: what Pairwise reads nests a few levels.
@@ -90,3 +92,14 @@ def read_json_line(line: str) -> Any:
         return read_json(line)
     except json.JSONDecodeError as exc:
         raise JsonRefused(f"not valid JSON ({exc.msg} at column {exc.colno})", "fix the line") from None
+
+
+def read_json_file(path: str | os.PathLike) -> dict | None:
+    """The JSON object a file holds, or None when the file is missing, unreadable, not UTF-8, not JSON within the
+    bounds above, or not an object: the records of a run or checkpoint folder (run.json, parent.json, a model's
+    config.json), which a reader takes as absent when they are not there whole."""
+    try:
+        value = read_json(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # ValueError: JSONDecodeError, JsonRefused and UnicodeDecodeError
+        return None
+    return value if isinstance(value, dict) else None

@@ -14,6 +14,7 @@ from typing import Any
 
 from training.atomic_write import write_text_atomic
 from training.errors import PairwiseInputError
+from training.json_input import read_json_file
 from training.snapshot import file_sha256
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin", "adapter_model.bin")
@@ -154,22 +155,14 @@ def library_versions() -> dict:
     return versions
 
 
-def _json_object(path: Path) -> dict | None:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
 def checkpoint_run_record(checkpoint: str | os.PathLike) -> dict | None:
     """run.json of the run folder a checkpoint was saved in (RUN/checkpoint), when there is one."""
-    return _json_object(Path(checkpoint).parent / "run.json")
+    return read_json_file(Path(checkpoint).parent / "run.json")
 
 
 def checkpoint_parent_record(checkpoint: str | os.PathLike) -> dict | None:
     """A trained checkpoint's parent.json (write_parent_json), when there is one."""
-    return _json_object(Path(checkpoint) / "parent.json")
+    return read_json_file(Path(checkpoint) / "parent.json")
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -191,12 +184,7 @@ class RunFolder:
         self.record: dict = {}
 
     def read_record(self) -> dict | None:
-        if not self.run_json.is_file():
-            return None
-        try:
-            return json.loads(self.run_json.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return None
+        return read_json_file(self.run_json)
 
     def create(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

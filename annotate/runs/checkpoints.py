@@ -16,10 +16,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from annotate.errors import UserMistake
-from annotate.runs.folder import read_json
 from annotate.runs.models import Checkpoint, Run
 from training.errors import PairwiseInputError
 from training.grpo.versions import KEEP_FILE, VERSION_NAME
+from training.json_input import read_json_file
 from training.run_folder import checkpoint_content_hash
 from training.text_input import hidden_character, name_key, without_hidden
 
@@ -52,7 +52,7 @@ def is_reward_model(checkpoint: Checkpoint) -> bool:
     assumed to be one."""
     if checkpoint.run_id and checkpoint.run.kind == Run.Kind.REWARD:
         return True
-    architectures = (read_json(Path(checkpoint.uri) / "config.json") or {}).get("architectures")
+    architectures = (read_json_file(Path(checkpoint.uri) / "config.json") or {}).get("architectures")
     return isinstance(architectures, list) and any(
         isinstance(name, str) and name.endswith("ForSequenceClassification") for name in architectures)
 
@@ -208,7 +208,7 @@ def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint
         raise UserMistake(f"{uri} holds the same weights as checkpoint {same.name!r} ({same.uri}); it is registered "
                           f"already{kept}")
     if path is not None:
-        recorded_parent = (read_json(path / "parent.json") or {}).get("parent") or {}
+        recorded_parent = (read_json_file(path / "parent.json") or {}).get("parent") or {}
         if recorded_parent.get("content_hash") == content_hash:
             raise UserMistake(f"{uri} holds the very weights of its parent {recorded_parent.get('path')} (its "
                               "parent.json says so: the run that wrote it changed no weight); register "
@@ -234,7 +234,7 @@ def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint
 
 def parent_from_folder(path: Path) -> Checkpoint | None:
     """The registered checkpoint a trained checkpoint's parent.json names by content hash, if any."""
-    parent_hash = ((read_json(path / "parent.json") or {}).get("parent") or {}).get("content_hash")
+    parent_hash = ((read_json_file(path / "parent.json") or {}).get("parent") or {}).get("content_hash")
     return Checkpoint.objects.filter(content_hash=parent_hash).first() if parent_hash else None
 
 

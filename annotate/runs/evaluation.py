@@ -12,11 +12,11 @@ from django.contrib.auth.models import AbstractBaseUser
 from annotate.errors import UserMistake
 from annotate.limits import MAX_INT32, whole_number
 from annotate.runs.checkpoints import local_checkpoints
-from annotate.runs.folder import read_json
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.queue import queue_checkpoints_run
 from annotate.runs.task_sets import task_set_for_path, task_set_resolve
+from training.json_input import read_json_file
 
 EVAL_FILE = "eval.json"
 
@@ -70,7 +70,7 @@ def eval_command_args(run: Run) -> list[str]:
 
 
 def eval_result(run: Run) -> dict | None:
-    return read_json(Path(run.folder) / EVAL_FILE)
+    return read_json_file(Path(run.folder) / EVAL_FILE)
 
 
 def eval_side_by_side(run: Run) -> dict | None:

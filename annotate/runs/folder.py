@@ -6,10 +6,10 @@ Only the standard library and training.run_folder (for the folder's file names),
 the standard library and orjson: web and worker processes never import the training stack.
 """
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training.json_input import read_json_file
 from training.run_folder import RecordStatus, RunFolder, metrics_rows
 
 LOG_TAIL_CHARS = 6000
@@ -24,14 +24,6 @@ def sidecar(folder: str | Path, suffix: str) -> Path:
     command creates it."""
     folder = Path(folder)
     return folder.with_name(folder.name + suffix)
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def log_tail(path: Path, limit: int = LOG_TAIL_CHARS) -> str:
@@ -71,8 +63,8 @@ class FolderReader:
         self.rows.extend(self._new_metrics(paths.metrics_jsonl))
         return {
             "metrics": self.rows,
-            "record": read_json(paths.run_json),
-            "ledger": read_json(paths.ledger_json),
+            "record": read_json_file(paths.run_json),
+            "ledger": read_json_file(paths.ledger_json),
             "log_tail": log_tail(self.log) if self.log else "",
         }
 

@@ -18,8 +18,9 @@ from annotate.runs.checkpoints import (
     made_checkpoint_name,
     registered_reward_model,
 )
-from annotate.runs.folder import STATUS_OF_RECORD, FolderReader, read_json
+from annotate.runs.folder import STATUS_OF_RECORD, FolderReader
 from annotate.runs.models import Checkpoint, Run
+from training.json_input import read_json_file
 from training.run_folder import RUN_FORMAT, weights_unchanged_reason
 from training.snapshot import SnapshotError, read_manifest
 
@@ -126,7 +127,7 @@ def _when(text: str | None) -> dt.datetime | None:
 def run_register_folder(path: str | Path, *, registered_by: AbstractBaseUser | None = None) -> Run:
     """A run folder made by `python -m training dpo|grpo|reward` outside the app, as a Run with its checkpoints."""
     folder = Path(path).resolve()
-    record = read_json(folder / "run.json")
+    record = read_json_file(folder / "run.json")
     if record is None:
         raise UserMistake(f"{path} has no readable run.json; give the output_dir of a python -m training dpo or "
                           "grpo run")
