@@ -273,3 +273,52 @@ def test_an_answer_over_max_length_is_not_scored_and_is_counted_wherever_a_rewar
     rescored = json.loads((run / "run.json").read_text())["rescores"][-1]["rescored"]
     assert rescored["over_max_length"] == rollouts and rescored["completions"] == 0
     assert rescored["mean_score"] is None
+
+
+def test_the_staged_cycle_counts_answers_over_the_reward_models_max_length(tmp_path, tiny_checkpoint,
+                                                                           tiny_reward_model):
+    """The staged score stage records how many answers the reward model left unscored, and the update logs the same
+    share in-process GRPO logs: a reward model that fits nothing is never silent."""
+    from training.grpo.stages import (
+        SCORED,
+        RecordedModelScores,
+        batch_folder,
+        generate_stage,
+        read_records,
+        score_stage,
+    )
+
+    nothing = capped_reward_model(tiny_reward_model, tmp_path / "fits-nothing", max_length=1)
+    tasks = write_tasks_file(tmp_path / "open.jsonl", open_kind=True)
+    config = write_config(tmp_path, tiny_checkpoint, tasks, name="staged", reward_model=str(nothing), max_steps=1,
+                          mode="staged")
+    result = run_training_cli("cycle", "--config", str(config), "--prepare-only")
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "staged"
+    generate_stage(run, 0, 0)
+    record = score_stage(run, 0)
+    assert record["completions"] == 8 and record["reward_model_over_max_length"] == 8
+    assert json.loads((batch_folder(run, 0) / "score.json").read_text())["reward_model_over_max_length"] == 8
+
+    scored = read_records(batch_folder(run, 0) / SCORED)
+    logged = {}
+    given = RecordedModelScores(scored)(pairwise_record=list(range(len(scored))),
+                                        log_metric=lambda name, value: logged.update({name: value}))
+    assert given == [None] * 8 and logged == {"reward_model/over_max_length": 1.0}
+
+
+def test_in_process_grpo_with_a_reward_model_that_fits_no_answer_runs_and_says_so(tmp_path, tiny_checkpoint,
+                                                                                  tiny_reward_model):
+    """Open tasks scored by a reward model whose max_length no answer fits: every reward is None (TRL leaves such an
+    answer out), the run ends as a run that learned nothing rather than with a traceback, and the share is logged."""
+    nothing = capped_reward_model(tiny_reward_model, tmp_path / "fits-nothing", max_length=1)
+    tasks = write_tasks_file(tmp_path / "open.jsonl", open_kind=True)
+    config = write_config(tmp_path, tiny_checkpoint, tasks, name="unscored", reward_model=str(nothing), max_steps=1)
+    result = run_training_cli("grpo", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    steps = [json.loads(line) for line in (tmp_path / "unscored" / "metrics.jsonl").read_text().splitlines()]
+    assert any(step.get("rewards/pairwise_reward_model/over_max_length") == 1.0
+               or step.get("reward_model/over_max_length") == 1.0 for step in steps), steps
+    rows = read_rollouts(tmp_path / "unscored").to_pylist()
+    assert rows and all(row["reward_model_score"] is None for row in rows)

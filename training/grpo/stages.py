@@ -406,7 +406,10 @@ def score_stage(run: Path, batch: int, *, scorers: "Scorers | None" = None) -> d
     _discard_partial_records(batch_folder(run, batch) / SCORED)
     write_records(batch_folder(run, batch) / SCORED, scored, scored=True)
     clock.lap("saving")
-    record = clock.record(completions=len(scored), correct=sum(r["status"] == "correct" for r in scored))
+    over_max_length = ({"reward_model_over_max_length": sum(score is None for score in model_scores)}
+                       if model_identity else {})  # answers the reward model left unscored: never silent
+    record = clock.record(completions=len(scored), correct=sum(r["status"] == "correct" for r in scored),
+                          **over_max_length)
     _write_stage_record(run, batch, "score", record)
     return record
 
@@ -484,8 +487,10 @@ class RecordedModelScores:
         self.identity = records[0]["reward_model"] if records else None
         self.last: list[float] = []
 
-    def __call__(self, prompts=None, completions=None, completion_ids=None, *, pairwise_record, **_):
+    def __call__(self, prompts=None, completions=None, completion_ids=None, *, pairwise_record, log_metric=None, **_):
         self.last = [self.records[i]["reward_model_score"] for i in pairwise_record]
+        if log_metric is not None and self.last:  # the same share in-process GRPO logs (RewardModelReward)
+            log_metric("reward_model/over_max_length", sum(score is None for score in self.last) / len(self.last))
         return list(self.last)
 
 

@@ -261,8 +261,9 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         truncated = [not ids or ids[-1] not in eos_and_pad for ids in completion_ids]
         rewards = [math.nan if r is None else float(r) for r in scored.rewards]
-        model_scores = (list(self.reward_model_reward.last) if self.reward_model_reward is not None
-                        else [math.nan] * len(rewards))
+        # None where the reward model left an answer unscored (over its max_length): NaN, as for the verifier.
+        model_scores = ([math.nan if s is None else float(s) for s in self.reward_model_reward.last]
+                        if self.reward_model_reward is not None else [math.nan] * len(rewards))
         local = torch.tensor([[reward, float(result.status == CORRECT), len(ids), float(cut), score,
                                float(result.status != UNVERIFIED)]
                               for reward, result, ids, cut, score in zip(rewards, scored.results, completion_ids,
