@@ -204,7 +204,7 @@ def _copy_connection(isolation_level: psycopg.IsolationLevel | None = None):
         copying.isolation_level = isolation_level
         copying.execute("SELECT set_config('application_name', %s, false)", [EXPORT_APPLICATION_NAME])
         # The votes query crosses PostgreSQL's default JIT threshold, and compiling it cost more than it
-        # saved: about 2.4 CPU s of a 1M-judgment export's query, whose COPY ran 1.3 s faster without it.
+        # saved (docs/benchmarks/export.md, "JIT off for the votes read").
         copying.execute("SET jit = off")
     except BaseException:
         copying.close()
@@ -214,8 +214,8 @@ def _copy_connection(isolation_level: psycopg.IsolationLevel | None = None):
 
 # Pairs a prompt-key range holds, on average, when the export reads its votes range by range
 # (_ranged_votes_batches): the writer holds one range's rows and the reader the next, so this bounds the
-# export's memory whatever the project's size (at the bench's answer lengths, 215-222 MB peak against 181-190 MB
-# through one statement). Smaller ranges were slower: each range scans the counted votes again.
+# export's memory whatever the project's size (docs/benchmarks/export.md). Smaller ranges were slower: each range
+# scans the counted votes again.
 RANGE_PAIRS = 40_000
 # ... and fewer where answers are long: a range's prompts and answers hold about this many bytes at most (the bench's
 # run about 25 MB a range, so its ranges stay at RANGE_PAIRS), so long answers do not make a range hundreds of MB.
@@ -225,7 +225,7 @@ ROW_WIDTH_SAMPLE = 1000  # counted pairs whose texts' length estimates a row's
 VOTES_TABLE = "pairwise_export_votes"
 BOUNDS_TABLE = "pairwise_export_key_bounds"
 # The count's setting on the COPY connection: the planner priced the gathering of the workers' partial counts
-# above what they save and counted alone, in 2.2 s where two workers took 1.4 s (1M judgments).
+# above what they save and counted in one process, slower than two workers (docs/benchmarks/export.md).
 COUNT_SETTINGS = ("SET parallel_tuple_cost = 0",)
 # After the count, the ranges' settings: a range's sort fits in memory, and one process joins it, so the database
 # leaves the other core to the writer.
