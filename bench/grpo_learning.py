@@ -37,7 +37,7 @@ CPU_MINUTES_LIMIT = 15.0
 RECIPE = {
     "num_generations": 8,
     "per_device_train_batch_size": 32,     # 4 prompts x 8 answers per step
-    "max_steps": 400,                      # 200 left the weakest seed at +12.8 held-out points (docs/training.md)
+    "max_steps": 400,                      # 200 left the weakest seed at +12.8 held-out points (docs/benchmarks/grpo_learning.md)
     "learning_rate": 1e-4,
     "lr_scheduler_type": "constant",
     "temperature": 1.0,
@@ -52,7 +52,7 @@ RECIPE = {
     "verifier_workers": 1,
     # Plain GRPO: every group is trained on. By the last steps most groups of training problems are all right
     # (78-93%); --dynamic-sampling drops them and draws fresh groups (DAPO), which doubled the CPU time and did
-    # not raise held-out success on the earlier parents (docs/training.md).
+    # not raise held-out success on the earlier parents (docs/benchmarks/grpo_learning.md).
     "dynamic_sampling": False,
 }
 TRAIN_TASKS = 400
