@@ -1,14 +1,24 @@
-"""The reviewer queue's hot path in plain SQL: few round trips, each planned once per connection.
+"""Hand-written SQL of the review app, grouped by technique, not by domain: the statements that run on every
+reviewer request, each one short round trip where the ORM would take several.
 
-Every reviewer request runs these statements, so each is one short round trip where the ORM would
-take several. On PostgreSQL they are bound server-side and prepared once per connection (psycopg's
-`prepare=True`): measured with pg_stat_statements under load, planning them cost more than running
-them (0.5 ms to plan the assignment text join, 0.04 ms to run it). Django's own queries keep its
-client-side binding. Set DB_PREPARED_STATEMENTS=false behind a pooler that cannot keep prepared
-statements. Statements name their columns instead of `*`, so a column added by a later migration
-cannot change a prepared statement's result type.
+What is here, by domain: the reviewer queue (take, claim or find an open pair; a reviewer's open assignments
+and progress counts; the per-reviewer queue lock), the judgment's write (lock the assignment, check the
+client key, insert the revision with its tally and its pair's vote), the pairs' vote counts (withdraw,
+recount, adaptive overlap's refresh), and the project by slug that the reviewer API reads. Each domain's
+rules stay in its own module (assignments.py, judgments.py, overlap.py, selectors.py); only the statements
+are here, because they share one way of running, and a change to it is made once for all of them:
 
-Reads are portable SQL (PostgreSQL and SQLite); locks are taken only where the database has them.
+- `fetch` runs a statement server-side bound and prepared once per connection on PostgreSQL (psycopg's
+  `prepare=True`), on one reused cursor: for these short statements planning cost more than running them
+  (bench/review_load.py measures the queue under load). Django's own queries keep its client-side binding.
+  Set DB_PREPARED_STATEMENTS=false behind a pooler that cannot keep prepared statements.
+- `model_columns` names the columns instead of `*`, so a column added by a later migration cannot change a
+  prepared statement's result type, and `model_instances` loads the rows as the ORM would.
+- Reads are portable SQL (PostgreSQL and SQLite); locks are taken only where the database has them.
+
+Other modules run their own statements through `fetch`: the rationale checks (rationale.py) and the API
+token lookup (annotate/authentication.py).
+
 Anything unusual (every pair the one-statement take could take locked by someone else, no criteria)
 falls back to the general path in assignments.py, which handles it fully.
 
@@ -32,7 +42,6 @@ from datetime import datetime
 
 import psycopg
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
 
@@ -57,7 +66,7 @@ def _statement_cursor(db) -> psycopg.Cursor:
     return cursor
 
 
-def _fetch(sql: str, params: Sequence | dict, *, rows: bool = True) -> list[tuple]:
+def fetch(sql: str, params: Sequence | dict, *, rows: bool = True) -> list[tuple]:
     """Run one statement; return its rows (pass rows=False for a statement that returns none)."""
     db = connections[DEFAULT_DB_ALIAS]  # what `connection` stands for, looked up once
     if db.vendor == "postgresql" and settings.PAIRWISE_PREPARED_STATEMENTS:
@@ -77,7 +86,7 @@ def _json(value):
 
 
 @functools.lru_cache(maxsize=32)
-def _columns(model: type[Model], alias: str) -> str:
+def model_columns(model: type[Model], alias: str) -> str:
     """The model's concrete columns, in field order, for a SELECT or RETURNING list."""
     prefix = f"{alias}." if alias else ""
     return ", ".join(prefix + field.column for field in model._meta.concrete_fields)
@@ -101,8 +110,8 @@ def _attnames(model: type[Model]) -> list[str]:
     return [field.attname for field in model._meta.concrete_fields]
 
 
-def _instances(model: type[Model], rows: list[tuple]) -> list:
-    """Model instances from rows selected with `_columns(model, ...)`, as the ORM would load them."""
+def model_instances(model: type[Model], rows: list[tuple]) -> list:
+    """Model instances from rows selected with `model_columns(model, ...)`, as the ORM would load them."""
     db = connections[DEFAULT_DB_ALIAS]
     converters = _converters(model, db.vendor)
     names = _attnames(model)
@@ -131,18 +140,18 @@ def lock_reviewer(*, reviewer_id: int) -> None:
     hands back an assignment the reviewer already holds commits without a WAL flush.
     """
     if connection.vendor == "postgresql":
-        _fetch("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", [REVIEWER_LOCK_KEY, reviewer_id])
+        fetch("SELECT pg_advisory_xact_lock(%s::int4, %s::int4)", [REVIEWER_LOCK_KEY, reviewer_id])
 
 
 def reviewer_open_assignments(*, project_id: int, reviewer_id: int) -> tuple[list[Assignment], int]:
     """The reviewer's active and scheduled assignments in the project, oldest first, and how many they judged."""
-    rows = _fetch(
-        f"SELECT {_columns(Assignment, 'a')}, {_JUDGED} "
+    rows = fetch(
+        f"SELECT {model_columns(Assignment, 'a')}, {_JUDGED} "
         "FROM review_assignment a WHERE a.project_id = %(project)s AND a.reviewer_id = %(reviewer)s "
         "AND a.status IN ('active', 'scheduled') ORDER BY a.id",
         {"project": project_id, "reviewer": reviewer_id},
     )
-    return _instances(Assignment, rows), (rows[0][-1] if rows else 0)
+    return model_instances(Assignment, rows), (rows[0][-1] if rows else 0)
 
 
 # Not one of the reviewer's own pairs (a reviewer never gets a pair twice except as a retest).
@@ -176,7 +185,7 @@ def _first_needed(first_needed: int | None, alias: str = "p") -> str:
 # How many started pairs (someone holds or judged them, the overlap is not reached) the queue looks at
 # before it takes an untouched pair instead. Looking at all of them would be exact "fullest first", but a
 # reviewer far ahead of the others is the one holding nearly every started pair, so that look walked past
-# every pair they had judged on every request (17 ms at 10,000 judgments, growing with each). A reviewer
+# every pair they had judged on every request, a cost growing with each judgment. A reviewer
 # keeping pace has a handful of their own near the front, and at most one pair is locked by each request
 # in flight, so for them nothing changes. The reviewer far ahead gets an untouched pair while one that
 # somebody else started waits further back; the others, who take the fullest pairs first, finish it.
@@ -209,8 +218,8 @@ def _untouched(*, lock: str) -> str:
     and let expire is still theirs). The priority is 0 everywhere except in leaderboard projects.
 
     `open_fill < 1`, not `= 0`: with it in the sort key only pair_open_slots gives this order; with
-    `= 0` the planner walked the primary key backwards past every started pair instead (5 ms for a
-    reviewer with 10,000 judgments, whose pairs are the newest).
+    `= 0` the planner walked the primary key backwards past every started pair instead, the most for a
+    reviewer far ahead of the others, whose pairs are the newest (bench/review_load.py).
     """
     return f"""
         SELECT p.id FROM review_pair p
@@ -257,7 +266,7 @@ def take_fresh_pair(
             SELECT id FROM ({_anywhere(overlap=overlap, lock=lock)}) w
             WHERE NOT EXISTS (SELECT 1 FROM started) AND NOT EXISTS (SELECT 1 FROM untouched)"""
         or_anywhere = " UNION ALL SELECT id FROM anywhere"
-    rows = _fetch(
+    rows = fetch(
         f"""
         WITH started AS ({_started_near_front(overlap=overlap, lock=lock)}
         ), untouched AS (
@@ -276,11 +285,11 @@ def take_fresh_pair(
         SELECT %(project)s, counted.id, %(reviewer)s, %(left)s, false, 'active', criteria.id,
                %(now)s, %(expires)s, %(now)s
         FROM counted, criteria
-        RETURNING {_columns(Assignment, '')}
+        RETURNING {model_columns(Assignment, '')}
         """,
         {"project": project_id, "reviewer": reviewer_id, "left": a_on_left, "now": now, "expires": expires_at},
     )
-    return _instances(Assignment, rows)[0] if rows else None
+    return model_instances(Assignment, rows)[0] if rows else None
 
 
 def first_open_pair(*, project_id: int, reviewer_id: int, overlap: int) -> int | None:
@@ -292,7 +301,7 @@ def first_open_pair(*, project_id: int, reviewer_id: int, overlap: int) -> int |
     turn, on both databases): SQLite's way to find a pair, and PostgreSQL's check before it tries again.
     """
     overlap = int(overlap)
-    rows = _fetch(
+    rows = fetch(
         f"""
         SELECT coalesce(({_started_near_front(overlap=overlap, lock="")}), ({_untouched(lock="")}),
                         ({_anywhere(overlap=overlap, lock="")}))
@@ -329,13 +338,13 @@ _JUDGED_LIVE = (
 
 def reviewer_judged(*, project_id: int, reviewer_id: int) -> int:
     """The first of the reviewer page's counts alone (the standing's): one indexed read."""
-    (row,) = _fetch("SELECT " + _JUDGED_LIVE, {"project": project_id, "reviewer": reviewer_id})
+    (row,) = fetch("SELECT " + _JUDGED_LIVE, {"project": project_id, "reviewer": reviewer_id})
     return row[0]
 
 
 # The project's overlap and the count's cap are written into the statement, not bound: a plan made
 # for unknown values of them (a prepared statement's generic plan) joined every open pair with every
-# one of the reviewer's assignments, 30 ms instead of 0.4 ms for a reviewer with 800 judgments.
+# one of the reviewer's assignments, a cost growing with the reviewer's history (bench/review_load.py).
 # Open pairs are counted emptiest first, where the reviewer's own pairs almost never are: in id order,
 # a reviewer ahead of the others walked past every pair they had judged on every request.
 _PROGRESS_COLUMNS = f"""
@@ -358,7 +367,7 @@ def _progress(judged: int, waiting: int, open_pairs: int, cap: int) -> dict:
 
 def reviewer_progress(*, project_id: int, reviewer_id: int, overlap: int, cap: int) -> dict:
     """Judged so far, and how many more the reviewer could be given (counting stops at `cap`)."""
-    (row,) = _fetch(
+    (row,) = fetch(
         "SELECT " + _PROGRESS_COLUMNS.format(overlap=int(overlap), cap=int(cap)),
         {"project": project_id, "reviewer": reviewer_id},
     )
@@ -369,7 +378,7 @@ def assignment_texts_and_progress(
     *, pair_id: int, criteria_version_id: int, project_id: int, reviewer_id: int, overlap: int, cap: int
 ) -> tuple[dict, dict] | None:
     """The prompt, both answers and the criteria shown with an assignment, and the reviewer's progress: one read."""
-    rows = _fetch(
+    rows = fetch(
         f"""
         SELECT pr.messages, ra.text, rb.text, cv.version, cv.instructions, cv.items,
                {_PROGRESS_COLUMNS.format(overlap=int(overlap), cap=int(cap))}
@@ -397,8 +406,8 @@ def lock_assignment_for_judgment(*, assignment_id: int, reviewer_id: int) -> tup
     foreign-key check on it does not wait.
     """
     lock = " FOR NO KEY UPDATE OF a" if connection.vendor == "postgresql" else ""
-    rows = _fetch(
-        f"SELECT {_columns(Assignment, 'a')}, p.min_rationale_chars, p.retest_rate, p.retest_gap, cv.items "
+    rows = fetch(
+        f"SELECT {model_columns(Assignment, 'a')}, p.min_rationale_chars, p.retest_rate, p.retest_gap, cv.items "
         "FROM review_assignment a JOIN review_project p ON p.id = a.project_id "
         "LEFT JOIN review_criteriaversion cv ON cv.id = a.criteria_version_id "
         "WHERE a.id = %s AND a.reviewer_id = %s" + lock,
@@ -411,13 +420,13 @@ def lock_assignment_for_judgment(*, assignment_id: int, reviewer_id: int) -> tup
         "min_rationale_chars": min_rationale, "retest_rate": retest_rate, "retest_gap": retest_gap,
         "criteria_keys": [item["key"] for item in _json(items or "[]")],
     }
-    return _instances(Assignment, rows)[0], rules
+    return model_instances(Assignment, rows)[0], rules
 
 
 def judgment_state(*, client_key_db, assignment_id: int) -> tuple[int | None, int]:
     """Read after the assignment lock: (the judgment already made with this client key or None,
     the assignment's last revision)."""
-    (row,) = _fetch(
+    (row,) = fetch(
         "SELECT (SELECT id FROM review_judgment WHERE client_key = %(key)s), "
         "(SELECT max(revision) FROM review_judgment WHERE assignment_id = %(assignment)s)",
         {"key": client_key_db, "assignment": assignment_id},
@@ -427,7 +436,7 @@ def judgment_state(*, client_key_db, assignment_id: int) -> tuple[int | None, in
 
 
 def tally_add_retest(*, project_id: int, reviewer_id: int) -> None:
-    _fetch(
+    fetch(
         "UPDATE review_reviewertally SET retests = retests + 1 WHERE project_id = %s AND reviewer_id = %s",
         [project_id, reviewer_id],
         rows=False,
@@ -435,8 +444,8 @@ def tally_add_retest(*, project_id: int, reviewer_id: int) -> None:
 
 
 def project_by_slug(*, slug: str) -> Project | None:
-    rows = _fetch(f"SELECT {_columns(Project, '')} FROM review_project WHERE slug = %s", [slug])
-    return _instances(Project, rows)[0] if rows else None
+    rows = fetch(f"SELECT {model_columns(Project, '')} FROM review_project WHERE slug = %s", [slug])
+    return model_instances(Project, rows)[0] if rows else None
 
 
 def project_by_slug_locking_reviewer(*, slug: str, reviewer_id: int) -> Project | None:
@@ -448,22 +457,11 @@ def project_by_slug_locking_reviewer(*, slug: str, reviewer_id: int) -> Project 
     """
     if connection.vendor != "postgresql":
         return project_by_slug(slug=slug)  # SQLite's single-writer lock serialises the queue instead
-    rows = _fetch(
-        f"SELECT {_columns(Project, '')}, pg_advisory_xact_lock(%s::int4, %s::int4) FROM review_project WHERE slug = %s",
+    rows = fetch(
+        f"SELECT {model_columns(Project, '')}, pg_advisory_xact_lock(%s::int4, %s::int4) FROM review_project WHERE slug = %s",
         [REVIEWER_LOCK_KEY, reviewer_id, slug],
     )
-    return _instances(Project, rows)[0] if rows else None
-
-
-def user_by_token(*, key: str):
-    """The user holding this API token, or None (DRF's TokenAuthentication in one join)."""
-    user_model = get_user_model()
-    rows = _fetch(
-        f"SELECT {_columns(user_model, 'u')} FROM {user_model._meta.db_table} u "
-        "JOIN authtoken_token t ON t.user_id = u.id WHERE t.key = %s",
-        [key],
-    )
-    return _instances(user_model, rows)[0] if rows else None
+    return model_instances(Project, rows)[0] if rows else None
 
 
 def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int | None, winner: str,
@@ -509,7 +507,7 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int |
         if connection.vendor != "postgresql":
             raise ValueError("judgment_insert numbers the revision itself on PostgreSQL only")
         # Each part acts only when the judgment went in: nothing is written when the client key was used.
-        rows = _fetch(
+        rows = fetch(
             f"WITH judgment AS ({_JUDGMENT_INSERT_NEXT_REVISION}), "
             f"completed AS ({complete.format(judgment='(SELECT id FROM judgment)')} "
             "AND EXISTS (SELECT 1 FROM judgment)), "
@@ -524,7 +522,7 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int |
         row = rows[0]
         revision = row[5]
     elif connection.vendor == "postgresql":
-        (row,) = _fetch(
+        (row,) = fetch(
             f"WITH judgment AS ({insert}), "
             f"completed AS ({complete.format(judgment='(SELECT id FROM judgment)')}), "
             f"counted AS ({count}), "
@@ -534,11 +532,11 @@ def judgment_insert(*, assignment: Assignment, reviewer_id: int, revision: int |
             values,
         )
     else:
-        ((judgment_id,),) = _fetch(insert, values)
-        _fetch(complete.format(judgment="%(judgment)s"), {**values, "judgment": judgment_id}, rows=False)
+        ((judgment_id,),) = fetch(insert, values)
+        fetch(complete.format(judgment="%(judgment)s"), {**values, "judgment": judgment_id}, rows=False)
         # SQLite has no row locks: its single-writer lock already serialises this transaction's writes.
-        voted = _fetch(_VOTE_ADD, values)
-        row = (judgment_id, *_fetch(count, values)[0], voted[0][0] if voted else None)
+        voted = fetch(_VOTE_ADD, values)
+        row = (judgment_id, *fetch(count, values)[0], voted[0][0] if voted else None)
     if row[4]:
         pair_needed_refresh(pair_id=assignment.pair_id, locked=True)
     row = row[:4]
@@ -593,7 +591,7 @@ _VOTE_ADD = _vote_add()
 def pair_vote_withdraw(*, pair_id: int, winner: str) -> None:
     """Take back a vote for `winner` from the pair's counters (its judgment was undone); locks the pair's row."""
     column = f"votes_{WINNERS[WINNERS.index(winner)]}"  # only a known choice names a column
-    _fetch(f"UPDATE review_pair SET {column} = {column} - 1 WHERE id = %s", [pair_id], rows=False)
+    fetch(f"UPDATE review_pair SET {column} = {column} - 1 WHERE id = %s", [pair_id], rows=False)
 
 
 _VOTES_RECOUNTED = (
@@ -646,8 +644,8 @@ def pair_needed_refresh(*, pair_id: int, locked: bool = False) -> int:
     With a fixed overlap the pair needs the project's overlap (stored as 0).
     """
     if not locked and connection.vendor == "postgresql":
-        _fetch("SELECT id FROM review_pair WHERE id = %s FOR NO KEY UPDATE", [pair_id])
-    (row,) = _fetch(_PAIR_VOTES, [pair_id])
+        fetch("SELECT id FROM review_pair WHERE id = %s FOR NO KEY UPDATE", [pair_id])
+    (row,) = fetch(_PAIR_VOTES, [pair_id])
     min_overlap, overlap, stop_rule, stored = row[:4]
     if min_overlap is not None and min_overlap < overlap:
         needed = int(reviewers_needed([row[4:]], min_overlap=min_overlap, max_overlap=overlap,
@@ -655,5 +653,5 @@ def pair_needed_refresh(*, pair_id: int, locked: bool = False) -> int:
     else:
         needed = 0
     if needed != stored:
-        _fetch("UPDATE review_pair SET reviewers_needed = %s WHERE id = %s", [needed, pair_id], rows=False)
+        fetch("UPDATE review_pair SET reviewers_needed = %s WHERE id = %s", [needed, pair_id], rows=False)
     return needed

@@ -182,16 +182,16 @@ def rationale_checked(*, judgment: Judgment, assignment: Assignment, typing: Typ
         "pasted": pasted,
     }
     if connection.vendor == "postgresql":
-        ((earlier, expected, attempt_id, others),) = queue_sql._fetch(_RATIONALE_CHECK_SQL, values)
+        ((earlier, expected, attempt_id, others),) = queue_sql.fetch(_RATIONALE_CHECK_SQL, values)
     else:
-        ((flag_chars, earlier, expected, attempt_id),) = queue_sql._fetch(
+        ((flag_chars, earlier, expected, attempt_id),) = queue_sql.fetch(
             "SELECT p.rationale_flag_chars, "
             "(SELECT c.reused FROM review_rationalecheck c WHERE c.project_id = %(project)s "
             " AND c.reviewer_id = %(reviewer)s AND c.text_key = %(key)s AND c.pair_id <> %(pair)s "
             " AND c.text_key <> '' ORDER BY c.reused LIMIT 1), g.expected, g.attempt_id "
             "FROM review_project p LEFT JOIN review_goldcheck g ON g.assignment_id = %(assignment)s "
             "WHERE p.id = %(project)s", values)
-        others = [row[0] for row in queue_sql._fetch(
+        others = [row[0] for row in queue_sql.fetch(
             "SELECT j.rationale FROM review_assignment a JOIN review_judgment j ON j.id = a.current_judgment_id "
             "WHERE a.pair_id = %(pair)s AND a.reviewer_id <> %(reviewer)s", values)]
         too_short = flag_chars > 0 and len(rationale) < flag_chars
@@ -205,10 +205,10 @@ def rationale_checked(*, judgment: Judgment, assignment: Assignment, typing: Typ
     # Plain prepared statements rather than ORM updates: the first is on the judging path whenever a
     # rationale copies another, and the ORM's Python would cost more than the statement.
     if rationale and is_near_duplicate(rationale, others or ()):
-        queue_sql._fetch("UPDATE review_rationalecheck SET near_duplicate = %(yes)s, flagged = %(yes)s "
+        queue_sql.fetch("UPDATE review_rationalecheck SET near_duplicate = %(yes)s, flagged = %(yes)s "
                          "WHERE judgment_id = %(judgment)s", {"yes": True, "judgment": judgment.pk}, rows=False)
     if earlier is False:  # an unflagged earlier judgment with this text: it is a reuse now too
-        queue_sql._fetch(
+        queue_sql.fetch(
             "UPDATE review_rationalecheck SET reused = %(yes)s, flagged = %(yes)s WHERE project_id = %(project)s "
             "AND reviewer_id = %(reviewer)s AND text_key = %(key)s AND reused = %(no)s AND pair_id <> %(pair)s",
             {**values, "yes": True, "no": False}, rows=False)
