@@ -28,6 +28,32 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+def world_size() -> int:
+    """How many processes train together (1 without a launcher), read the same way as is_main_process."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def wait_for_all_processes() -> None:
+    """A barrier across the launched processes; nothing with one process. Used before the main process creates the
+    run folder, so that no process finds it already made by another and refuses it as a second run's."""
+    import torch.distributed as dist
+
+    if world_size() > 1 and dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def quiet_other_processes() -> None:
+    """Progress bars from the main process only: every process loads, tokenizes and saves the same things, and N
+    copies of each bar in one log say nothing more than one."""
+    if is_main_process():
+        return
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+
+
 def resume_setting(config) -> bool | str:
     """`resume_from_checkpoint` as written: false, true (the last checkpoint in the run folder) or a path."""
     return resume_value(config.resume_from_checkpoint)
@@ -79,6 +105,11 @@ def trainer_arguments(config, run):
     args.output_dir = str(run.trainer_checkpoints)
     args.report_to = [item for item in _report_to(config) if item != "tensorboard"]
     args.resume_from_checkpoint = None  # passed to train() explicitly
+    if args.ddp_find_unused_parameters is None:
+        # Text models use every trainable parameter in each forward pass; transformers' default (look for unused
+        # ones when activation checkpointing is off) costs a second pass over the autograd graph per step and warns
+        # about it in every process.
+        args.ddp_find_unused_parameters = False
     if args.dataloader_pin_memory:
         import torch
 
@@ -211,6 +242,7 @@ def snapshot_run_inputs(config, *, check_base) -> SnapshotRunInputs:
     from training import snapshot as snapshot_format
     from training.run_folder import RunFolder
 
+    quiet_other_processes()
     run = RunFolder(config.output_dir)
     resume_from = check_output_dir(config, run)
     base_path = check_base(config.base_checkpoint)
@@ -224,6 +256,7 @@ def snapshot_run_inputs(config, *, check_base) -> SnapshotRunInputs:
                                  "is conversational; export with --format standard or use a chat checkpoint")
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
+    wait_for_all_processes()  # every process has checked the output folder before the main one creates it
     return SnapshotRunInputs(run, resume_from, base_path, splits, manifest, tokenizer)
 
 
@@ -242,6 +275,7 @@ def write_snapshot_run_ledger(run, trainer, config, *, base_path: Path, base_has
             "train_pairs": train_pairs,
             "pairs_seen": trainer.state.global_step * config.per_device_train_batch_size
             * config.gradient_accumulation_steps * trainer.accelerator.num_processes,
+            "world_size": trainer.accelerator.num_processes,
             "wall_s": round(wall_s, 2),
         },
     })

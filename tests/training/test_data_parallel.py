@@ -1,0 +1,99 @@
+"""Data-parallel training: `accelerate launch` with deploy/accelerate/cpu_ddp.yaml runs DPO and the reward model in two
+processes (DDP over gloo on CPU) with the curves of the one-process run, one run folder and one checkpoint.
+
+The two runs have the same global batch (4 pairs a step: one process with 4, or two with 2 each) and the same seed,
+so they see the same pairs in the same steps: accelerate hands process k the k-th batch of 2 of the same shuffled
+order whose batches of 4 the one process takes. What differs is only the order of float additions (each process
+averages its own 2 pairs, then gloo averages the two gradients), about 1e-7 of a float32 value per step. Adam then
+scales each update to about the learning rate whatever the gradient's size, so a parameter whose gradient is near 0
+can move differently by up to the learning rate; over these few steps the losses then agree to about 1e-6. LOSS_TOLERANCE
+(1e-4, absolute, on values near 0.69) leaves room for other processors' float rounding and still fails on a run that
+saw other pairs or another global batch: one process with 2 pairs a step instead of 4 differs by 1.4e-2 at the
+second step and 0.16 at the third (docs/deploy.md, "More than one process").
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.training.conftest import REPO
+from tests.training.helpers import load_weights, write_snapshot_run_config
+
+CPU_DDP = REPO / "deploy" / "accelerate" / "cpu_ddp.yaml"
+LOSS_TOLERANCE = 1e-4
+STEPS = 3
+GLOBAL_BATCH = 4
+
+
+def launch(kind: str, config: Path, processes: int, *, accelerate_config: Path = CPU_DDP,
+           timeout: int = 300) -> subprocess.CompletedProcess:
+    """`accelerate launch --config_file CONFIG --num_processes N -m training KIND --config F`, as docs/deploy.md
+    says; one thread per process, so two processes use the two cores one process would."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
+               "--num_processes", str(processes), "-m", "training", kind, "--config", str(config)]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
+
+
+def train_curve(run: Path, key: str) -> list[float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [row[key] for row in rows if row["event"] == "train" and key in row]
+
+
+def run_pair(tmp_path, checkpoint, snapshot, kind: str, **overrides) -> tuple[Path, Path]:
+    """The same run (STEPS steps, GLOBAL_BATCH pairs a step, seed 0) with one process and with two."""
+    folders = []
+    for processes in (1, 2):
+        folder = tmp_path / f"{kind}-{processes}"
+        folder.mkdir()
+        config = write_snapshot_run_config(folder, checkpoint, snapshot, name=kind, max_steps=STEPS, seed=0,
+                                           per_device_train_batch_size=GLOBAL_BATCH // processes, torch_threads=1,
+                                           report_to=["none"], **overrides)
+        result = launch(kind, config, processes)
+        assert result.returncode == 0, result.stderr[-3000:]
+        folders.append(folder / "run")
+    return folders[0], folders[1]
+
+
+def assert_same_curve(one: Path, two: Path, key: str) -> None:
+    first, second = train_curve(one, key), train_curve(two, key)
+    assert len(first) == len(second) == STEPS
+    assert first == pytest.approx(second, abs=LOSS_TOLERANCE), f"{key}: one process {first}, two {second}"
+
+
+def assert_one_run_of_two_processes(one: Path, two: Path) -> None:
+    """run.json and ledger.json say how many processes trained; the two-process run wrote one record of each step
+    and one checkpoint, which loads as the one-process run's does."""
+    from transformers import AutoConfig
+
+    for run, processes in ((one, 1), (two, 2)):
+        record = json.loads((run / "run.json").read_text())
+        assert record["status"] == "completed" and record["hardware"]["world_size"] == processes
+        assert json.loads((run / "ledger.json").read_text())["consumed"]["world_size"] == processes
+    steps = [json.loads(line)["step"] for line in (two / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["event"] == "train" and "loss" in json.loads(line)]
+    assert steps == list(range(1, STEPS + 1))
+    assert sorted(path.name for path in two.glob("checkpoint*")) == ["checkpoint"]
+    AutoConfig.from_pretrained(two / "checkpoint", local_files_only=True)
+    assert load_weights(two / "checkpoint").keys() == load_weights(one / "checkpoint").keys()
+
+
+def test_two_process_dpo_matches_one_process(tmp_path, tiny_checkpoint, tiny_snapshot):
+    one, two = run_pair(tmp_path, tiny_checkpoint, tiny_snapshot, "dpo")
+    assert_same_curve(one, two, "loss")
+    assert_same_curve(one, two, "rewards/margins")
+    assert_one_run_of_two_processes(one, two)
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(two / "checkpoint", local_files_only=True)
+
+
+def test_two_process_reward_matches_one_process(tmp_path, tiny_checkpoint, tiny_snapshot):
+    one, two = run_pair(tmp_path, tiny_checkpoint, tiny_snapshot, "reward")
+    assert_same_curve(one, two, "loss")
+    assert_same_curve(one, two, "accuracy")
+    assert_one_run_of_two_processes(one, two)
