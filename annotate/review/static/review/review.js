@@ -174,8 +174,22 @@
   rationale.addEventListener("paste", () => { typing.pastes += 1; });
   rationale.addEventListener("drop", () => { typing.pastes += 1; });
 
+  // A sentence that names its keyboard shortcut: the keys go in a .hint span, which the style sheet hides where
+  // no keyboard is likely (a phone), and the sentence reads whole either way.
+  function keyed(text, keys) {
+    const hint = document.createElement("span");
+    hint.className = "hint";
+    hint.textContent = ` (${keys})`;
+    return [text, hint, "."];
+  }
+
+  // Plain text, or a keyed() sentence.
+  function write(element, text) {
+    element.replaceChildren(...(Array.isArray(text) ? text : [text || ""]));
+  }
+
   function say(text, kind) {
-    message.textContent = text || "";
+    write(message, text);
     message.className = `message ${kind || ""}`;
   }
 
@@ -188,7 +202,7 @@
   // Beside `place` (inside it for a group of choices), in view, and focus on `control`: at any width the
   // reviewer sees why Ctrl+Enter did not submit, and can fix it at once.
   function complain(text, place, control) {
-    formProblem.textContent = text;
+    write(formProblem, text);
     if (place.matches("fieldset, li")) place.append(formProblem); else place.after(formProblem);
     formProblem.hidden = false;
     if (control) control.focus({ preventScroll: true });
@@ -487,21 +501,21 @@
   function problem(judgment) {
     const group = (name) => form.querySelector(`input[name=${name}]`).closest("fieldset");
     if (!judgment.choice) {
-      return ["Choose left, right, tie or both bad (A, D, S, X).", group("choice"), form.querySelector("input[name=choice]")];
+      return [keyed("Choose left, right, tie or both bad", "A, D, S, X"), group("choice"), form.querySelector("input[name=choice]")];
     }
     if (["left", "right"].includes(judgment.choice) && !judgment.strength) {
-      return ["Say how strongly: 1, 2 or 3.", group("strength"), form.querySelector("input[name=strength]")];
+      return [keyed("Say how strongly: slightly, clearly or much", "1, 2, 3"), group("strength"), form.querySelector("input[name=strength]")];
     }
     const missing = current.criteria.items.filter((item) => !judgment.criteria[item.key]).map((item) => item.key);
     if (missing.length) {
       const rows = [...criterionRows()];
       const first = rows.findIndex((row) => row.dataset.key === missing[0]);
       moveCursor(first);
-      return [`Choose left, right or tie for: ${missing.join(", ")} (J/K to move, H/L/T to choose).`, rows[first],
+      return [keyed(`Choose left, right or tie for: ${missing.join(", ")}`, "J/K to move, H/L/T to choose"), rows[first],
               rows[first].querySelector("input")];
     }
     if (judgment.rationale.trim().length < minRationale) {
-      return [`Write at least ${minRationale} characters on why (R).`, rationale, rationale];
+      return [keyed(`Write at least ${minRationale} characters on why`, "R"), rationale, rationale];
     }
     return null;
   }
@@ -557,7 +571,7 @@
       // and a kept copy of the same pair would both be on the way.
       if (keptKeys().length) {
         if (!(await sendKept())) {
-          say("Nothing was undone: your last judgment is not confirmed by the server yet. Undo once it is (U).",
+          say(keyed("Nothing was undone: your last judgment is not confirmed by the server yet. Undo once it is", "U"),
               "error");
           return;
         }
@@ -569,7 +583,7 @@
       let result = null;
       try { result = await api("POST", `projects/${slug}/judgments/undo`); } catch { /* no answer */ }
       if (notAnswered(result)) {
-        say("The server did not answer, so nothing was undone; try again in a moment (U).", "error");
+        say(keyed("The server did not answer, so nothing was undone; try again in a moment", "U"), "error");
         return;
       }
       const { status, data } = result;
