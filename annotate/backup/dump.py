@@ -19,6 +19,7 @@ from annotate.backup.contents import (
     project_models,
 )
 from annotate.review.models import Project
+from annotate.review.projects import project_or_error
 from annotate.roles import ROLES
 from training.atomic_write import atomic_file
 
@@ -78,10 +79,7 @@ def backup_write(*, slug: str, out: Path) -> dict:
     On PostgreSQL the rows are read in one REPEATABLE READ transaction, so judging that goes on meanwhile
     never leaves an assignment in the file pointing at a judgment that is not.
     """
-    project = Project.objects.filter(slug=slug).first()
-    if project is None:
-        raise BackupError(f"no project {slug!r} in this database; the projects are: "
-                          f"{', '.join(Project.objects.order_by('slug').values_list('slug', flat=True)) or 'none'}")
+    project = project_or_error(slug=slug, error=BackupError)
     if out.exists():
         raise BackupError(f"{out} already exists; give a new file name (a backup never overwrites one)")
     if not out.parent.is_dir():

@@ -5,6 +5,7 @@ Views and commands validate their input shape, call one function here, and shape
 Every function is keyword-only and raises ReviewError (with an HTTP-like status) for a user's mistake.
 """
 
+from django.core.management.base import CommandError
 from django.db import transaction
 
 from annotate.limits import share_number, whole_number
@@ -19,6 +20,21 @@ from annotate.review.overlap import (
 )
 from annotate.review.queue_priority import queue_priorities_clear
 from annotate.review.signals import leaderboard_priority_turned_on
+
+# How many of the database's projects a refusal names: enough to spot a typo, a line long at most.
+PROJECTS_NAMED = 10
+
+
+def project_or_error(*, slug: str, error: type[Exception] = CommandError) -> Project:
+    """The project with this slug, or `error` (a command's CommandError unless told) in the one line every command
+    that takes a slug answers: what is missing, where (the database's projects), and how to fix it."""
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        slugs = list(Project.objects.order_by("slug").values_list("slug", flat=True)[:PROJECTS_NAMED + 1])
+        named = ", ".join(slugs[:PROJECTS_NAMED]) + (", ..." if len(slugs) > PROJECTS_NAMED else "")
+        raise error(f"no project {slug!r} in this database (its projects: {named or 'none'}); give one of those "
+                    "slugs, or create the project with manage.py create_project")
+    return project
 
 
 def criteria_version_add(*, project: Project, instructions: str, items: list[dict]) -> tuple[CriteriaVersion, bool]:

@@ -95,3 +95,19 @@ def test_seed_demo_loads_thirty_prompts_and_prints_working_accounts():
         assignment = assignment_next(project=project, reviewer=reviewer)
         shown = selectors.assignment_payload(assignment=assignment, project=project, reviewer=reviewer)
         assert shown.get("qualification", {}).get("items") == round_items
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", [
+    ["import_items", "spede", "items.jsonl"], ["export_snapshot", "spede", "--out", "snapshot"], ["agreement", "spede"],
+    ["refresh_queue_priorities", "spede"], ["backup_project", "spede", "--out", "backup.jsonl"],
+])
+def test_every_command_taking_a_project_refuses_a_missing_one_in_the_same_line(command, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for slug in ("speed", "accuracy"):
+        Project.objects.create(slug=slug, name=slug)
+    with pytest.raises(CommandError) as refused:
+        call_command(*command)
+    assert str(refused.value) == ("no project 'spede' in this database (its projects: accuracy, speed); give one of "
+                                  "those slugs, or create the project with manage.py create_project")
+    assert not list(tmp_path.iterdir())  # nothing written

@@ -8,7 +8,7 @@ from annotate.exports import services
 from annotate.exports.filters import ADJUDICATION_CHOICES, FIELDS, GOLD_CHOICES, ExportError, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import empty_test_split_warning, export_preview
-from annotate.review.models import Project
+from annotate.review.projects import project_or_error
 from training.snapshot import ROW_FORMATS
 
 
@@ -51,9 +51,7 @@ class Command(BaseCommand):
         self.option_of["file_format"] = "--parquet"
 
     def handle(self, *args, slug, out, preview, parquet, **options):
-        project = Project.objects.filter(slug=slug).first()
-        if project is None:
-            raise CommandError(f"no project {slug!r}; see the projects in the admin or create one with create_project")
+        project = project_or_error(slug=slug)
         raw = {key: options[key] for key in FIELDS if key in options}
         if parquet:
             raw["file_format"] = "parquet"

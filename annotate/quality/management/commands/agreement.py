@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from annotate.quality.selectors import agreement_report_for_project
 from annotate.quality.services import STORED_BOOTSTRAP, stored_report_refresh
-from annotate.review.models import Project
+from annotate.review.projects import project_or_error
 
 
 def _fmt(value, digits: int = 3) -> str:
@@ -26,9 +26,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, slug, json: bool, bootstrap: int, **options):
-        project = Project.objects.filter(slug=slug).first()
-        if project is None:
-            raise CommandError(f"no project {slug!r}")
+        project = project_or_error(slug=slug)
         if bootstrap < 0:
             raise CommandError("--bootstrap must be 0 or more")
         if bootstrap == STORED_BOOTSTRAP:

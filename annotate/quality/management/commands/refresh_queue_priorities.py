@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from annotate.quality.queue_priorities import queue_priorities_refresh
-from annotate.review.models import Project
+from annotate.review.projects import project_or_error
 
 
 class Command(BaseCommand):
@@ -12,9 +12,7 @@ class Command(BaseCommand):
         parser.add_argument("slug")
 
     def handle(self, *args, slug, **options):
-        project = Project.objects.filter(slug=slug).first()
-        if project is None:
-            raise CommandError(f"no project {slug!r}; see the projects in the admin or create one with create_project")
+        project = project_or_error(slug=slug)
         if not project.leaderboard_priority:
             raise CommandError(f"project {slug!r} is not a leaderboard project; turn it on with "
                                f"create_project {slug} --leaderboard-priority on")

@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from annotate.review.import_sql import items_import_file
 from annotate.review.importing import ImportRejected
-from annotate.review.models import Project
+from annotate.review.projects import project_or_error
 
 
 class Command(BaseCommand):
@@ -18,9 +18,7 @@ class Command(BaseCommand):
         parser.add_argument("path", type=Path)
 
     def handle(self, *args, slug, path, **options):
-        project = Project.objects.filter(slug=slug).first()
-        if project is None:
-            raise CommandError(f"no project {slug!r}; create it first with manage.py create_project")
+        project = project_or_error(slug=slug)
         if not path.is_file():
             raise CommandError(f"{path}: no such file")
         try:
