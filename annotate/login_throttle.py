@@ -19,7 +19,6 @@ from axes.models import AccessAttempt
 from axes.utils import reset
 from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import Max, QuerySet, Sum
 from django.http import HttpRequest, HttpResponseBadRequest
@@ -27,7 +26,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
-from annotate.roles import ADMIN_ROLES, user_roles
+from annotate.roles import ADMIN_ROLES, require_role
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +149,7 @@ def unlock(*, address: str, username: str = "") -> tuple[int, bool]:
 @require_http_methods(["GET", "POST"])
 def lockouts_page(request):
     """The locks in force, each with an Unlock button (admins only)."""
-    if not user_roles(request.user) & ADMIN_ROLES:
-        raise PermissionDenied("only admins can see and lift login lockouts")
+    require_role(request, ADMIN_ROLES, "only admins can see and lift login lockouts")
     if request.method == "POST":
         return _unlock_from_page(request)
     return render(request, "registration/lockouts.html", {

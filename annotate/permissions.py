@@ -2,7 +2,7 @@
 
 from rest_framework.permissions import BasePermission
 
-from annotate.roles import ADJUDICATOR_ROLES, ADMIN_ROLES, REVIEWER_ROLES, STAFF_ROLES, user_roles
+from annotate.roles import ADJUDICATOR_ROLES, ADMIN_ROLES, REVIEWER_ROLES, STAFF_ROLES, has_role
 
 
 class _HasAnyRole(BasePermission):
@@ -10,7 +10,7 @@ class _HasAnyRole(BasePermission):
     message = "your account does not have the role this needs"
 
     def has_permission(self, request, view) -> bool:
-        return bool(user_roles(request.user) & self.roles)
+        return has_role(request.user, self.roles)
 
 
 class CanReview(_HasAnyRole):

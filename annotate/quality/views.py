@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.template.defaultfilters import pluralize
 from django.urls import reverse
@@ -47,7 +46,7 @@ from annotate.review.models import qualification_gold_short
 from annotate.review.qualification import guess_pass_chance, qualification_release
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.selectors import project_for_staff_page
-from annotate.roles import ADMIN_ROLES, user_roles
+from annotate.roles import ADMIN_ROLES, has_role, require_role
 
 RATIONALE_FLAG_TEXT = {
     "too_short": ("too short", "Shorter than the project's rationale flag length."),
@@ -335,7 +334,7 @@ def quality_dashboard(request, slug: str):
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
     now = timezone.now()
     state = stored_report_read(project=project, now=now)
-    is_admin = bool(user_roles(request.user) & ADMIN_ROLES)
+    is_admin = has_role(request.user, ADMIN_ROLES)
     sections = {
         "qualification": _qualification_section(
             project, can_release=is_admin, gold_judgments=((state.report or {}).get("gold") or {}).get("judgments", 0)),
@@ -372,8 +371,7 @@ def quality_dashboard(request, slug: str):
 def qualification_release_page(request, slug: str):
     """The dashboard's buttons for a reviewer who has not passed: try the round again, or pass (admins only)."""
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
-    if not user_roles(request.user) & ADMIN_ROLES:
-        raise PermissionDenied("only admins can let a reviewer go on")
+    require_role(request, ADMIN_ROLES, "only admins can let a reviewer go on")
     reviewer = get_user_model().objects.filter(username=request.POST.get("username", "")).first()
     if reviewer is None:
         messages.error(request, f"no reviewer {request.POST.get('username', '')!r}")

@@ -5,7 +5,6 @@ anything else from which the left/right order could be inferred.
 """
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import Count, Exists, F, OuterRef, Q
 from django.http import Http404
@@ -23,7 +22,7 @@ from annotate.review.models import (
 )
 from annotate.review.rationale import FLAGS as RATIONALE_FLAGS
 from annotate.review.rendering import markdown_to_safe_html
-from annotate.roles import ADJUDICATOR_ROLES, STAFF_ROLES, user_roles
+from annotate.roles import ADJUDICATOR_ROLES, STAFF_ROLES, require_role
 
 
 def project_or_404(slug: str, *, only: tuple[str, ...] = (), prepared: bool = False) -> Project:
@@ -53,8 +52,7 @@ def project_for_staff_page(request, slug: str, *, to: str) -> Project:
 
     `to` finishes the refusal: "only admins and engineers can <to>".
     """
-    if not user_roles(request.user) & STAFF_ROLES:
-        raise PermissionDenied(f"only admins and engineers can {to}")
+    require_role(request, STAFF_ROLES, f"only admins and engineers can {to}")
     return project_or_404(slug)
 
 

@@ -5,7 +5,6 @@ In the runs app because attaching and scoring launch the training process (annot
 the routes stay beside the dashboard's (annotate/runs/model_reviewer_page_urls.py)."""
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -19,7 +18,7 @@ from annotate.quality.model_reviewers import (
     model_reviewer_detach,
 )
 from annotate.review.selectors import project_for_staff_page
-from annotate.roles import ADMIN_ROLES, user_roles
+from annotate.roles import ADMIN_ROLES, require_role
 from annotate.runs.model_reviewer_scoring import (
     DEFAULT_DISAGREEMENT_THRESHOLD,
     model_reviewer_attach,
@@ -29,8 +28,7 @@ from annotate.runs.model_reviewer_scoring import (
 
 def _admin_page_project(request, slug: str):
     project = project_for_staff_page(request, slug, to="see the quality dashboard")
-    if not user_roles(request.user) & ADMIN_ROLES:
-        raise PermissionDenied("only admins can attach, score or detach a model reviewer")
+    require_role(request, ADMIN_ROLES, "only admins can attach, score or detach a model reviewer")
     return project
 
 

@@ -3,7 +3,6 @@
 import json
 
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -12,7 +11,7 @@ from django.views.decorators.http import require_POST
 from annotate.errors import UserMistake
 from annotate.review.models import Project
 from annotate.review.rendering import markdown_to_safe_html
-from annotate.roles import ADMIN_ROLES, REVIEWER_ROLES, STAFF_ROLES, user_roles
+from annotate.roles import ADMIN_ROLES, REVIEWER_ROLES, STAFF_ROLES, has_role, require_role
 from annotate.runs.api import run_or_404
 from annotate.runs.audit import (
     audit_create,
@@ -69,13 +68,11 @@ from annotate.runs.task_sets import (
 
 
 def _staff_only(request, to: str) -> None:
-    if not user_roles(request.user) & STAFF_ROLES:
-        raise PermissionDenied(f"only admins and engineers can {to}")
+    require_role(request, STAFF_ROLES, f"only admins and engineers can {to}")
 
 
 def _admins_only(request, to: str) -> None:
-    if not user_roles(request.user) & ADMIN_ROLES:
-        raise PermissionDenied(f"only admins can {to}")
+    require_role(request, ADMIN_ROLES, f"only admins can {to}")
 
 
 def runs_page(request):
@@ -110,7 +107,7 @@ def runs_page(request):
     unlisted = snapshot_note(values["export"], snapshots) if values["kind"] in ("dpo", "reward") else None
     return render(request, "runs/list.html", {
         "runs": runs, "run_filters": run_filters, "checkpoints": text_models, "values": values, "error": error,
-        "projects": Project.objects.order_by("slug"), "can_compare": bool(user_roles(request.user) & ADMIN_ROLES),
+        "projects": Project.objects.order_by("slug"), "can_compare": has_role(request.user, ADMIN_ROLES),
         "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_models,
         "open_variants": OPEN_VARIANTS,
         "snapshots": snapshots, "snapshot_note": unlisted if unlisted != error else None, "task_sets": TaskSet.records.order_by("name"),
@@ -298,8 +295,7 @@ def run_audit_create_page(request, run_id: int):
 
 def audit_page(request):
     """One rewarded answer at a time, alone, for a reviewer to say whether its reasoning holds."""
-    if not user_roles(request.user) & REVIEWER_ROLES:
-        raise PermissionDenied("only reviewers can audit answers")
+    require_role(request, REVIEWER_ROLES, "only reviewers can audit answers")
     error, status, values = None, 200, {"verdict": "", "rationale": ""}
     if request.method == "POST":
         values = {"verdict": request.POST.get("verdict", ""), "rationale": request.POST.get("rationale", "")}
