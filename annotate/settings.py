@@ -8,6 +8,7 @@ and off unless set: a forgotten setting never serves Django's debug pages (which
 """
 
 import secrets
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -279,6 +280,30 @@ PAIRWISE_DEMO_SFT_STEPS = env.int("PAIRWISE_DEMO_SFT_STEPS", default=320)
 # DATA_DIR/inputs.
 PAIRWISE_RUN_INPUT_ROOTS = [Path(root) for root in env.list("PAIRWISE_RUN_INPUT_ROOTS", default=[])] or [
     SNAPSHOT_ROOT, RUN_ROOT, INPUTS_ROOT]
+
+# Slurm jobs (backend slurm; docs/deploy.md, "A Slurm cluster"): what every job asks for, unless a run's config
+# sets some of it under `slurm:`. Empty text leaves it to the cluster (its default partition, no account, its
+# memory and time defaults); 0 GPUs per node writes no GPU option (a CPU partition). Extra options (e.g.
+# "--exclusive --qos=high") are the deployment's only. PAIRWISE_SLURM_PYTHON: the interpreter jobs run, by default
+# this one (the same path on the nodes' shared storage).
+PAIRWISE_SLURM_PARTITION = env.str("PAIRWISE_SLURM_PARTITION", default="")
+PAIRWISE_SLURM_ACCOUNT = env.str("PAIRWISE_SLURM_ACCOUNT", default="")
+PAIRWISE_SLURM_NODES = env.str("PAIRWISE_SLURM_NODES", default="1")
+PAIRWISE_SLURM_GPUS_PER_NODE = env.str("PAIRWISE_SLURM_GPUS_PER_NODE", default="1")
+PAIRWISE_SLURM_CPUS_PER_TASK = env.str("PAIRWISE_SLURM_CPUS_PER_TASK", default="8")
+PAIRWISE_SLURM_MEM = env.str("PAIRWISE_SLURM_MEM", default="")
+PAIRWISE_SLURM_TIME = env.str("PAIRWISE_SLURM_TIME", default="24:00:00")
+PAIRWISE_SLURM_EXTRA_OPTIONS = env.str("PAIRWISE_SLURM_EXTRA_OPTIONS", default="")
+PAIRWISE_SLURM_PYTHON = env.str("PAIRWISE_SLURM_PYTHON", default="") or sys.executable
+try:
+    from annotate.runs.slurm_resources import RUN_KEYS, extra_options, resource_value
+
+    for _key in RUN_KEYS:
+        _name = f"PAIRWISE_SLURM_{_key.upper()}"
+        globals()[_name] = resource_value(_key, globals()[_name], _name)
+    extra_options(PAIRWISE_SLURM_EXTRA_OPTIONS, "PAIRWISE_SLURM_EXTRA_OPTIONS")
+except ValueError as _error:
+    raise ImproperlyConfigured(str(_error)) from None
 
 # Behind a proxy that terminates TLS: trust its X-Forwarded-Proto for "this request came over HTTPS"
 # and the address it appends to X-Forwarded-For for the client (login throttling counts by it). Only

@@ -248,9 +248,10 @@ CONFIG_REFUSED = "config refused: "  # how a run whose config the training comma
 def config_checked(kind: str, backend: str, config: dict) -> dict:
     """The training command's check of a launch's full config, then the rules that read what it resolved; the
     resolved config, or UserMistake with one line."""
-    from annotate.runs.slurm import STAGED_MODES, template_path
+    from annotate.runs.slurm import STAGED_MODES, checked_overrides, template_path, without_slurm
 
-    resolved = check_config(kind, config)
+    checked_overrides(config, backend)
+    resolved = check_config(kind, without_slurm(config))
     mode = resolved.get("mode") if kind == Run.Kind.GRPO else None
     if backend == Run.Backend.SLURM and mode in STAGED_MODES and not template_path(kind, mode).is_file():
         raise UserMistake(f"backend slurm has no job script for grpo runs in mode {mode} (deploy/slurm/grpo_staged.sh); "
@@ -275,7 +276,7 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
     The input is the app's export (DPO, reward) or task set (GRPO), by id, or a path under the run input folders
     for files that live elsewhere (a cluster's storage); a path that is an export's or task set's is linked to it.
     A GRPO run may be scored by a registered reward model as well (`reward_model`, by name or id)."""
-    from annotate.runs.slurm import template_path
+    from annotate.runs.slurm import checked_overrides, template_path
 
     if kind not in LAUNCH_KINDS:
         raise UserMistake(f"kind must be one of {', '.join(LAUNCH_KINDS)}, got {kind!r}")
@@ -290,6 +291,7 @@ def run_launch(*, kind: str, base_checkpoint, config=None, snapshot: str | None 
         raise UserMistake(f"base_checkpoint {base.name!r} lies at {base.uri}, which is not a folder here; a run "
                           "starts from a local checkpoint folder")
     user_config = parse_config(config)
+    checked_overrides(user_config, backend)  # the job's resources, at once: a mistake is a 400, nothing recorded
     scorer = picked_reward_model(kind, reward_model, user_config)
     kl_reference = picked_kl_reference(kind, user_config)
     input_key, input_path, picked = _input_path(kind, snapshot, tasks, export, task_set)

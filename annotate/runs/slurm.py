@@ -7,6 +7,12 @@ A GRPO run whose resolved config has mode staged or overlapped is a chain of job
 script deploy/slurm/grpo_staged.sh, rendered for this run, calls sbatch once per stage and names each job on a
 line; the app keeps the list beside the run folder (`run-NNNNNN.jobs`), follows the last job (the one that ends
 the run) and cancels them all.
+
+What a job asks for (partition, account, nodes, GPUs and CPUs, memory, time, extra options) comes from the
+deployment's PAIRWISE_SLURM_* settings and the run config's `slurm:` mapping (annotate/runs/slurm_resources.py):
+the app writes the template's resources block and keeps what it asked for beside the run folder
+(`run-NNNNNN.slurm.json`), with each job's state and Slurm's reason as squeue last gave them; the `slurm:` mapping
+never reaches the training command.
 """
 
 from __future__ import annotations
@@ -18,12 +24,23 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import yaml
 from django.conf import settings
 from django.db import transaction
 
+from annotate.errors import UserMistake
 from annotate.runs.folder import STATUS_OF_RECORD, FolderReader, last_error_line, sidecar
 from annotate.runs.models import Run
 from annotate.runs.services import run_apply_folder, run_finish
+from annotate.runs.slurm_resources import (
+    RUN_KEYS,
+    SlurmSettingError,
+    extra_options,
+    job_resources,
+    run_overrides,
+    sbatch_options,
+)
+from annotate.runs.training_process import training_env
 
 COMMAND_TIMEOUT_S = 60
 JOB_ID = re.compile(r"(?:Submitted batch job )?(\d+)(?:;\S+)?\s*$")
@@ -63,14 +80,50 @@ def _replace_once(text: str, pattern: str, replacement: str, what: str, template
     return new
 
 
+RESOURCES_BLOCK = r"^# Resources:[^\n]*\n(?:#(?!SBATCH)[^\n]*\n)*(?:#SBATCH [^\n]*\n)+"
+PYTHON_LINE = r"^export PYTHON=\$\{PYTHON:-python\}(?:[ ]+#.*)?$"
+
+
+def deployment_resources() -> dict:
+    """The deployment's PAIRWISE_SLURM_* resource settings, by RUN_KEYS key."""
+    return {key: getattr(settings, f"PAIRWISE_SLURM_{key.upper()}") for key in RUN_KEYS}
+
+
+def run_resources(run: Run) -> list[tuple[str, int | str, str]]:
+    """What the run's job asks for: (key, value, "deployment" or "this run") per resource."""
+    return job_resources(deployment_resources(), run_overrides(run.config or {}, run.backend))
+
+
+def checked_overrides(config: dict, backend: str) -> dict:
+    """A launch's `slurm:` mapping checked (annotate/runs/slurm_resources.py), or UserMistake with one line."""
+    try:
+        return run_overrides(config, backend)
+    except SlurmSettingError as error:
+        raise UserMistake(str(error)) from None
+
+
+def without_slurm(config: dict) -> dict:
+    """The config as the training command takes it: the `slurm:` mapping is the job's, not the trainer's."""
+    return {key: value for key, value in config.items() if key != "slurm"}
+
+
+def _deployment_extra_options() -> list[str]:
+    return extra_options(settings.PAIRWISE_SLURM_EXTRA_OPTIONS, "PAIRWISE_SLURM_EXTRA_OPTIONS")
+
+
 def render_job(run: Run, config_file: Path) -> str:
-    """The kind's template with this run's job name, log file and config filled in."""
+    """The kind's template with this run's job name, log file, config, interpreter and resources filled in."""
     template = template_path(run.kind)
     text = template.read_text(encoding="utf-8")
     text = _replace_once(text, r"^#SBATCH --job-name=.*$", f"#SBATCH --job-name=pairwise-run-{run.pk}", "job-name",
                          template)
     text = _replace_once(text, r"^#SBATCH --output=.*$", f"#SBATCH --output={sidecar(run.folder, '.log')}", "output",
                          template)
+    lines = [f"#SBATCH {option}" for option in [*sbatch_options(run_resources(run)), *_deployment_extra_options()]]
+    text = _replace_once(text, RESOURCES_BLOCK, "\n".join(["# Resources: PAIRWISE_SLURM_* and this run's slurm: "
+                                                            "mapping", *lines, ""]), "# Resources: block", template)
+    text = _replace_once(text, PYTHON_LINE, f"export PYTHON={shlex.quote(settings.PAIRWISE_SLURM_PYTHON)}",
+                         "export PYTHON=${PYTHON:-python}", template)
     return _replace_once(text, r"^CONFIG=\$\{1:\?.*\}$", f"CONFIG=${{1:-{shlex.quote(str(config_file))}}}",
                          "CONFIG=${1:?...}", template)
 
@@ -92,18 +145,69 @@ def render_staged(run: Run, config_file: Path) -> str:
     line = json.dumps({"max_staleness": _resolved_count(resolved, "max_staleness", 0),
                        "max_steps": _resolved_count(resolved, "max_steps", 1), "mode": run_mode(run),
                        "output_dir": run.folder}, sort_keys=True, ensure_ascii=False)
+    # Every stage is a one-node job: the GPU stages (generate, update) ask for the run's GPUs, the others for none.
+    resources = [resource for resource in run_resources(run) if resource[0] != "nodes"]
+    extra = _deployment_extra_options()
+    gpu_options = " ".join([*sbatch_options(resources), *extra])
+    cpu_options = " ".join([*sbatch_options(resources, gpus=False), *extra])
     text = template.read_text(encoding="utf-8")
     for pattern, replacement, what in (
             (r"^CONFIG=\$\{1:\?.*\}$", f"CONFIG=${{1:-{shlex.quote(str(config_file))}}}", "CONFIG=${1:?...}"),
             (r"^JOB_PREFIX=.*$", f"JOB_PREFIX=pairwise-run-{run.pk}", "JOB_PREFIX"),
             (r"^LOG_DIR=.*$", f"LOG_DIR={shlex.quote(str(sidecar(run.folder, '.logs')))}", "LOG_DIR"),
+            (PYTHON_LINE, f"export PYTHON={shlex.quote(settings.PAIRWISE_SLURM_PYTHON)}", "export PYTHON"),
+            (r"^GPU_OPTIONS=.*$", f"GPU_OPTIONS={shlex.quote(gpu_options)}", "GPU_OPTIONS"),
+            (r"^CPU_OPTIONS=.*$", f"CPU_OPTIONS={shlex.quote(cpu_options)}", "CPU_OPTIONS"),
             (r'^RESOLVED=""$', f"RESOLVED={shlex.quote(line)}", 'RESOLVED=""')):
         text = _replace_once(text, pattern, replacement, what, template)
     return text
 
 
 def _run(command: list[str], timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess:
-    return subprocess.run(command, capture_output=True, text=True, cwd=settings.BASE_DIR, timeout=timeout)
+    """A Slurm command in the training environment (the job inherits it: offline, unbuffered, this checkout)."""
+    return subprocess.run(command, capture_output=True, text=True, cwd=settings.BASE_DIR, env=training_env(),
+                          timeout=timeout)
+
+
+# What a Slurm command says when the cluster itself does not answer, and the one line the app shows for it.
+NOT_ANSWERING = (("Munge encode failed", "munge is not answering on this host (sbatch could not sign its request)"),
+                 ("Unable to contact slurm controller", "slurmctld is not answering"))
+
+
+def slurm_said(done: subprocess.CompletedProcess) -> str:
+    """The one line of a Slurm command's failure: which daemon did not answer, else its last error line."""
+    for marker, line in NOT_ANSWERING:
+        if marker in done.stderr:
+            return f"{line} ({last_error_line(done.stderr)})"
+    return last_error_line(done.stderr) or last_error_line(done.stdout) or "no output"
+
+
+def write_job_config(run: Run, config_file: Path) -> None:
+    """The config file the job reads: the run's config without its slurm: mapping (the job's resources, which the
+    training command does not take)."""
+    config_file.write_text(yaml.safe_dump(without_slurm(run.config or {}), sort_keys=True), encoding="utf-8")
+
+
+def _job_file(run: Run) -> Path:
+    return sidecar(run.folder, ".slurm.json")
+
+
+def job_record(run: Run) -> dict:
+    """What the app kept of the run's jobs: the resources asked for, the extra options and interpreter, and each
+    job's state and reason as squeue or sacct last gave them. {} before submission."""
+    try:
+        record = json.loads(_job_file(run).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _keep_job_record(run: Run, **changes) -> None:
+    record = {**job_record(run), **changes}
+    path = _job_file(run)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
+    partial.replace(path)  # whole or not at all: a page reads it while the sweep writes it
 
 
 def staged_jobs(run: Run) -> list[str]:
@@ -136,9 +240,8 @@ def _submit_staged(run: Run, config_file: Path) -> Run:
         return run_finish(run, status=Run.Status.FAILED, error=f"the staged submit script could not be run: {error}")
     lines = [m.group(0) for m in map(STAGED_JOB.match, done.stdout.splitlines()) if m]
     if done.returncode != 0 or not lines:
-        said = last_error_line(done.stderr) or last_error_line(done.stdout) or "no output"
         return run_finish(run, status=Run.Status.FAILED, exit_code=done.returncode,
-                          error=f"the staged jobs were not submitted: {said}")
+                          error=f"the staged jobs were not submitted: {slurm_said(done)}")
     jobs_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
     run.slurm_job_id = lines[-1].split(" ", 1)[0]
     Run.objects.filter(pk=run.pk).update(slurm_job_id=run.slurm_job_id)
@@ -152,6 +255,9 @@ def _text(output) -> str:
 def slurm_submit(run: Run, config_file: Path) -> Run:
     """Render and submit the job; the run stays running with its job id, or fails with sbatch's words."""
     try:
+        write_job_config(run, config_file)
+        _keep_job_record(run, resources=run_resources(run), extra_options=_deployment_extra_options(),
+                         python=settings.PAIRWISE_SLURM_PYTHON, jobs=[])
         if run_mode(run) in STAGED_MODES:
             return _submit_staged(run, config_file)
         script = sidecar(run.folder, ".sbatch")
@@ -161,9 +267,8 @@ def slurm_submit(run: Run, config_file: Path) -> Run:
         return run_finish(run, status=Run.Status.FAILED, error=f"sbatch could not be run: {error}")
     match = JOB_ID.search(done.stdout.strip().splitlines()[-1] if done.stdout.strip() else "")
     if done.returncode != 0 or match is None:
-        said = last_error_line(done.stderr) or last_error_line(done.stdout) or "no output"
         return run_finish(run, status=Run.Status.FAILED, exit_code=done.returncode,
-                          error=f"sbatch refused the job: {said}")
+                          error=f"sbatch refused the job: {slurm_said(done)}")
     run.slurm_job_id = match.group(1)
     Run.objects.filter(pk=run.pk).update(slurm_job_id=run.slurm_job_id)
     return run
@@ -189,7 +294,7 @@ def slurm_cancel(run: Run) -> Run:
         except (OSError, subprocess.TimeoutExpired) as error:
             done = subprocess.CompletedProcess([], 1, "", str(error))
         if done.returncode != 0:
-            run.log_tail = (run.log_tail + f"\nscancel {run.slurm_job_id}: {last_error_line(done.stderr)}").strip()
+            run.log_tail = (run.log_tail + f"\nscancel {run.slurm_job_id}: {slurm_said(done)}").strip()
             Run.objects.filter(pk=run.pk).update(log_tail=run.log_tail)
     return _finish_once(run, status=Run.Status.CANCELLED, error=f"cancelled; scancel {run.slurm_job_id or '(no job)'}")
 
@@ -205,27 +310,76 @@ def log_path(run: Run) -> Path:
     return newest or sidecar(run.folder, ".log")
 
 
-def _job_in_queue(job_id: str) -> bool | None:
-    """True while squeue lists the job, False once it does not, None when squeue cannot say."""
+def _run_jobs(run: Run) -> list[str]:
+    return staged_jobs(run) or ([run.slurm_job_id] if run.slurm_job_id else [])
+
+
+def queue_states(job_ids: list[str]) -> dict[str, dict] | None:
+    """squeue's word on the jobs it still lists: {job id: {name, state, reason}}; None when squeue cannot say
+    (the cluster does not answer). A job that left the queue is not in it."""
     try:
-        done = _run(["squeue", "-h", "-j", job_id, "-o", "%T"])
+        done = _run(["squeue", "-h", "-j", ",".join(job_ids), "-o", "%i|%j|%T|%r"])
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
-        return False if "Invalid job id" in done.stderr else None
-    return bool(done.stdout.strip())
+        return {} if "Invalid job id" in done.stderr else None
+    states = {}
+    for line in done.stdout.splitlines():
+        job, name, state, reason = (line.split("|", 3) + ["", "", ""])[:4]
+        states[job.strip()] = {"name": name, "state": state, "reason": "" if reason == "None" else reason}
+    return states
+
+
+def job_ends(job_ids: list[str]) -> dict[str, dict]:
+    """How the jobs ended, as sacct says: {job id: {name, state, exit_code}}. From the accounting database where
+    the cluster keeps one, else from the job completion file (sacct --completion: JobCompType=jobcomp/filetxt);
+    {} where neither answers."""
+    for completion in ([], ["--completion"]):
+        try:
+            done = _run(["sacct", *completion, "-n", "-P", "-j", ",".join(job_ids), "-o", "JobID,JobName,State,"
+                         "ExitCode"])
+        except (OSError, subprocess.TimeoutExpired):
+            return {}
+        if done.returncode == 0 and done.stdout.strip():
+            ends = {}
+            for line in done.stdout.splitlines():
+                job, name, state, code = (line.split("|", 3) + ["", "", ""])[:4]
+                if job in job_ids:  # not its steps (12.batch)
+                    ends[job] = {"name": name, "state": state.split(" ")[0], "exit_code": code}
+            return ends
+    return {}
+
+
+def _ended_line(run: Run, jobs: list[str]) -> str:
+    """Why a run whose last job left the queue without finishing run.json ended: the first of its jobs that did
+    not complete, as sacct says, and the log's last line."""
+    said = last_error_line(run.log_tail) or "see the job log"
+    ends = job_ends(jobs)
+    for job in jobs:
+        end = ends.get(job)
+        if end and end["state"] != "COMPLETED":
+            code = f", exit code {end['exit_code']}" if end["exit_code"] not in ("", "0:0") else ""
+            return f"Slurm job {job} ({end['name']}) ended {end['state']}{code}: {said}"
+    return f"Slurm job {run.slurm_job_id} left the queue without finishing its run.json: {said}"
 
 
 def slurm_refresh(run: Run) -> Run:
-    """Read a running Slurm run's folder into its row, and record its end once run.json or squeue says so."""
+    """Read a running Slurm run's folder into its row, keep squeue's word on its jobs (a pending job's reason), and
+    record its end once run.json or the queue says so."""
     if run.backend != Run.Backend.SLURM or run.status != Run.Status.RUNNING:
         return run
     run_apply_folder(run, FolderReader(Path(run.folder), log=log_path(run)).read())
     status = STATUS_OF_RECORD.get((run.record or {}).get("status"))
     if status is not None:
         return _finish_once(run, status=status, error=(run.record or {}).get("error") or "")
-    if run.slurm_job_id and _job_in_queue(run.slurm_job_id) is False:
-        return _finish_once(run, status=Run.Status.FAILED, error=(
-            f"Slurm job {run.slurm_job_id} left the queue without finishing its run.json: "
-            f"{last_error_line(run.log_tail) or 'see the job log'}"))
+    jobs = _run_jobs(run)
+    if not jobs:
+        return run
+    states = queue_states(jobs)
+    if states is None:
+        return run
+    with contextlib.suppress(OSError):
+        _keep_job_record(run, jobs=[{"id": job, **states.get(job, {"state": "ended", "reason": ""})} for job in jobs])
+    if run.slurm_job_id not in states:
+        return _finish_once(run, status=Run.Status.FAILED, error=_ended_line(run, jobs))
     return run

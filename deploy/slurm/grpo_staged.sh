@@ -18,7 +18,9 @@
 # Settings (environment): JOB_PREFIX (default pairwise-grpo), LOG_DIR (default .), PYTHON (default python),
 # GPU_OPTIONS and CPU_OPTIONS (sbatch options of the GPU and CPU jobs), and per stage PREPARE_OPTIONS,
 # GENERATE_OPTIONS, SCORE_OPTIONS, UPDATE_OPTIONS, FINISH_OPTIONS; sbatch's own SBATCH_PARTITION,
-# SBATCH_ACCOUNT, ... apply to every job. Template: adjust the options below to your cluster.
+# SBATCH_ACCOUNT, ... apply to every job. The app writes PYTHON, GPU_OPTIONS and CPU_OPTIONS from its
+# PAIRWISE_SLURM_* settings and a run's slurm: mapping (docs/deploy.md, "A Slurm cluster"); by hand, set them
+# for your cluster.
 set -euo pipefail
 
 CONFIG=${1:?usage: deploy/slurm/grpo_staged.sh CONFIG.yaml}
@@ -26,6 +28,7 @@ JOB_PREFIX=${JOB_PREFIX:-pairwise-grpo}
 LOG_DIR=${LOG_DIR:-.}
 ROOT=$PWD   # the jobs run here (the checkout's root: python -m training)
 STAGE_JOB=$ROOT/deploy/slurm/grpo_stage.sbatch
+export PYTHON=${PYTHON:-python}   # the stage jobs run it (sbatch passes the environment on)
 GPU_OPTIONS=${GPU_OPTIONS:---gpus-per-node=1 --cpus-per-task=8 --time=04:00:00}
 CPU_OPTIONS=${CPU_OPTIONS:---cpus-per-task=16 --time=02:00:00}
 PREPARE_OPTIONS=${PREPARE_OPTIONS:-$CPU_OPTIONS}
@@ -40,7 +43,7 @@ fail() { echo "grpo_staged.sh: $*" >&2; exit 2; }
 # resolved at launch instead.
 RESOLVED=""
 if [[ -z $RESOLVED ]]; then
-  RESOLVED=$("${PYTHON:-python}" -m training cycle --config "$CONFIG" --check | tail -n 1)
+  RESOLVED=$("$PYTHON" -m training cycle --config "$CONFIG" --check | tail -n 1)
 fi
 value() {  # value KEY PATTERN: KEY's value in RESOLVED, which must match PATTERN
   local pattern="\"$1\": ($2)(,|\})"

@@ -113,7 +113,7 @@ def slurm(tmp_path, monkeypatch):
                   'if [ -n "${SBATCH_FAIL:-}" ]; then echo "sbatch: error: invalid partition specified: gpu" >&2; '
                   'exit 1; fi\necho "4242;cluster-a"',
         "scancel": f'echo "scancel $*" >> {calls}',
-        "squeue": f'echo "squeue $*" >> {calls}\necho RUNNING',
+        "squeue": f'echo "squeue $*" >> {calls}\necho "4242|pairwise-run|RUNNING|None"',
     })
     return calls
 

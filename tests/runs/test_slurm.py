@@ -27,7 +27,7 @@ def test_the_rendered_job_is_valid_bash_for_this_run_and_the_job_id_is_kept(base
     assert subprocess.run(["bash", "-n", str(tmp_path / "submitted.sbatch")]).returncode == 0
     assert f"#SBATCH --job-name=pairwise-run-{run.pk}\n" in script
     assert f"#SBATCH --output={run.folder}.log\n" in script
-    assert f"CONFIG=${{1:-{run.folder}.yaml}}\n" in script and f"-m training {kind} --config" in script
+    assert f"CONFIG=${{1:-{run.folder}.yaml}}\n" in script and f'deploy/slurm/train.sh {kind} "$CONFIG"' in script
     assert "--parsable" in slurm.read_text()
     assert yaml.safe_load(Path(run.folder + ".yaml").read_text()) == run.config
 
@@ -44,7 +44,7 @@ def test_a_reward_launch_on_slurm_is_queued_then_submitted_as_the_reward_templat
     run = execute.run_execute(run_id=started.json()["id"], worker="w1@test")
     assert run.status == "running" and run.slurm_job_id == "4242" and run.folder == str(run_root / f"run-{run.pk:06d}")
     script = (tmp_path / "submitted.sbatch").read_text()
-    assert f"CONFIG=${{1:-{run.folder}.yaml}}\n" in script and "-m training reward --config '$CONFIG'" in script
+    assert f"CONFIG=${{1:-{run.folder}.yaml}}\n" in script and 'deploy/slurm/train.sh reward "$CONFIG"' in script
     assert f"#SBATCH --output={run.folder}.log\n" in script
     assert yaml.safe_load(Path(run.folder + ".yaml").read_text())["snapshot"] == str(tiny_snapshot)
 

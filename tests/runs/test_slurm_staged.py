@@ -34,7 +34,8 @@ def cluster(tmp_path, monkeypatch):
                   'combination specified" >&2; exit 1; fi\n'
                   'echo "sbatch: warning: no time limit given" >&2\necho "$(( 100 + n ));cluster-a"',
         "scancel": f'echo "scancel $*" >> {tmp_path}/calls.log',
-        "squeue": f'echo "squeue $*" >> {tmp_path}/calls.log\necho PENDING',
+        "squeue": f'echo "squeue $*" >> {tmp_path}/calls.log\n'
+                  'for job in ${3//,/ }; do echo "$job|pairwise-run|PENDING|Dependency"; done',
     })
     return tmp_path
 
@@ -161,7 +162,7 @@ def test_the_backend_picks_the_template_by_the_mode_the_app_resolved_not_the_one
     run.save(update_fields=["config", "resolved_config"])
     run = execute.run_execute(run_id=run.pk, worker="w1@test")
     assert run.status == "running" and run.slurm_job_id == "4242"
-    assert "-m training grpo --config '$CONFIG'" in (tmp_path / "submitted.sbatch").read_text()
+    assert 'deploy/slurm/train.sh grpo "$CONFIG"' in (tmp_path / "submitted.sbatch").read_text()
     assert not Path(run.folder + ".sh").exists()
 
 
