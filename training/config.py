@@ -154,6 +154,28 @@ def check_run_bounds(values: dict[str, Any], source: str) -> None:
                                          f"setting {variable} where the training command runs")
 
 
+def available_processes(use_cpu: bool) -> tuple[int | None, str]:
+    """How many data-parallel processes this machine can give a run, and of what: its CPU cores for a CPU run, its
+    GPUs otherwise (None where it sees no GPU: a GPU run checked on a machine without one, such as the app's host
+    for a Slurm run, is bounded where it runs)."""
+    if use_cpu:
+        return os.cpu_count() or 1, "CPU cores"
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return count or None, "GPUs"
+
+
+def check_processes(values: dict[str, Any], source: str) -> None:
+    processes = values["processes"]
+    if processes < 1:
+        raise key_error(source, "processes", f"must be at least 1, got {processes}")
+    available, of_what = available_processes(bool(values["use_cpu"]))
+    if available is not None and processes > available:
+        raise key_error(source, "processes", f"is {processes} but this machine has {available} {of_what}; "
+                                             f"set it to at most {available}")
+
+
 def key_error(source: str, key: str, why: str) -> ConfigError:
     """The one-line error for a value that parses but cannot be used: "FILE: key why"."""
     return ConfigError(f"{source}: {key} {why}")
@@ -172,7 +194,7 @@ class PairwiseConfigMixin:
 
     pairwise_keys: ClassVar[tuple[str, ...]] = (
         "output_dir", "torch_threads", "use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
-        "bf16", "gradient_checkpointing", "report_to")
+        "bf16", "gradient_checkpointing", "report_to", "processes")
     required_keys: ClassVar[tuple[str, ...]] = ("output_dir",)
 
     output_dir: str | None = field(default=None, metadata={
@@ -197,6 +219,10 @@ class PairwiseConfigMixin:
     report_to: None | str | list[str] = field(default_factory=lambda: ["tensorboard"], metadata={
         "help": "Metric sinks besides metrics.jsonl: tensorboard (written to the run folder's tensorboard/), "
                 "none, or any transformers integration."})
+    processes: int = field(default=1, metadata={
+        "help": "Data-parallel processes on this machine, each with per_device_train_batch_size rows a step; "
+                "above 1 the app starts the run with accelerate launch (docs/deploy.md). At most the CPU cores "
+                "(use_cpu) or the GPUs here."})
 
     def __post_init__(self):
         # transformers 5 renamed gradient_checkpointing(_kwargs) to activation_checkpointing(_kwargs) and warns on
@@ -206,6 +232,12 @@ class PairwiseConfigMixin:
             if hasattr(self, new) and getattr(self, new) is None and getattr(self, old) is not None:
                 setattr(self, new, getattr(self, old))
                 setattr(self, old, None)
+        if not self.use_cpu and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            import torch
+
+            # Launched as several processes on a machine without an accelerator, transformers makes each a lone
+            # CPU run (N copies of one run, all writing one folder); on the CPU they join over gloo instead.
+            self.use_cpu = not torch.accelerator.is_available()
         super().__post_init__()
 
     @classmethod
@@ -222,6 +254,7 @@ class PairwiseConfigMixin:
             raise key_error(source, "lora_r", f"must be at least 1, got {values['lora_r']}")
         if values["torch_threads"] is not None and values["torch_threads"] < 1:
             raise key_error(source, "torch_threads", f"must be at least 1 or null, got {values['torch_threads']}")
+        check_processes(values, source)
         # Every trainer's length and step size; TRL would accept these and train nothing or diverge.
         if not values["learning_rate"] > 0:
             raise key_error(source, "learning_rate", f"must be above 0, got {values['learning_rate']}")

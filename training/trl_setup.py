@@ -42,6 +42,17 @@ def wait_for_all_processes() -> None:
         dist.barrier()
 
 
+def check_launched(config, kind: str) -> None:
+    """A config asking for more processes than were started would train alone on a smaller global batch than it
+    says; refuse it in one line that gives the command. (Under a launcher its count is the launcher's.)"""
+    processes = getattr(config, "processes", 1)
+    if processes > 1 and world_size() == 1:
+        raise PairwiseInputError(
+            f"processes is {processes} but this command runs as one process; start it with `accelerate launch "
+            f"--config_file deploy/accelerate/cpu_ddp.yaml --num_processes {processes} -m training {kind} --config "
+            "FILE` (the app's local backend does), or set processes: 1")
+
+
 def quiet_other_processes() -> None:
     """Progress bars from the main process only: every process loads, tokenizes and saves the same things, and N
     copies of each bar in one log say nothing more than one."""
@@ -196,6 +207,7 @@ def start_run_record(run, config, *, kind: str, base_path: Path, base_hash: str 
     from training.run_folder import RUN_FORMAT, RecordStatus, hardware, library_versions, utc_now
     from training.snapshot import code_version
 
+    check_launched(config, kind)
     run.create()
     previous = run.read_record() if resume_from is not None else None
     run.record = previous or {}

@@ -31,7 +31,7 @@ from annotate.runs.evaluation import eval_command_args, eval_result
 from annotate.runs.folder import FolderReader, last_error_line, sidecar
 from annotate.runs.models import Run
 from annotate.runs.services import run_apply_folder, run_finish
-from annotate.runs.training_process import training_command, training_env
+from annotate.runs.training_process import launched_training_command, training_command, training_env
 from training.run_folder import RecordStatus
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ POLL_S = 1.0
 # How often a follower tells the row it is still there (Run.heartbeat_at); a run not heard from for
 # PAIRWISE_RUN_LOST_AFTER_S is marked lost (annotate/runs/sweeps.py).
 HEARTBEAT_S = 5.0
+# The kinds whose config is a trainer's, where `processes` (data-parallel processes) is a key.
+TRAINER_KINDS = (Run.Kind.DPO, Run.Kind.REWARD)
 STOP_GRACE_S = 10.0  # SIGTERM first, so the trainer can mark its run.json; then SIGKILL
 
 
@@ -52,6 +54,16 @@ def _claim(run_id: int, worker: str) -> Run | None:
         run.worker, run.host, run.heartbeat_at = worker, socket.gethostname(), run.started_at
         run.save(update_fields=["status", "started_at", "worker", "host", "heartbeat_at"])
     return run
+
+
+def processes(run: Run) -> int:
+    """The data-parallel processes a trainer's config asks for (its --check has parsed the value); 1 otherwise."""
+    if run.kind not in TRAINER_KINDS:
+        return 1
+    try:
+        return max(int((run.config or {}).get("processes", 1)), 1)
+    except (TypeError, ValueError):
+        return 1
 
 
 def write_config(run: Run) -> Path:
@@ -108,7 +120,9 @@ def run_execute(*, run_id: int, worker: str) -> Run | None:
             return slurm_submit(run, config_file)
         log = sidecar(run.folder, ".log")
         with open(log, "ab") as output:
-            process = subprocess.Popen(training_command(*command_args(run, config_file)),
+            args, count = command_args(run, config_file), processes(run)
+            command = training_command(*args) if count == 1 else launched_training_command(count, *args)
+            process = subprocess.Popen(command,
                                        cwd=settings.BASE_DIR, env=training_env(), stdout=output,
                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as error:
