@@ -60,11 +60,28 @@ def too_long(name: str, text: str, limit: int) -> str | None:
     return f"{name} is {len(text):,} characters; at most {limit:,}"
 
 
+def unstorable_part(text: str) -> str | None:
+    """What in `text` no database text column can hold, or None: a NUL character (PostgreSQL refuses it; a path
+    or a command's argument cannot hold one either) or an unpaired surrogate (JSON's \\ud800-\\udfff alone,
+    which is no UTF-8)."""
+    if "\x00" in text:
+        return "a NUL character"
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            return "an unpaired surrogate (\\ud800-\\udfff)"
+    return None
+
+
 def text_within(name: str, text: str, limit: int) -> None:
-    """UserMistake (400) naming the field and both lengths when `text` is over `limit` characters."""
+    """The rule for a text a user sends: UserMistake (400) naming the field and both lengths when `text` is over
+    `limit` characters, or what it holds that cannot be stored (unstorable_part)."""
     message = too_long(name, text, limit)
     if message:
         raise UserMistake(f"{message}: shorten it")
+    if part := unstorable_part(text):
+        raise UserMistake(f"{name} contains {part}; remove it")
 
 
 def whole_number(name: str, value, *, low: int, high: int, error=UserMistake, hint: str = "") -> int:

@@ -21,6 +21,7 @@ from annotate.limits import (
     MAX_TAG_CHARS,
     MAX_TAGS,
     too_long,
+    unstorable_part,
 )
 from training.json_input import JsonRefused, read_json_line
 from training.snapshot import prompt_key
@@ -196,11 +197,7 @@ def _item(line_no: int, raw: str, errors: list[str]) -> ImportedItem | None:
 
 def _unstorable(value) -> bool:
     if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return True
-        return "\x00" in value
+        return unstorable_part(value) is not None
     if isinstance(value, list):
         return any(_unstorable(item) for item in value)
     if isinstance(value, dict):

@@ -172,7 +172,7 @@ def _judgment_submit_locked(
                 fields = checked()
             except UserMistake:
                 fields = None
-            if fields is not None and "\x00" not in fields[3]:  # text with NUL fails at the insert: after the reads
+            if fields is not None:
                 inserted = insert(fields, None)
         if inserted is None:
             # Read after the lock, so a submission that waited on it sees what the one before it stored.

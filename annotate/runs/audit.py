@@ -137,8 +137,6 @@ def audit_judge(*, item_id, reviewer: AbstractBaseUser, verdict: str, rationale:
         raise UserMistake(f"rationale is required: say in at least {MIN_RATIONALE_CHARS} characters why the "
                           "reasoning holds or where it breaks")
     text_within("rationale", rationale, MAX_RATIONALE_CHARS)
-    if "\0" in rationale:
-        raise UserMistake("rationale contains a NUL character; remove it")
     with transaction.atomic():
         item = AuditItem.objects.select_for_update().select_related("batch").filter(pk=item_id).first()
         if item is None or not _was_served(item_id, reviewer, token):

@@ -16,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 
 from annotate.errors import UserMistake
+from annotate.limits import text_within
 from annotate.runs.models import Checkpoint, Run
 from training.errors import PairwiseInputError
 from training.grpo.versions import KEEP_FILE, VERSION_NAME
@@ -143,7 +144,7 @@ def made_checkpoint_name(run: Run) -> str:
     `tiny-sft · dpo · run 3` (every run's folder holds a `checkpoint/`, so the folder's name tells nothing).
     The base's name is shortened so that the run always shows; unique_name makes it unique and '='-free."""
     made_by = f"{run.kind} · run {run.pk}"
-    return f"{run.base_checkpoint.name[:150].replace(chr(0), '')} · {made_by}" if run.base_checkpoint else made_by
+    return f"{run.base_checkpoint.name[:150]} · {made_by}" if run.base_checkpoint else made_by
 
 
 def checkpoint_rename(*, checkpoint: Checkpoint, name: str, by: AbstractBaseUser | None = None) -> Checkpoint:
@@ -182,8 +183,7 @@ def checkpoint_register(*, uri: str, name: str | None = None, parent: Checkpoint
     uri = str(uri).strip()
     if not uri:
         raise UserMistake("give the checkpoint's folder or URI")
-    if "\0" in uri:
-        raise UserMistake("the checkpoint's folder or URI contains a NUL character; give a plain path")
+    text_within("the checkpoint's folder or URI", uri, Checkpoint._meta.get_field("uri").max_length)
     if is_uri(uri):
         path = None
         if (same := Checkpoint.objects.filter(uri=uri).first()) is not None:

@@ -21,8 +21,6 @@ def input_path(name: str, value) -> Path:
     it can show in an error."""
     text = str(value if value is not None else "").strip()
     text_within(name, text, MAX_PATH_CHARS)
-    if "\0" in text:
-        raise UserMistake(f"{name} contains a NUL character; give the path of a file or folder")
     path = Path(text).expanduser().resolve()
     roots = input_roots()
     if not any(path.is_relative_to(root) for root in roots):

@@ -32,7 +32,7 @@ from django.db import IntegrityError, models, transaction
 from annotate.errors import UserMistake
 from annotate.exports.filters import ExportFilters
 from annotate.exports.pipeline import prompt_split
-from annotate.limits import MAX_INT32, share_number, whole_number
+from annotate.limits import MAX_INT32, share_number, text_within, whole_number
 from annotate.review.models import Project
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import TaskSet
@@ -81,10 +81,7 @@ def describe_task_files(paths: list[Path], *, shown_as: list[str]) -> list[dict]
 
 def _checked_name(name: str | None, default: str) -> str:
     name = " ".join(str(name or "").split()) or default
-    if len(name) > NAME_CHARS:
-        raise UserMistake(f"task set name is {len(name)} characters; keep it to {NAME_CHARS}")
-    if "\0" in name:
-        raise UserMistake("task set name contains a NUL character; choose another name")
+    text_within("task set name", name, NAME_CHARS)
     if TaskSet.records.filter(name=name).exclude(status=TaskSet.Status.REFUSED).exists():
         raise UserMistake(f"a task set named {name!r} exists already; choose another name")
     return name

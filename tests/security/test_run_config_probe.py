@@ -327,12 +327,12 @@ def test_an_audit_seed_past_its_column_is_one_line_400(grpo_run, engineer_api, s
 def test_a_nul_in_a_path_is_one_line_400(engineer_api, base_checkpoint, tmp_path, make_user, client_for, run_root):
     nul = str(tmp_path / "tasks\x00.jsonl")
     assert refused(launch_grpo(engineer_api, nul, GRPO_STEPS)) == (
-        "tasks contains a NUL character; give the path of a file or folder")
+        "tasks contains a NUL character; remove it")
     assert refused(engineer_api.post("/api/v1/runs", {"kind": "dpo", "base_checkpoint": "tiny-sft", "snapshot": nul},
-                                     format="json")) == "snapshot contains a NUL character; give the path of a file or folder"
+                                     format="json")) == "snapshot contains a NUL character; remove it"
     assert refused(launch_dpo(engineer_api, tmp_path, {**DPO_STEPS, "deepspeed": nul})) == (
-        "config: deepspeed contains a NUL character; give the path of a file or folder")
-    with pytest.raises(CommandError, match="contains a NUL character"):
+        "config: deepspeed contains a NUL character; remove it")
+    with pytest.raises(CommandError, match="^the checkpoint's folder or URI contains a NUL character; remove it$"):
         call_command("register_checkpoint", nul)
     assert_run_root_empty(run_root)
 
