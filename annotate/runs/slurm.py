@@ -350,10 +350,26 @@ def job_ends(job_ids: list[str]) -> dict[str, dict]:
     return {}
 
 
+# srun's own lines about a step it ends because a task failed: they follow the line that says why.
+SRUN_BOOKKEEPING = re.compile(r"srun: (launch/slurm: _step_signal|error: \S+: tasks? [0-9-]+: |Job step aborted|"
+                              r"Terminating|error: Timed out waiting)")
+
+
+def job_log_line(log: str) -> str:
+    """The line of a job's log that says why it failed: the training command's `error: ...`, else the last line
+    that speaks of an error (slurmstepd's execve or memory limit), else the last line; srun's bookkeeping after
+    it is passed over."""
+    lines = [line.strip() for line in log.splitlines() if line.strip() and not SRUN_BOOKKEEPING.match(line.strip())]
+    for line in reversed(lines):
+        if line.startswith("error: "):
+            return line.removeprefix("error: ")
+    return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
+
+
 def _ended_line(run: Run, jobs: list[str]) -> str:
     """Why a run whose last job left the queue without finishing run.json ended: the first of its jobs that did
-    not complete, as sacct says, and the log's last line."""
-    said = last_error_line(run.log_tail) or "see the job log"
+    not complete, as sacct says, and the line of the log that says why."""
+    said = job_log_line(run.log_tail) or "see the job log"
     ends = job_ends(jobs)
     for job in jobs:
         end = ends.get(job)

@@ -1,0 +1,33 @@
+"""{% slurm_job run %}: the run page's card of a Slurm run: what its job asks for (the deployment's settings and the
+run's slurm: mapping) and each job's state with Slurm's reason as the app last read them."""
+
+from django import template
+
+from annotate.runs.models import Run
+from annotate.runs.slurm import job_record, run_resources
+from annotate.runs.slurm_resources import RUN_KEYS, SlurmSettingError
+
+register = template.Library()
+
+
+def _shown(key: str, value) -> str:
+    if key == "gpus_per_node" and value == 0:
+        return "none"
+    return "the cluster's default" if value == "" else str(value)
+
+
+@register.inclusion_tag("runs/_slurm_job.html")
+def slurm_job(run: Run) -> dict:
+    record = job_record(run)
+    resources, error = record.get("resources"), ""
+    if not resources:  # not submitted yet: what it will ask for
+        try:
+            resources = run_resources(run)
+        except SlurmSettingError as mistake:
+            resources, error = [], str(mistake)
+    rows = [{"option": RUN_KEYS.get(key, key), "value": _shown(key, value), "source": source}
+            for key, value, source in resources]
+    jobs = record.get("jobs") or []
+    return {"run": run, "rows": rows, "error": error, "extra_options": record.get("extra_options") or [],
+            "python": record.get("python"), "jobs": jobs, "submitted": bool(record.get("resources")),
+            "pending": [job for job in jobs if job.get("state") == "PENDING"]}

@@ -1,0 +1,158 @@
+"""The Slurm backend on a real one-node cluster (tests/runs/slurm_cluster.py: Debian's slurm-wlm, slurmctld, slurmd
+and munged started under a temporary folder). Runs are launched from the app with backend slurm on the CPU
+partition, followed by the sweep alone (no page view) through squeue and sacct, cancelled with scancel from the
+run page's Cancel; the run page shows what the job asked for, a pending job's reason from Slurm, sbatch's own
+refusal and the log tail of a job that failed on the node."""
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from django.test import Client
+
+from annotate.runs import execute, sweeps
+from annotate.runs.launch import run_config_check
+from annotate.runs.models import Run
+from tests.runs.slurm_cluster import slurm_cluster  # noqa: F401 (the session's cluster)
+
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
+
+FOLLOW_S = 600  # a two-step DPO run on the slow machine's CPU takes about a minute; the rest is margin
+TWO_STEPS = {"max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1, "learning_rate": 1e-3}
+
+
+@pytest.fixture(autouse=True)
+def cpu_partition(settings, slurm_cluster):  # noqa: F811
+    """The deployment's settings for the one-node cluster: its CPU partition, one CPU, no GPUs, a time limit."""
+    settings.PAIRWISE_SLURM_PARTITION = "cpu"
+    settings.PAIRWISE_SLURM_GPUS_PER_NODE = 0
+    settings.PAIRWISE_SLURM_CPUS_PER_TASK = 1
+    settings.PAIRWISE_SLURM_MEM = "4G"
+    settings.PAIRWISE_SLURM_TIME = "30"
+    return slurm_cluster
+
+
+@pytest.fixture
+def page(make_user):
+    client = Client()
+    client.force_login(make_user("erin", "engineer"))
+    return client
+
+
+def launched(api, snapshot: Path, config: dict, kind: str = "dpo") -> Run:
+    """A run launched from the app (the API, then its config check and the worker's submission)."""
+    answer = api.post("/api/v1/runs", {"kind": kind, "backend": "slurm", "base_checkpoint": "tiny-sft",
+                                       "snapshot": str(snapshot), "config": config}, format="json")
+    assert answer.status_code == 202, answer.json()
+    assert run_config_check(answer.json()["id"], enqueue=False).status == "queued"
+    return execute.run_execute(run_id=answer.json()["id"], worker="w1@test")
+
+
+def swept_until(run: Run, done, bound_s: float = FOLLOW_S, what: str = "the run to end") -> Run:
+    """Run the periodic sweep (as beat does) until done(run) holds; fail in one line after bound_s."""
+    deadline = time.monotonic() + bound_s
+    while True:
+        sweeps.slurm_runs_poll()
+        run.refresh_from_db()
+        if done(run):
+            return run
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {bound_s:.0f} s for {what}; run {run.pk} is {run.status}: {run.error or run.log_tail[-300:]}")
+        time.sleep(0.5)
+
+
+def queue_lists(cluster, job_id: str) -> bool:
+    return bool(cluster.command("squeue", "-h", "-j", job_id, "-o", "%i").stdout.strip())
+
+
+def left_queue(cluster, job_id: str, bound_s: float = 60) -> None:
+    deadline = time.monotonic() + bound_s
+    while queue_lists(cluster, job_id):
+        if time.monotonic() > deadline:
+            pytest.fail(f"Slurm job {job_id} was still in the queue after {bound_s:.0f} s")
+        time.sleep(0.5)
+
+
+def test_a_dpo_launch_on_the_cpu_partition_runs_to_done_followed_by_the_sweep_alone(engineer_api, base_checkpoint,
+                                                                                     tiny_snapshot, page,
+                                                                                     cpu_partition):
+    run = launched(engineer_api, tiny_snapshot, {**TWO_STEPS, "slurm": {"time": "20"}})
+    assert run.status == "running" and run.slurm_job_id, run.error
+    script = Path(run.folder + ".sbatch").read_text()
+    assert "#SBATCH --partition=cpu\n" in script and "#SBATCH --time=20\n" in script
+    assert "--gpus" not in script  # a CPU partition: no GPU option for Slurm to refuse
+    assert "slurm" not in yaml.safe_load(Path(run.folder + ".yaml").read_text())  # the job's, not the trainer's
+
+    run = swept_until(run, lambda run: run.finished)
+    assert run.status == "succeeded", run.error
+    assert run.made_checkpoint is not None and Path(run.made_checkpoint.uri).is_dir()
+    assert [row["step"] for row in run.metrics if "loss" in row][-1] == 2
+    # run.json says completed a moment before the job's script returns; then Slurm records the job's end.
+    left_queue(cpu_partition, run.slurm_job_id)
+    ended = cpu_partition.command("sacct", "--completion", "-n", "-P", "-j", run.slurm_job_id, "-o", "State")
+    assert ended.stdout.split() == ["COMPLETED"]
+
+    shown = page.get(f"/runs/{run.pk}/").content.decode()
+    assert "succeeded" in shown and f"job {run.slurm_job_id}" in shown
+    assert "<td><code>--partition</code></td><td>cpu</td><td>deployment</td>" in shown
+    assert "<td><code>--time</code></td><td>20</td><td>this run</td>" in shown
+    assert "<td><code>--gpus-per-node</code></td><td>none</td><td>deployment</td>" in shown
+
+
+def test_a_job_pending_for_resources_shows_slurms_reason_and_cancel_scancels_it(engineer_api, base_checkpoint,
+                                                                                tiny_snapshot, page, cpu_partition):
+    # Every CPU of the node taken by another job: the run's job waits for resources.
+    blocker = cpu_partition.command("sbatch", "--parsable", "--partition=cpu", "--cpus-per-task=2", "--mem=1G",
+                                    "--output=/dev/null", "--wrap", "sleep 300").stdout.strip()
+    try:
+        run = launched(engineer_api, tiny_snapshot, TWO_STEPS)
+        assert run.status == "running", run.error
+        job = run.slurm_job_id
+        swept_until(run, lambda run: "Resources" in page.get(f"/runs/{run.pk}/").content.decode(), bound_s=60,
+                    what="Slurm's reason on the run page")
+        shown = page.get(f"/runs/{run.pk}/").content.decode()
+        assert f"Job {job} is pending: Slurm says <strong>Resources</strong>." in shown
+        assert run.status == "running"
+
+        cancelled = page.post(f"/runs/{run.pk}/cancel", follow=True)
+        assert cancelled.status_code == 200
+        run.refresh_from_db()
+        assert run.status == "cancelled" and f"scancel {job}" in run.error
+        left_queue(cpu_partition, job)
+        ended = cpu_partition.command("sacct", "--completion", "-n", "-P", "-j", job, "-o", "State")
+        assert ended.stdout.split()[0].startswith("CANCELLED")
+    finally:
+        cpu_partition.command("scancel", blocker)
+
+
+def test_a_partition_that_does_not_exist_fails_the_run_with_sbatchs_message(engineer_api, base_checkpoint,
+                                                                             tiny_snapshot, page):
+    run = launched(engineer_api, tiny_snapshot, {**TWO_STEPS, "slurm": {"partition": "gpu-a100"}})
+    assert run.status == "failed" and not run.slurm_job_id
+    assert run.error == "sbatch refused the job: sbatch: error: Batch job submission failed: Invalid partition name " \
+                        "specified"
+    assert "Invalid partition name specified" in page.get(f"/runs/{run.pk}/").content.decode()
+
+
+def test_a_job_whose_interpreter_is_missing_on_the_node_fails_with_its_log_tail(engineer_api, base_checkpoint,
+                                                                               tiny_snapshot, page, settings):
+    settings.PAIRWISE_SLURM_PYTHON = "/opt/no-such-venv/bin/python"
+    run = launched(engineer_api, tiny_snapshot, TWO_STEPS)
+    assert run.status == "running", run.error
+    run = swept_until(run, lambda run: run.finished, bound_s=120)
+    assert run.status == "failed"
+    assert run.error.startswith(f"Slurm job {run.slurm_job_id} (pairwise-run-{run.pk}) ended FAILED")
+    assert "/opt/no-such-venv/bin/python" in run.error and "No such file or directory" in run.error
+    shown = page.get(f"/runs/{run.pk}/").content.decode()
+    assert "execve(): /opt/no-such-venv/bin/python: No such file or directory" in shown  # the log tail
+
+
+def test_a_job_over_its_memory_limit_is_killed_and_shows_its_log_tail(engineer_api, base_checkpoint, tiny_snapshot,
+                                                                     page):
+    run = launched(engineer_api, tiny_snapshot, {**TWO_STEPS, "slurm": {"mem": "150M"}})
+    assert run.status == "running", run.error
+    run = swept_until(run, lambda run: run.finished, bound_s=180)
+    assert run.status == "failed"
+    assert "exceeded memory limit" in run.log_tail
+    assert "exceeded memory limit" in page.get(f"/runs/{run.pk}/").content.decode()
