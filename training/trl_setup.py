@@ -51,6 +51,18 @@ def check_launched(config, kind: str) -> None:
             f"processes is {processes} but this command runs as one process; start it with `accelerate launch "
             f"--config_file deploy/accelerate/cpu_ddp.yaml --num_processes {processes} -m training {kind} --config "
             "FILE` (the app's local backend does), or set processes: 1")
+    check_not_fsdp_on_cpu(config)
+
+
+def check_not_fsdp_on_cpu(config) -> None:
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true" and config.use_cpu:
+        import accelerate
+
+        # accelerate keeps its FSDP plugin only for GPU-like devices: on CPU the processes would run as plain DDP,
+        # every one holding every weight, under a config that says sharded.
+        raise PairwiseInputError(
+            f"an FSDP launch on CPU: accelerate {accelerate.__version__} shards with FSDP on GPUs only and would "
+            "train this as plain DDP; launch with deploy/accelerate/cpu_ddp.yaml on CPU, or FSDP on GPUs")
 
 
 def quiet_other_processes() -> None:
@@ -255,6 +267,7 @@ def snapshot_run_inputs(config, *, check_base) -> SnapshotRunInputs:
     from training.run_folder import RunFolder
 
     quiet_other_processes()
+    check_not_fsdp_on_cpu(config)  # in every process, so that none is left waiting for one that stopped
     run = RunFolder(config.output_dir)
     resume_from = check_output_dir(config, run)
     base_path = check_base(config.base_checkpoint)

@@ -97,3 +97,14 @@ def test_two_process_reward_matches_one_process(tmp_path, tiny_checkpoint, tiny_
     assert_same_curve(one, two, "loss")
     assert_same_curve(one, two, "accuracy")
     assert_one_run_of_two_processes(one, two)
+
+
+def test_an_fsdp_launch_on_cpu_is_refused_in_one_line(tmp_path, tiny_checkpoint, tiny_snapshot):
+    """accelerate drops its FSDP plugin on CPU; the run would be plain DDP under a config that says sharded."""
+    config = write_snapshot_run_config(tmp_path, tiny_checkpoint, tiny_snapshot, name="dpo", max_steps=STEPS,
+                                       per_device_train_batch_size=2, report_to=["none"])
+    result = launch("dpo", config, 2, accelerate_config=REPO / "deploy" / "accelerate" / "fsdp.yaml")
+    assert result.returncode != 0
+    first = (result.stdout + result.stderr).strip().splitlines()[0]
+    assert first.startswith("error: an FSDP launch on CPU: accelerate ") and "would train this as plain DDP" in first
+    assert not (tmp_path / "run").exists()
