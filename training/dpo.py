@@ -151,14 +151,15 @@ def change_from_base(policy: list[tuple[float, float]], reference: list[tuple[fl
 
     Preference accuracy, paired: the pairs whose ranking changed (gained, lost), with McNemar's exact test on them
     (statsmodels) and a 95% Wald interval for the paired difference, shown. The log-likelihood margin (log
-    p(chosen) - log p(rejected)), paired: its mean change with a t interval (scipy) at 1 - 0.05/2. `real`: McNemar's
-    p is under 0.05/2, or the margin's interval excludes no change (the two tests together at 5%). With few pairs
-    or a short run neither holds, and the pages say the run was too short to show a change rather than show a
-    difference that is noise."""
+    p(chosen) - log p(rejected)), paired: its mean change with a t interval (training/paired.py, the one an
+    evaluation's change uses) at 1 - 0.05/2. `real`: McNemar's p is under 0.05/2, or the margin's interval excludes
+    no change (the two tests together at 5%). With few pairs or a short run neither holds, and the pages say the run
+    was too short to show a change rather than show a difference that is noise."""
     import math
 
-    from scipy import stats
     from statsmodels.stats.contingency_tables import mcnemar
+
+    from training.paired import mean_t_interval
 
     n = len(policy)
     each = CHANGE_ALPHA / CHANGE_TESTS
@@ -170,10 +171,8 @@ def change_from_base(policy: list[tuple[float, float]], reference: list[tuple[fl
     spread = math.sqrt(max(gained + lost - (gained - lost) ** 2 / n, 0.0)) / n
     p_value = float(mcnemar([[0, lost], [gained, 0]], exact=True).pvalue) if gained + lost else 1.0
     deltas = [(pc - pr) - (rc - rr) for (pc, pr), (rc, rr) in zip(policy, reference, strict=True)]
-    mean = sum(deltas) / n
-    sd = math.sqrt(sum((d - mean) ** 2 for d in deltas) / (n - 1)) if n > 1 else 0.0
-    half = float(stats.t.ppf(1 - each / 2, n - 1)) * sd / math.sqrt(n) if n > 1 and sd > 0 else 0.0
-    margin_interval = [round(mean - half, 6), round(mean + half, 6)]
+    mean, low, high = mean_t_interval(deltas, 1 - each)
+    margin_interval = [round(low, 6), round(high, 6)]
     return {"pairs": n, "alpha": CHANGE_ALPHA,
             "preference_accuracy": {"difference": round(difference, 4), "gained": gained, "lost": lost,
                                     "interval": [round(difference - 1.96 * spread, 4),

@@ -9,9 +9,14 @@ on the CPU), from any local Hugging Face causal-LM checkpoint: a prompt goes thr
 chat template as one user message (chat-message prompts as they are), or as plain text when it has
 none. They are scored by `training.verifiers` (TaskVerifier) unless another scorer is given.
 
+Each checkpoint after the first is also read against the first, task by task (`paired_change`): the change
+in success rate with a 95% paired t interval over tasks, and whether that interval excludes no change. The
+JSON keeps each checkpoint's per-task counts (`per_task`), so the app can pair a child with its parent
+whatever order they were given in.
+
 No figure depends on an arbitrary choice: tasks are generated in task_id order whatever order the
 file lists them in, and each checkpoint samples from the same seed, so shuffling the task file or
-reordering --checkpoint changes nothing.
+reordering --checkpoint changes nothing (but which checkpoint the others are read against).
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ INTERVAL_METHOD = (
     "conservative; with one sample per task it is the usual Wilson interval)"
 )
 SUCCESS_DEFINITION = "mean over tasks of the share of a task's scored samples that the verifier calls correct"
+CHANGE_CONFIDENCE = 0.95
+CHANGE_METHOD = (
+    "paired over tasks: per task, the later checkpoint's share of scored samples judged correct minus the first's, "
+    "over the tasks both scored; the mean of those differences with a 95% t interval over tasks (no resampling, "
+    "so no seed); a change is real when the interval excludes 0"
+)
 
 
 @dataclass
@@ -135,6 +146,81 @@ def summarise(attempts: list[Attempt]) -> dict:
         "verifier_error_reasons": sorted({a.result.reason for a in errors})[:WORST_FAILURES],
         "scorers": sorted({a.result.scorer for a in attempts}),
     }
+
+
+def task_outcomes(attempts: list[Attempt]) -> dict[str, list[int]]:
+    """Per task of one checkpoint: [samples judged correct, samples scored] (a verifier error is not scored)."""
+    outcomes: dict[str, list[int]] = {}
+    for attempt in attempts:
+        counts = outcomes.setdefault(attempt.task["task_id"], [0, 0])
+        if attempt.result.status != "error":
+            counts[0] += attempt.result.status == "correct"
+            counts[1] += 1
+    return outcomes
+
+
+# Why a t interval over per-task differences (and not McNemar's test on samples, or a bootstrap):
+# - The task is what pairs. Parent and child answer the same tasks, and a task's samples are not independent
+#   draws (one prompt; a hard task is hard for every sample): the reason the Wilson intervals above count tasks.
+#   Sample k of the parent and sample k of the child are no pair at all: the same seed draws unrelated text once
+#   the two models' probabilities differ. McNemar's test on per-sample pairs would count K correlated pairs per
+#   task as K independent ones and overstate certainty; with one sample per task it is the same pairing as here.
+# - The mean of the per-task differences is the child's success rate minus the parent's over the tasks both
+#   scored: the figure the table shows side by side, with its own interval.
+# - No resampling: there is no seed to choose or record, and the order of the tasks changes no digit (the sums
+#   are exactly rounded, training/paired.py). A bootstrap over 10-50 tasks needs both, and is narrower than t.
+# - Honest for binary answers: with one sample per task the differences are -1, 0 or +1 and this is the paired
+#   Wald interval with t's quantile. tests/runs/test_eval_change.py checks by simulation that it calls a change
+#   that is not there no more than 5% of the time (at one and at several samples per task), and checks its bounds
+#   against scipy and statsmodels. Its weak spot: a handful of tasks all moving one way among many that did not
+#   (4 of 100) can exclude 0 where McNemar's exact test would not; the counts of tasks better, worse and the same
+#   go with every figure, so a reader sees how few moved.
+def paired_change(parent: dict[str, list[int]], child: dict[str, list[int]],
+                  confidence: float = CHANGE_CONFIDENCE) -> dict:
+    """The child's change from its parent in success rate, task by task, from each one's `task_outcomes`:
+    the mean per-task difference (child's share correct minus parent's) over the tasks both scored, its t
+    interval, the tasks better, worse and the same, the tasks left out (unscored on either side, or evaluated
+    on one side only), and `real`: the interval excludes 0 (`direction` "better" or "worse", else None)."""
+    from training.paired import mean_t_interval
+
+    paired = sorted(t for t in parent.keys() & child.keys() if parent[t][1] and child[t][1])
+    deltas = [child[t][0] / child[t][1] - parent[t][0] / parent[t][1] for t in paired]
+    figures = {"tasks": len(paired), "left_out": len(parent.keys() | child.keys()) - len(paired),
+               "better": sum(d > 0 for d in deltas), "worse": sum(d < 0 for d in deltas),
+               "same": sum(d == 0 for d in deltas), "confidence": confidence}
+    if not deltas:
+        return {**figures, "difference": None, "interval": None, "real": False, "direction": None}
+    if len(deltas) == 1:  # one difference has no spread: no interval at all
+        return {**figures, "difference": round(deltas[0], 4), "interval": None, "real": False, "direction": None}
+    mean, low, high = mean_t_interval(deltas, confidence)
+    interval = [round(low, 4), round(high, 4)]
+    real = interval[0] > 0 or interval[1] < 0
+    return {**figures, "difference": round(mean, 4), "interval": interval, "real": real,
+            "direction": ("better" if mean > 0 else "worse") if real else None}
+
+
+def _counted(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def change_sentence(change: dict, *, against: str, parent: bool, samples: int) -> str:
+    """What a reader is told of a `paired_change` from `against` (a checkpoint's name; `parent`: it is the child's
+    parent): "Better than its parent tiny-sft: +0.120 [+0.030, +0.210] in success rate, ...", "Worse than ...", or
+    "Too short to show a difference from its parent tiny-sft: the change ... includes no change (...)"."""
+    size = f"{_counted(change['tasks'], 'task')} × {_counted(samples, 'sample')}"
+    versus = f"its parent {against}" if parent else against
+    if change["interval"] is None:
+        return f"Too few tasks to show a difference from {versus}: {change['tasks']} scored by both ({size})."
+    moved = f"{_counted(change['better'], 'task')} better, {change['worse']} worse, {change['same']} the same"
+    low, high = change["interval"]
+    figure = f"{change['difference']:+.3f} [{low:+.3f}, {high:+.3f}]"
+    if change["real"]:
+        return (f"{change['direction'].capitalize()} than {versus}: {figure} in success rate, "
+                f"{change.get('confidence', CHANGE_CONFIDENCE):.0%} paired interval over {size} ({moved}).")
+    # "Too short": the run that made the child trained too little to move it beyond chance (or the tasks are too
+    # few to show it). Against a checkpoint that is not its parent, no run is in question.
+    lead = "Too short to show a difference from" if parent else "No difference shown from"
+    return f"{lead} {versus}: the change {figure} includes no change ({size}; {moved})."
 
 
 def _load_model(checkpoint: str, *, chat_prompts: bool):
@@ -249,26 +335,40 @@ def evaluate_checkpoints(*, checkpoints: list[str], tasks: list[dict], samples: 
     for attempt, result in zip(attempts, results, strict=True):
         attempt.result = result
 
-    families = sorted({task_family(t) for t in ordered})
-    labels = _labels([str(c) for c in checkpoints])
+    return eval_report(attempts, checkpoints=list(map(str, checkpoints)), tasks=ordered,
+                       settings={"samples": samples, "temperature": temperature, "max_new_tokens": max_new_tokens,
+                                 "seed": seed},
+                       content_hashes={str(c): checkpoint_content_hash(str(c)) for c in checkpoints})
+
+
+def eval_report(attempts: list[Attempt], *, checkpoints: list[str], tasks: list[dict], settings: dict,
+                content_hashes: dict[str, str]) -> dict:
+    """The JSON of `python -m training eval` from scored attempts: per checkpoint its figures per family and over
+    all, and its per-task counts; each checkpoint after the first read against the first (`changes`)."""
+    families = sorted({task_family(t) for t in tasks})
+    labels = _labels(checkpoints)
     report = []
-    for checkpoint in map(str, checkpoints):
+    for checkpoint in checkpoints:
         mine = [a for a in attempts if a.checkpoint == checkpoint]
         report.append({
             "checkpoint": checkpoint,
             "label": labels[checkpoint],
-            "content_hash": checkpoint_content_hash(checkpoint),
+            "content_hash": content_hashes[checkpoint],
             "families": {f: summarise([a for a in mine if task_family(a.task) == f]) for f in families},
             "all": summarise(mine),
+            "per_task": task_outcomes(mine),
         })
+    first = report[0]
     return {
         "format": EVAL_FORMAT,
-        "settings": {"samples": samples, "temperature": temperature, "max_new_tokens": max_new_tokens,
-                     "seed": seed, "tasks": len(ordered)},
+        "settings": {**settings, "tasks": len(tasks)},
         "success_rate": SUCCESS_DEFINITION,
         "interval": INTERVAL_METHOD,
+        "change": CHANGE_METHOD,
         "families": families,
         "checkpoints": report,
+        "changes": [{"checkpoint": later["checkpoint"], "against": first["checkpoint"],
+                     **paired_change(first["per_task"], later["per_task"])} for later in report[1:]],
     }
 
 
@@ -299,6 +399,14 @@ def format_eval_table(result: dict) -> str:
                 f"{_figure(row['success_rate']):>7}  {interval:>14}  {_figure(row['mean_length_tokens'], 1):>8}  "
                 f"{row['format_violations']:>6}  {row['verifier_errors']:>6}  {row['timeouts']:>8}"
             )
+    if result.get("changes"):
+        against = {c["checkpoint"]: c["label"] for c in checkpoints}
+        lines += ["", f"change from {against[result['changes'][0]['against']]}, task by task (paired, 95% t "
+                      "interval over the tasks both scored):"]
+        for change in result["changes"]:
+            sentence = change_sentence(change, against=against[change["against"]], parent=False,
+                                       samples=settings["samples"])
+            lines.append(f"  {against[change['checkpoint']]}: {sentence}")
     lines += ["", "scored by:"]
     for family in result["families"]:
         scorers = sorted({s for c in checkpoints for s in c["families"][family]["scorers"]})

@@ -1,7 +1,8 @@
 """Evaluation runs: checkpoints side by side on a task file (held-out variants), by `python -m training eval`
 in a run of kind "eval"; its JSON (per checkpoint and task family: success rate with a 95% Wilson
-interval, lengths, failures) is kept in the run and shown on the run and checkpoint pages, so a child is
-judged against its parent on the same tasks and seed."""
+interval, lengths, failures; per task: samples correct and scored) is kept in the run and shown on the run and
+checkpoint pages, so a child is judged against its parent on the same tasks and seed: side by side, and task by
+task in one sentence (better, worse, or too short to show a difference: training/evaluate.py paired_change)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from annotate.runs.input_paths import input_path
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.queue import queue_checkpoints_run
 from annotate.runs.task_sets import task_set_for_path, task_set_resolve
+from training.evaluate import change_sentence, paired_change
 from training.json_input import read_json_file
 
 EVAL_FILE = "eval.json"
@@ -97,7 +99,48 @@ def eval_side_by_side(run: Run) -> dict | None:
                           "too_few_to_judge": too_few_to_judge(scored)})
         rows.append({"family": family, "tasks": tasks, "cells": cells})
     return {"columns": columns, "rows": rows, "settings": result.get("settings"), "interval": result.get("interval"),
-            "too_few_to_judge_under": TOO_FEW_TO_JUDGE}
+            "changes": eval_changes(result, evaluated, names), "too_few_to_judge_under": TOO_FEW_TO_JUDGE}
+
+
+def _read_against(evaluated: list[dict]) -> list[tuple[dict, dict, bool]]:
+    """(child, the checkpoint it is read against, whether that is its parent) for the checkpoints of an evaluation:
+    each one whose parent was evaluated too against its parent, whatever the order they were given in (a multiple
+    select sends them in the list's order, not the order they were picked in); when none was, each against the
+    first, the base the evaluation names."""
+    ids = [c["id"] for c in evaluated if c.get("id")]
+    parents = dict(Checkpoint.objects.filter(pk__in=ids).values_list("pk", "parent_id"))
+    by_id = {c["id"]: c for c in evaluated if c.get("id")}
+    lineage = [(c, by_id[parents[c["id"]]], True) for c in evaluated
+               if c.get("id") and parents.get(c["id"]) in by_id and parents[c["id"]] != c["id"]]
+    return lineage or [(c, evaluated[0], False) for c in evaluated[1:]]
+
+
+def eval_changes(result: dict, evaluated: list[dict], names: dict[str, str]) -> list[dict]:
+    """Each child's change from its parent over all tasks, task by task (training/evaluate.py paired_change), with
+    the sentence the pages show: better, worse, or too short to show a difference; on fewer than TOO_FEW_TO_JUDGE
+    tasks scored by both, too few to judge. An evaluation written before per-task counts were kept has none."""
+    settings = result.get("settings") or {}
+    per_task = {c["checkpoint"]: c.get("per_task") for c in result.get("checkpoints", [])}
+    changes = []
+    for child, against, parent in _read_against(evaluated):
+        before, after = per_task.get(against["path"]), per_task.get(child["path"])
+        if not isinstance(before, dict) or not isinstance(after, dict):
+            continue
+        change = paired_change(before, after)
+        name, against_name = names[child["path"]], names[against["path"]]
+        versus = f"its parent {against_name}" if parent else against_name
+        if too_few_to_judge(change["tasks"]):
+            sentence = (f"Too few tasks to judge a difference from {versus}: {change['tasks']} scored by both, at "
+                        f"least {TOO_FEW_TO_JUDGE} needed.")
+            change = {**change, "real": False, "direction": None}
+        else:
+            sentence = change_sentence(change, against=against_name, parent=parent,
+                                       samples=settings.get("samples") or 1)
+        changes.append({**change, "checkpoint": name, "checkpoint_id": child.get("id"), "against": against_name,
+                        "against_id": against.get("id"), "against_parent": parent,
+                        "samples": settings.get("samples"), "too_few_to_judge": too_few_to_judge(change["tasks"]),
+                        "sentence": sentence})
+    return changes
 
 
 def evals_of(checkpoint: Checkpoint) -> list[Run]:

@@ -11,7 +11,7 @@ from annotate.runs.audit import audit_results
 from annotate.runs.charts import run_charts, zero_variance_share
 from annotate.runs.checkpoints import is_reward_model
 from annotate.runs.demo_checkpoint import sft_log_metrics
-from annotate.runs.evaluation import TOO_FEW_TO_JUDGE, eval_side_by_side, too_few_to_judge
+from annotate.runs.evaluation import TOO_FEW_TO_JUDGE, eval_side_by_side, evals_of, too_few_to_judge
 from annotate.runs.models import Checkpoint, Run
 from annotate.runs.services import why_no_checkpoint_made
 from training.config import is_credential_key
@@ -116,6 +116,26 @@ def test_change(run: Run) -> dict | None:
         f"{margin['interval'][0]:+.3f} to {margin['interval'][1]:+.3f}). "
         + ("That is a change beyond chance." if change["real"] else
            "Neither test shows a change: this run was too short, or its test split too small, to show one."))}
+
+
+def parent_evaluations(run: Run, limit: int = 3) -> list[dict]:
+    """A GRPO run judged on held-out tasks: the succeeded evaluations that read the checkpoint it made against its
+    base checkpoint, task by task (annotate/runs/evaluation.py eval_changes), newest first, each with its sentence
+    (better, worse, or too short to show a difference). A GRPO run scores no held-out set itself."""
+    made = run.made_checkpoint if run.kind == Run.Kind.GRPO and run.base_checkpoint_id else None
+    if made is None:
+        return []
+    found = []
+    for evaluation in evals_of(made):
+        side = eval_side_by_side(evaluation) or {}
+        for change in side.get("changes", []):
+            if change["checkpoint_id"] == made.pk and change["against_id"] == run.base_checkpoint_id:
+                found.append({**change, "run": evaluation.pk, "page": reverse("run-page", args=[evaluation.pk]),
+                              "task_set": evaluation.task_set.name if evaluation.task_set else None,
+                              "tasks_path": evaluation.config.get("tasks")})
+        if len(found) >= limit:
+            break
+    return found
 
 
 # A reward run's test-split figures (run.json results.test, training/reward.py reward_summary): each row with the
@@ -440,6 +460,7 @@ def run_payload(run: Run, *, detail: bool = False) -> dict:
             "eval": eval_table(run),
             "eval_note": eval_note(run),
             "test_change": test_change(run),
+            "parent_evaluations": parent_evaluations(run),
             "reward_eval": reward_table(run),
             "too_few_to_judge_under": TOO_FEW_TO_JUDGE,
             "evaluation": eval_side_by_side(run) if run.kind == Run.Kind.EVAL else None,
