@@ -342,9 +342,23 @@ def recorded_outcome(run, *, is_main: bool):
             run.update(status=RecordStatus.INTERRUPTED, ended_at=utc_now(), error="interrupted")
         raise
     except BaseException as error:
+        refused = deepspeed_refusal(error)
         if is_main:
-            run.update(status=RecordStatus.FAILED, ended_at=utc_now(), error=f"{type(error).__name__}: {error}")
+            run.update(status=RecordStatus.FAILED, ended_at=utc_now(),
+                       error=refused or f"{type(error).__name__}: {error}")
+        if refused:
+            raise PairwiseInputError(refused) from None
         raise
+
+
+def deepspeed_refusal(error: BaseException) -> str | None:
+    """DeepSpeed's own message, on one line, when its config parser refused the launch's DeepSpeed settings (it reads
+    them only when the trainer prepares the model, so this is the first place the refusal can be seen)."""
+    if type(error).__name__ != "ValidationError" or "DeepSpeed" not in str(error):
+        return None
+    lines = [line.strip() for line in str(error).splitlines()
+             if line.strip() and not line.strip().startswith("For further information")]
+    return "DeepSpeed refused the accelerate config's DeepSpeed settings: " + "; ".join(lines)
 
 
 def record_lineage(run, *, kind: str, base_path: Path, base_hash: str, snapshot_id: str | None,
