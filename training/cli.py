@@ -26,6 +26,12 @@ def _verifiers_command(function_name: str) -> Callable:
     return run
 
 
+def _bpe_sft(args) -> int:
+    from training.bpe_sft import bpe_sft_main
+
+    return bpe_sft_main(args)
+
+
 def _tiny_sft(args) -> int:
     from training.tiny import tiny_sft_main
 
@@ -166,6 +172,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="share of speed problems taught with a classic wrong method, for GRPO to unlearn "
                            "(default 0; bench/grpo_learning.py's PARENT_RECIPE says what it uses)")
     tiny.set_defaults(handler=_tiny_sft)
+
+    bpe = commands.add_parser("bpe-sft", help="build a Qwen2-architecture SFT checkpoint with a trained BPE "
+                              "tokenizer, offline")
+    bpe.add_argument("--out", required=True, help="folder to create for the checkpoint")
+    bpe.add_argument("--size", choices=["small", "0.5b"], default="small",
+                     help="small: about ten million parameters, learns the task families on a CPU; 0.5b: "
+                          "Qwen2.5-0.5B's shape, for memory and time (use --steps 0 for random weights)")
+    bpe.add_argument("--seed", type=int, default=0, help="seed for the tokenizer's text, weights and data (default 0)")
+    bpe.add_argument("--steps", type=int, default=None, help="SFT steps (default 300; 0: random weights)")
+    bpe.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 32)")
+    bpe.add_argument("--vocab-size", type=int, default=None, help="BPE vocabulary size (default 4096)")
+    bpe.add_argument("--eval-tasks", type=int, default=None, help="held-out problems to score (default 48)")
+    bpe.set_defaults(handler=_bpe_sft)
 
     tasks = commands.add_parser("tasks", help="make or import task files")
     task_commands = tasks.add_subparsers(dest="tasks_command", required=True, metavar="TASKS_COMMAND")

@@ -335,22 +335,11 @@ def evaluate_heldout(model, tokenizer, tasks: list[dict], config: TinySFTConfig)
 
 def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
     """Build, train, evaluate and save the tiny checkpoint into `out` (written aside, then renamed)."""
-    import torch
-    from transformers import set_seed
-
-    out = Path(out)
-    if out.exists() and any(out.iterdir()):
-        raise PairwiseInputError(f"--out {out} already exists and is not empty; choose a new folder or remove it")
-    if not out.parent.exists():
-        raise PairwiseInputError(f"--out {out}: folder {out.parent} does not exist; create it first")
+    out = checked_build_folder(out)
     if config.steps < 1:
         raise PairwiseInputError(f"--steps must be at least 1, got {config.steps}")
-
     started = time.perf_counter()
-    if config.torch_threads is not None:
-        torch.set_num_threads(config.torch_threads)
-    set_seed(config.seed)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    seeded_torch(config)
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, config)
@@ -363,24 +352,50 @@ def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
     results = evaluate_heldout(model, tokenizer, eval_tasks, config)
     wall_s = time.perf_counter() - started
 
+    info = {
+        "recipe": "pairwise.tiny-sft/1",
+        "config": asdict(config),
+        "parameters": parameters,
+        "families": TRAIN_FAMILIES.split(","),
+        "final_loss": round(losses[-1], 4),
+        "heldout": results,
+        "train_s": round(train_s, 1),
+        "wall_s": round(wall_s, 1),
+    }
+    save_built_checkpoint(out, model, tokenizer, record_name="tiny_sft.json", record=info)
+    return info
+
+
+def checked_build_folder(out) -> Path:
+    """`--out` of a recipe: a new or empty folder in an existing one, else one line saying how to fix it."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise PairwiseInputError(f"--out {out} already exists and is not empty; choose a new folder or remove it")
+    if not out.parent.exists():
+        raise PairwiseInputError(f"--out {out}: folder {out.parent} does not exist; create it first")
+    return out
+
+
+def seeded_torch(config) -> None:
+    """The recipe's threads and seed, and deterministic kernels: the same seed builds the same weights."""
+    import torch
+    from transformers import set_seed
+
+    if config.torch_threads is not None:
+        torch.set_num_threads(config.torch_threads)
+    set_seed(config.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def save_built_checkpoint(out: Path, model, tokenizer, *, record_name: str, record: dict) -> None:
+    """Model, tokenizer and the recipe's record written aside, then renamed into `out`: never half a checkpoint."""
     discard_partial(out)  # what a killed build left beside it
     with atomic_folder(out) as partial:
         model.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
-        info = {
-            "recipe": "pairwise.tiny-sft/1",
-            "config": asdict(config),
-            "parameters": parameters,
-            "families": TRAIN_FAMILIES.split(","),
-            "final_loss": round(losses[-1], 4),
-            "heldout": results,
-            "train_s": round(train_s, 1),
-            "wall_s": round(wall_s, 1),
-        }
-        (partial / "tiny_sft.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+        (partial / record_name).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         if out.exists():
-            out.rmdir()  # empty, checked above
-    return info
+            out.rmdir()  # empty, checked by checked_build_folder
 
 
 def format_report(info: dict) -> str:
