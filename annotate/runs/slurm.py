@@ -177,8 +177,9 @@ NOT_ANSWERING = (("Munge encode failed", "munge is not answering on this host (s
 def slurm_said(done: subprocess.CompletedProcess) -> str:
     """The one line of a Slurm command's failure: which daemon did not answer, else its last error line."""
     for marker, line in NOT_ANSWERING:
-        if marker in done.stderr:
-            return f"{line} ({last_error_line(done.stderr)})"
+        said = next((said.strip() for said in done.stderr.splitlines() if marker in said), None)
+        if said:
+            return f"{line}: {said}"
     return last_error_line(done.stderr) or last_error_line(done.stdout) or "no output"
 
 
@@ -394,8 +395,48 @@ def slurm_refresh(run: Run) -> Run:
     states = queue_states(jobs)
     if states is None:
         return run
-    with contextlib.suppress(OSError):
-        _keep_job_record(run, jobs=[{"id": job, **states.get(job, {"state": "ended", "reason": ""})} for job in jobs])
+    _keep_job_states(run, states)
     if run.slurm_job_id not in states:
         return _finish_once(run, status=Run.Status.FAILED, error=_ended_line(run, jobs))
     return run
+
+
+# The states a job ends in (sacct's); a job kept in another state was last seen queued or running.
+ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED",
+                "BOOT_FAIL", "DEADLINE")
+
+
+def _job_names(run: Run) -> dict[str, str]:
+    try:
+        lines = sidecar(run.folder, ".jobs").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        lines = []
+    names = {match.group(1): match.group(2) for match in map(STAGED_JOB.match, lines) if match}
+    return names or ({run.slurm_job_id: f"pairwise-run-{run.pk}"} if run.slurm_job_id else {})
+
+
+def _keep_job_states(run: Run, states: dict[str, dict], ends: dict[str, dict] | None = None) -> list[dict]:
+    """Keep each job's state beside the run folder: squeue's while it is listed (with the reason it waits for),
+    then sacct's end; a job neither lists any more keeps its last state, marked as having left the queue."""
+    kept = {job.get("id"): job for job in job_record(run).get("jobs") or [] if isinstance(job, dict)}
+    jobs = []
+    for job, name in _job_names(run).items():
+        entry = {"id": job, "name": name, "state": "", "reason": "", **kept.get(job, {})}
+        if job in states:
+            entry.update(state=states[job]["state"], reason=states[job]["reason"])
+        elif ends and job in ends:
+            entry.update(state=ends[job]["state"], reason=f"exit code {ends[job]['exit_code']}")
+        elif entry["state"] not in ENDED_STATES:
+            entry.update(reason="left the queue")
+        jobs.append(entry)
+    with contextlib.suppress(OSError):
+        _keep_job_record(run, jobs=jobs)
+    return jobs
+
+
+def ended_job_states(run: Run) -> list[dict]:
+    """A finished run's jobs as the run page shows them: once, sacct's word on how each ended is kept."""
+    jobs = job_record(run).get("jobs") or []
+    if not run.finished or not jobs or all(job.get("state") in ENDED_STATES for job in jobs):
+        return jobs
+    return _keep_job_states(run, {}, job_ends([job["id"] for job in jobs]))

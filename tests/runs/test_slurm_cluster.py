@@ -4,6 +4,8 @@ partition, followed by the sweep alone (no page view) through squeue and sacct, 
 run page's Cancel; the run page shows what the job asked for, a pending job's reason from Slurm, sbatch's own
 refusal and the log tail of a job that failed on the node."""
 
+import re
+import socket
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from annotate.runs import execute, sweeps
 from annotate.runs.launch import run_config_check
 from annotate.runs.models import Run
 from tests.runs.slurm_cluster import slurm_cluster  # noqa: F401 (the session's cluster)
+from tests.training.helpers import write_unlearnable_tasks
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -98,6 +101,7 @@ def test_a_dpo_launch_on_the_cpu_partition_runs_to_done_followed_by_the_sweep_al
     assert "<td><code>--partition</code></td><td>cpu</td><td>deployment</td>" in shown
     assert "<td><code>--time</code></td><td>20</td><td>this run</td>" in shown
     assert "<td><code>--gpus-per-node</code></td><td>none</td><td>deployment</td>" in shown
+    assert f"<td>{run.slurm_job_id}</td><td>pairwise-run-{run.pk}</td><td>completed</td>" in shown
 
 
 def test_a_job_pending_for_resources_shows_slurms_reason_and_cancel_scancels_it(engineer_api, base_checkpoint,
@@ -156,3 +160,66 @@ def test_a_job_over_its_memory_limit_is_killed_and_shows_its_log_tail(engineer_a
     assert run.status == "failed"
     assert "exceeded memory limit" in run.log_tail
     assert "exceeded memory limit" in page.get(f"/runs/{run.pk}/").content.decode()
+
+
+@pytest.mark.parametrize("down", ["munged", "slurmctld"])
+def test_munge_or_slurmctld_not_answering_fails_the_launch_in_one_line_naming_which(engineer_api, base_checkpoint,
+                                                                                    tiny_snapshot, cpu_partition,
+                                                                                    monkeypatch, tmp_path, down):
+    """The cluster's own slurm.conf with munged's socket, or slurmctld's port, where nothing answers."""
+    conf = cpu_partition.conf.read_text()
+    if down == "munged":
+        conf = re.sub(r"^AuthInfo=.*$", f"AuthInfo=socket={tmp_path}/munge.socket", conf, flags=re.MULTILINE)
+    else:
+        with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        conf = re.sub(r"^SlurmctldPort=.*$", f"SlurmctldPort={port}", conf, flags=re.MULTILINE)
+    (tmp_path / "slurm.conf").write_text(conf)
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    run = launched(engineer_api, tiny_snapshot, TWO_STEPS)
+    assert run.status == "failed"
+    if down == "munged":
+        assert run.error.startswith("sbatch refused the job: munge is not answering on this host (sbatch could not "
+                                    "sign its request): sbatch: error: Munge encode failed: Failed to access "
+                                    f'"{tmp_path}/munge.socket"'), run.error
+    else:
+        assert run.error == ("sbatch refused the job: slurmctld is not answering: sbatch: error: Batch job submission "
+                             "failed: Unable to contact slurm controller (connect failure)")
+
+
+GRPO_ONE_CYCLE = {"max_steps": 1, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 4,
+                  "use_cpu": True, "verifier_workers": 1, "report_to": ["none"], "save_strategy": "no", "seed": 0}
+
+
+def test_a_staged_grpo_cycle_is_one_job_per_stage_chained_with_afterok_and_runs_to_done(engineer_api,
+                                                                                         base_checkpoint, tmp_path,
+                                                                                         page, cpu_partition):
+    tasks = write_unlearnable_tasks(tmp_path / "tasks.jsonl")
+    answer = engineer_api.post("/api/v1/runs", {"kind": "grpo", "backend": "slurm", "base_checkpoint": "tiny-sft",
+                                                "tasks": str(tasks), "config": {**GRPO_ONE_CYCLE, "mode": "staged"}},
+                               format="json")
+    assert answer.status_code == 202, answer.json()
+    assert run_config_check(answer.json()["id"], enqueue=False).status == "queued"
+    run = execute.run_execute(run_id=answer.json()["id"], worker="w1@test")
+    assert run.status == "running", run.error
+    prefix = f"pairwise-run-{run.pk}"
+    jobs = dict(line.split(" ", 1)[::-1] for line in Path(run.folder + ".jobs").read_text().splitlines())
+    assert list(jobs) == [f"{prefix}-prepare-v0000", f"{prefix}-generate-v0000", f"{prefix}-score-v0000",
+                          f"{prefix}-update-v0000", f"{prefix}-finish-v0001"]
+    shown = cpu_partition.command("squeue", "-h", "-j", ",".join(jobs.values()), "-o", "%j|%E").stdout
+    after = dict(line.split("|", 1) for line in shown.splitlines())
+    assert after[f"{prefix}-score-v0000"].startswith(f"afterok:{jobs[f'{prefix}-generate-v0000']}")
+
+    run = swept_until(run, lambda run: run.finished)
+    assert run.status == "succeeded", run.error
+    logs = Path(run.folder + ".logs")
+    assert sorted(path.name.rsplit("-", 1)[0] for path in logs.glob("*.out")) == sorted(jobs)
+    for name, job in jobs.items():
+        left_queue(cpu_partition, job)
+        ended = cpu_partition.command("sacct", "--completion", "-n", "-P", "-j", job, "-o", "JobName,State")
+        assert ended.stdout.split() == [f"{name}|COMPLETED"]
+    shown = page.get(f"/runs/{run.pk}/").content.decode()
+    assert "succeeded" in shown
+    for name, job in jobs.items():  # each stage's job, its version in its name, as sacct says it ended
+        assert f"<td>{job}</td><td>{name}</td><td>completed</td><td>exit code 0:0</td>" in shown

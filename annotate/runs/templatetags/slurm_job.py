@@ -4,7 +4,7 @@ run's slurm: mapping) and each job's state with Slurm's reason as the app last r
 from django import template
 
 from annotate.runs.models import Run
-from annotate.runs.slurm import job_record, run_resources
+from annotate.runs.slurm import ended_job_states, job_record, run_resources
 from annotate.runs.slurm_resources import RUN_KEYS, SlurmSettingError
 
 register = template.Library()
@@ -27,7 +27,7 @@ def slurm_job(run: Run) -> dict:
             resources, error = [], str(mistake)
     rows = [{"option": RUN_KEYS.get(key, key), "value": _shown(key, value), "source": source}
             for key, value, source in resources]
-    jobs = record.get("jobs") or []
+    jobs = ended_job_states(run) if run.finished else record.get("jobs") or []
     return {"run": run, "rows": rows, "error": error, "extra_options": record.get("extra_options") or [],
             "python": record.get("python"), "jobs": jobs, "submitted": bool(record.get("resources")),
             "pending": [job for job in jobs if job.get("state") == "PENDING"]}
