@@ -41,7 +41,7 @@ POLL_S = 1.0
 # PAIRWISE_RUN_LOST_AFTER_S is marked lost (annotate/runs/sweeps.py).
 HEARTBEAT_S = 5.0
 # The kinds whose config is a trainer's, where `processes` (data-parallel processes) is a key.
-TRAINER_KINDS = (Run.Kind.DPO, Run.Kind.REWARD)
+TRAINER_KINDS = (Run.Kind.DPO, Run.Kind.GRPO, Run.Kind.REWARD)
 STOP_GRACE_S = 10.0  # SIGTERM first, so the trainer can mark its run.json; then SIGKILL
 
 

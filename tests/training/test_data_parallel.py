@@ -108,3 +108,26 @@ def test_an_fsdp_launch_on_cpu_is_refused_in_one_line(tmp_path, tiny_checkpoint,
     first = (result.stdout + result.stderr).strip().splitlines()[0]
     assert first.startswith("error: an FSDP launch on CPU: accelerate ") and "would train this as plain DDP" in first
     assert not (tmp_path / "run").exists()
+
+
+def test_two_process_grpo_records_every_rollout_once_with_the_process_that_generated_it(tmp_path, tiny_checkpoint,
+                                                                                        speed_tasks):
+    """Each process generates and scores the answers of its own prompts (its own verifier pool) and writes them in
+    its own batch files: the run's rollouts are every answer of every step once, marked with its process. (The
+    curves are not compared: each process samples its answers with its own random stream, so the answers, and the
+    rewards, differ from the one-process run's after the first step.)"""
+    import pandas as pd
+
+    from tests.training.helpers import write_grpo_config
+
+    config = write_grpo_config(tmp_path, tiny_checkpoint, speed_tasks, name="grpo", per_device_train_batch_size=4,
+                               torch_threads=1)
+    result = launch("grpo", config, 2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "grpo"
+    rollouts = pd.concat([pd.read_parquet(path) for path in sorted((run / "rollouts").glob("*.parquet"))])
+    assert len(rollouts) == 2 * 8  # two steps of 2 processes x 4 answers (one group of 4 per process)
+    assert rollouts["rollout_id"].is_unique
+    assert sorted(rollouts.groupby("process_index").size().to_dict().items()) == [(0, 8), (1, 8)]
+    assert set(rollouts["task_id"]) <= {json.loads(line)["task_id"] for line in speed_tasks.read_text().splitlines()}
+    assert json.loads((run / "run.json").read_text())["hardware"]["world_size"] == 2
