@@ -110,8 +110,8 @@ def slurm(tmp_path, monkeypatch):
     calls = tmp_path / "calls.log"
     commands_on_path(tmp_path, monkeypatch, {
         "sbatch": f'echo "sbatch $*" >> {calls}\ncp "${{@: -1}}" {tmp_path}/submitted.sbatch\n'
-                  'if [ -n "${SBATCH_FAIL:-}" ]; then echo "sbatch: error: invalid partition specified: gpu" >&2; '
-                  'exit 1; fi\necho "4242;cluster-a"',
+                  'if [ -n "${SBATCH_FAIL:-}" ]; then echo "sbatch: error: Batch job submission failed: Invalid '
+                  'account or account/partition combination specified" >&2; exit 1; fi\necho "4242;cluster-a"',
         "scancel": f'echo "scancel $*" >> {calls}',
         "squeue": f'echo "squeue $*" >> {calls}\necho "4242|pairwise-run|RUNNING|None"',
     })

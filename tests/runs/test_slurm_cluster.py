@@ -23,6 +23,8 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 FOLLOW_S = 600  # a two-step DPO run on the slow machine's CPU takes about a minute; the rest is margin
 TWO_STEPS = {"max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1, "learning_rate": 1e-3}
+GRPO_ONE_CYCLE = {"max_steps": 1, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 4,
+                  "use_cpu": True, "verifier_workers": 1, "report_to": ["none"], "save_strategy": "no", "seed": 0}
 
 
 @pytest.fixture(autouse=True)
@@ -43,10 +45,11 @@ def page(make_user):
     return client
 
 
-def launched(api, snapshot: Path, config: dict, kind: str = "dpo") -> Run:
+def launched(api, snapshot: Path | None, config: dict, kind: str = "dpo", tasks: Path | None = None) -> Run:
     """A run launched from the app (the API, then its config check and the worker's submission)."""
-    answer = api.post("/api/v1/runs", {"kind": kind, "backend": "slurm", "base_checkpoint": "tiny-sft",
-                                       "snapshot": str(snapshot), "config": config}, format="json")
+    given = {"tasks": str(tasks)} if tasks else {"snapshot": str(snapshot)}
+    answer = api.post("/api/v1/runs", {"kind": kind, "backend": "slurm", "base_checkpoint": "tiny-sft", **given,
+                                       "config": config}, format="json")
     assert answer.status_code == 202, answer.json()
     assert run_config_check(answer.json()["id"], enqueue=False).status == "queued"
     return execute.run_execute(run_id=answer.json()["id"], worker="w1@test")
@@ -102,6 +105,19 @@ def test_a_dpo_launch_on_the_cpu_partition_runs_to_done_followed_by_the_sweep_al
     assert "<td><code>--time</code></td><td>20</td><td>this run</td>" in shown
     assert "<td><code>--gpus-per-node</code></td><td>none</td><td>deployment</td>" in shown
     assert f"<td>{run.slurm_job_id}</td><td>pairwise-run-{run.pk}</td><td>completed</td>" in shown
+
+
+def test_reward_and_grpo_launches_on_the_cpu_partition_run_to_done(engineer_api, base_checkpoint, tiny_snapshot,
+                                                                   tmp_path):
+    reward = launched(engineer_api, tiny_snapshot, TWO_STEPS, kind="reward")
+    tasks = write_unlearnable_tasks(tmp_path / "tasks.jsonl")
+    grpo = launched(engineer_api, None, {**GRPO_ONE_CYCLE, "max_steps": 2}, kind="grpo", tasks=tasks)
+    assert "deploy/slurm/train.sh reward" in Path(reward.folder + ".sbatch").read_text()
+    assert "deploy/slurm/train.sh grpo" in Path(grpo.folder + ".sbatch").read_text()
+    for run in (reward, grpo):  # both queued at once: one CPU each on the two-CPU node
+        run = swept_until(run, lambda run: run.finished)
+        assert run.status == "succeeded", (run.kind, run.error)
+        assert max(row.get("step") or 0 for row in run.metrics) == 2, (run.kind, run.metrics)
 
 
 def test_a_job_pending_for_resources_shows_slurms_reason_and_cancel_scancels_it(engineer_api, base_checkpoint,
@@ -188,20 +204,12 @@ def test_munge_or_slurmctld_not_answering_fails_the_launch_in_one_line_naming_wh
                              "failed: Unable to contact slurm controller (connect failure)")
 
 
-GRPO_ONE_CYCLE = {"max_steps": 1, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 4,
-                  "use_cpu": True, "verifier_workers": 1, "report_to": ["none"], "save_strategy": "no", "seed": 0}
-
 
 def test_a_staged_grpo_cycle_is_one_job_per_stage_chained_with_afterok_and_runs_to_done(engineer_api,
                                                                                          base_checkpoint, tmp_path,
                                                                                          page, cpu_partition):
     tasks = write_unlearnable_tasks(tmp_path / "tasks.jsonl")
-    answer = engineer_api.post("/api/v1/runs", {"kind": "grpo", "backend": "slurm", "base_checkpoint": "tiny-sft",
-                                                "tasks": str(tasks), "config": {**GRPO_ONE_CYCLE, "mode": "staged"}},
-                               format="json")
-    assert answer.status_code == 202, answer.json()
-    assert run_config_check(answer.json()["id"], enqueue=False).status == "queued"
-    run = execute.run_execute(run_id=answer.json()["id"], worker="w1@test")
+    run = launched(engineer_api, None, {**GRPO_ONE_CYCLE, "mode": "staged"}, kind="grpo", tasks=tasks)
     assert run.status == "running", run.error
     prefix = f"pairwise-run-{run.pk}"
     jobs = dict(line.split(" ", 1)[::-1] for line in Path(run.folder + ".jobs").read_text().splitlines())
