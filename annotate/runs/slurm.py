@@ -367,17 +367,20 @@ def job_log_line(log: str) -> str:
     return next((line for line in reversed(lines) if "error" in line.lower()), lines[-1] if lines else "")
 
 
-def _ended_line(run: Run, jobs: list[str]) -> str:
-    """Why a run whose last job left the queue without finishing run.json ended: the first of its jobs that did
-    not complete, as sacct says, and the line of the log that says why."""
+def _ended(run: Run, jobs: list[str]) -> tuple[str, str]:
+    """How a run whose last job left the queue without finishing run.json ended: the first of its jobs that did
+    not complete, as sacct says, and the line of the log that says why. Cancelled when that job was cancelled
+    (scancel outside the app: a staged run's later jobs are then cancelled by Slurm for want of it), else failed."""
     said = job_log_line(run.log_tail) or "see the job log"
     ends = job_ends(jobs)
+    _keep_job_states(run, {}, ends)
     for job in jobs:
         end = ends.get(job)
         if end and end["state"] != "COMPLETED":
             code = f", exit code {end['exit_code']}" if end["exit_code"] not in ("", "0:0") else ""
-            return f"Slurm job {job} ({end['name']}) ended {end['state']}{code}: {said}"
-    return f"Slurm job {run.slurm_job_id} left the queue without finishing its run.json: {said}"
+            status = Run.Status.CANCELLED if end["state"] == "CANCELLED" else Run.Status.FAILED
+            return status, f"Slurm job {job} ({end['name']}) ended {end['state']}{code}: {said}"
+    return Run.Status.FAILED, f"Slurm job {run.slurm_job_id} left the queue without finishing its run.json: {said}"
 
 
 def slurm_refresh(run: Run) -> Run:
@@ -397,7 +400,8 @@ def slurm_refresh(run: Run) -> Run:
         return run
     _keep_job_states(run, states)
     if run.slurm_job_id not in states:
-        return _finish_once(run, status=Run.Status.FAILED, error=_ended_line(run, jobs))
+        status, line = _ended(run, jobs)
+        return _finish_once(run, status=status, error=line)
     return run
 
 

@@ -231,3 +231,27 @@ def test_a_staged_grpo_cycle_is_one_job_per_stage_chained_with_afterok_and_runs_
     assert "succeeded" in shown
     for name, job in jobs.items():  # each stage's job, its version in its name, as sacct says it ended
         assert f"<td>{job}</td><td>{name}</td><td>completed</td><td>exit code 0:0</td>" in shown
+
+
+def test_a_stage_job_cancelled_mid_run_cancels_the_chain_and_the_run_page_says_which(engineer_api, base_checkpoint,
+                                                                                      tmp_path, page, cpu_partition):
+    tasks = write_unlearnable_tasks(tmp_path / "tasks.jsonl")
+    run = launched(engineer_api, None, {**GRPO_ONE_CYCLE, "mode": "staged"}, kind="grpo", tasks=tasks)
+    assert run.status == "running", run.error
+    prefix = f"pairwise-run-{run.pk}"
+    jobs = dict(line.split(" ", 1)[::-1] for line in Path(run.folder + ".jobs").read_text().splitlines())
+    generate = jobs[f"{prefix}-generate-v0000"]
+    swept_until(run, lambda run: cpu_partition.command("squeue", "-h", "-j", generate, "-o", "%T").stdout.strip()
+                == "RUNNING", bound_s=300, what=f"the generate job {generate} to start")
+    cpu_partition.command("scancel", generate)  # by hand, outside the app: an operator's scancel
+
+    run = swept_until(run, lambda run: run.finished, bound_s=120)
+    assert run.status == "cancelled"
+    assert run.error.startswith(f"Slurm job {generate} ({prefix}-generate-v0000) ended CANCELLED"), run.error
+    shown = page.get(f"/runs/{run.pk}/").content.decode()
+    assert f"<td>{jobs[f'{prefix}-prepare-v0000']}</td><td>{prefix}-prepare-v0000</td><td>completed</td>" in shown
+    assert f"<td>{generate}</td><td>{prefix}-generate-v0000</td><td>cancelled</td>" in shown
+    for later in ("score-v0000", "update-v0000", "finish-v0001"):  # Slurm cancels them: afterok can never hold
+        left_queue(cpu_partition, jobs[f"{prefix}-{later}"])
+        assert f"<td>{jobs[f'{prefix}-{later}']}</td><td>{prefix}-{later}</td><td>cancelled</td>" in \
+            page.get(f"/runs/{run.pk}/").content.decode()
