@@ -1,5 +1,5 @@
 """The local backend runs a trainer as `processes` data-parallel processes: a config asking for more than the machine's
-cores is refused at launch in one line; one asking for two trains as two, and its record says so."""
+cores is refused at launch in one line; one asking for two trains as two, and its record and its page say so."""
 
 import os
 
@@ -26,10 +26,13 @@ def test_more_processes_than_cores_is_refused_in_one_line(base_checkpoint, tiny_
     assert f"processes is {cores + 1} but this machine has {cores} CPU cores; set it to at most {cores}" in line
 
 
-def test_a_two_process_run_trains_as_two_and_says_so(base_checkpoint, tiny_snapshot):
+def test_a_two_process_run_trains_as_two_and_says_so(base_checkpoint, tiny_snapshot, make_user, client):
     launched = run_launch(kind="dpo", base_checkpoint="tiny-sft", snapshot=str(tiny_snapshot), enqueue=False,
                           config={**THREE_STEPS, "processes": 2})
     run = execute.run_execute(run_id=launched.pk, worker="w1@test")
     assert run.status == Run.Status.SUCCEEDED, (run.error, run.log_tail[-2000:])
     assert run.record["hardware"]["world_size"] == 2
     assert [row["step"] for row in run.metrics if row.get("event") == "train" and "loss" in row] == [1, 2, 3]
+    client.force_login(make_user("eve", "engineer"))
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert '<span id="run-processes">2 processes</span>' in page
