@@ -31,7 +31,9 @@ tiny SFT checkpoint taught a classic wrong method on four in five speed problems
    steps from the last round's checkpoint on it; each round's checkpoint is scored on the held-out problems. With
    --beta above 0 each round's KL term measures against the SFT parent (--kl-reference round-start: against the
    checkpoint the round starts from). The last checkpoint is then asked as a next round would ask it, and the round
-   whose checkpoint answered correctly most often is the round-chosen child (chosen_round), shown beside the last.
+   whose checkpoint answered correctly most often is the round-chosen child, shown beside the last. The rounds'
+   rules (the steps and epochs of each round, the splits, the round chosen, the targets read over every round) are
+   training/reward_rounds.py's.
 
 Targets: the reward model within 10 CPU-minutes at test accuracy >= 85%; the child >= parent + 10 held-out points
 in every seed.
@@ -68,6 +70,8 @@ from bench.grpo_learning import (
     run_training,
     write_tasks,
 )
+from training import reward_rounds
+from training.reward_rounds import chosen_round, keep_earlier_splits, round_epochs, round_steps
 
 RESULTS = results_path("reward_learning")
 VERIFIER_RESULTS = results_path("grpo_learning")
@@ -425,11 +429,6 @@ def correct_share(sampled: dict) -> float:
     return round(sampled["correct_answers"] / sampled["answers"], 4)
 
 
-def round_steps(steps: int, rounds: int) -> list[int]:
-    """The GRPO budget split into `rounds` runs, the remainder to the last: 400 in 3 is 133, 133, 134."""
-    return [steps // rounds] * (rounds - 1) + [steps - (steps // rounds) * (rounds - 1)]
-
-
 def round_problem_seed(seed: int, number: int) -> int:
     """The seed of the held-in problems round `number` (from 1) asks for preferences: round 1 the single-round
     benchmark's (5000 + seed), each later round new problems."""
@@ -444,15 +443,13 @@ def round_pairs_rng(seed: int, number: int) -> random.Random:
 def round_pairs(earlier: list[tuple[str, dict, str, str]], sampled: dict, *, seed: int, number: int,
                 pairing: str) -> tuple[list[tuple[str, dict, str, str]], dict]:
     """Round `number`'s pairs of `sampled`, split by the round's own coin, except that a prompt an earlier round
-    already paired keeps that round's split (a snapshot splits by prompt text, so a test prompt stays test; new speed
-    problems repeat some earlier prompts). Returns them and split_pairs' counts of them as they are split, with
-    `asked_before`: how many of their prompts an earlier round paired."""
+    already paired keeps that round's split (training.reward_rounds.keep_earlier_splits). Returns them and
+    split_pairs' counts of them as they are split, with `asked_before`: how many of their prompts an earlier round
+    paired."""
     new, counts = split_pairs(sampled, rng=round_pairs_rng(seed, number), pairing=pairing)
-    split_of = {task["prompt"]: split for split, task, _, _ in earlier}
-    new = [(split_of.get(task["prompt"], split), task, chosen, rejected) for split, task, chosen, rejected in new]
+    new, counts["asked_before"] = keep_earlier_splits(earlier, new)
     counts["train"] = sum(split == "train" for split, *_ in new)
     counts["test"] = len(new) - counts["train"]
-    counts["asked_before"] = sum(task["prompt"] in split_of for _, task, _, _ in new)
     return new, counts
 
 
@@ -484,7 +481,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
                              "a correct and a wrong answer beyond the test split); a reward model needs some: give "
                              "a stronger parent")
         first_train = first_train or train
-        epochs = round(REWARD_RECIPE["num_train_epochs"] * first_train / train, 3)
+        epochs = round_epochs(REWARD_RECIPE["num_train_epochs"], first_train, train)
         reward_run = workdir / f"reward-{name}"
         reward = train_reward_model(reward_run, workdir / f"reward-{name}.yaml", base=sft, snapshot=snapshot,
                                     seed=seed, threads=args.threads, epochs=epochs)
@@ -541,13 +538,6 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         "parent_recipe": json.loads((sft / "tiny_sft.json").read_text())["config"],
         "scorers": child["scorers"],
     }
-
-
-def chosen_round(asked_shares: list[float]) -> int:
-    """The round (from 1) whose checkpoint answered the next round's new held-in problems correctly most often, the
-    earlier on a tie: the choice a team makes from its reviewers' verdicts on each round's answers, using no held-out
-    answer. `asked_shares[k - 1]` is round k's checkpoint's correct share."""
-    return max(range(len(asked_shares)), key=lambda index: (asked_shares[index], -index)) + 1
 
 
 def verifier_trained_children(args, rows: list[dict]) -> dict[int, float]:
@@ -816,21 +806,16 @@ def reward_models_by_round(row: dict) -> list[dict]:
 
 
 def reward_met_by_round(rows: list[dict]) -> list[bool]:
-    """For round 1, 2, ...: whether every seed's reward model of that round is at the target accuracy within the
-    CPU limit (a round some seed lacks counts over the seeds that have it)."""
-    by_round: dict[int, list[dict]] = {}
-    for row in rows:
-        for number, model in enumerate(reward_models_by_round(row), start=1):
-            by_round.setdefault(number, []).append(model)
-    return [all(model["test"]["accuracy"] >= TARGET_REWARD_ACCURACY
-                and model["cpu_minutes"] <= REWARD_CPU_MINUTES_LIMIT for model in by_round[number])
-            for number in sorted(by_round)]
+    """The reward-model target (training.reward_rounds.reward_met_by_round) read over every round of every seed."""
+    return reward_rounds.reward_met_by_round([reward_models_by_round(row) for row in rows],
+                                             accuracy=TARGET_REWARD_ACCURACY, cpu_minutes=REWARD_CPU_MINUTES_LIMIT)
 
 
 def targets_met(rows: list[dict]) -> tuple[bool, bool]:
     """(every reward model of every round at the target accuracy within the CPU limit, every child at the target
     gain)."""
-    return all(reward_met_by_round(rows)), all(r["gain_points"] >= TARGET_GAIN_POINTS for r in rows)
+    return all(reward_met_by_round(rows)), reward_rounds.gain_met((r["gain_points"] for r in rows),
+                                                                   points=TARGET_GAIN_POINTS)
 
 
 def format_reward_met(rows: list[dict]) -> str:
@@ -844,11 +829,9 @@ def format_reward_met(rows: list[dict]) -> str:
 
 
 def chosen_gain_met(rows: list[dict], choice: str) -> bool | None:
-    """Every child chosen without held-out answers at the target gain: `choice` "audited" (the audit-chosen
-    checkpoint of one run) or "round_choice" (--rounds: the round chosen by its answers' correct share). None when
-    some row has no such child (another kind of run, or one written before that choice was made)."""
-    gains = [(r.get(choice) or {}).get("gain_points") for r in rows]
-    return None if any(gain is None for gain in gains) else all(gain >= TARGET_GAIN_POINTS for gain in gains)
+    """The gain target for the children chosen without held-out answers: `choice` "audited" (the audit-chosen
+    checkpoint of one run) or "round_choice" (--rounds: training.reward_rounds.chosen_round's round)."""
+    return reward_rounds.gain_met(((r.get(choice) or {}).get("gain_points") for r in rows), points=TARGET_GAIN_POINTS)
 
 
 def results_settings(args) -> dict:
