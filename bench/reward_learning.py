@@ -71,7 +71,6 @@ from bench.grpo_learning import (
     write_tasks,
 )
 from training import reward_rounds
-from training.reward_rounds import chosen_round, keep_earlier_splits, round_epochs, round_steps
 
 RESULTS = results_path("reward_learning")
 VERIFIER_RESULTS = results_path("grpo_learning")
@@ -294,7 +293,7 @@ def audited_windows(run: Path, tasks: list[dict], *, every: int, answers: int, s
     on the recorded answers of each `every`-step window, the verifier standing in for the reviewers. The window of
     saved checkpoint s is the answers written at steps s-every to s-1: what an engineer had audited when the run
     reached s. {"windows": [{"checkpoint_step", "steps", "audited", "correct", "correct_share", "interval"}],
-    "chosen_step": the checkpoint whose window's audit found the largest correct share (the earlier on a tie)}."""
+    "chosen_step": training.reward_rounds.chosen_checkpoint's}."""
     from training.evaluate import wilson_interval
     from training.grpo.audit_sample import audit_draw, rewarded_rows
     from training.grpo.rollouts import read_rollouts
@@ -319,10 +318,8 @@ def audited_windows(run: Path, tasks: list[dict], *, every: int, answers: int, s
                         "correct": correct, "correct_share": round(correct / audited, 4) if audited else None,
                         "interval": [round(bound, 4) for bound in wilson_interval(correct, audited)] if audited
                         else None})
-    scored = [w for w in windows if w["correct_share"] is not None]
-    chosen = max(scored, key=lambda w: (w["correct_share"], -w["checkpoint_step"]), default=None)
     return {"every": every, "answers_per_window": answers, "windows": windows,
-            "chosen_step": None if chosen is None else chosen["checkpoint_step"]}
+            "chosen_step": reward_rounds.chosen_checkpoint({w["checkpoint_step"]: w["correct_share"] for w in windows})}
 
 
 def checkpoint_at(run: Path, step: int) -> Path:
@@ -447,7 +444,7 @@ def round_pairs(earlier: list[tuple[str, dict, str, str]], sampled: dict, *, see
     split_pairs' counts of them as they are split, with `asked_before`: how many of their prompts an earlier round
     paired."""
     new, counts = split_pairs(sampled, rng=round_pairs_rng(seed, number), pairing=pairing)
-    new, counts["asked_before"] = keep_earlier_splits(earlier, new)
+    new, counts["asked_before"] = reward_rounds.keep_earlier_splits(earlier, new)
     counts["train"] = sum(split == "train" for split, *_ in new)
     counts["test"] = len(new) - counts["train"]
     return new, counts
@@ -466,7 +463,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
     still never sees the verifier; the child is the last round's checkpoint."""
     rows: list[tuple[str, dict, str, str]] = []
     rounds, checkpoints, first_train = [], [], None
-    for number, steps in enumerate(round_steps(args.steps, args.rounds), start=1):
+    for number, steps in enumerate(reward_rounds.round_steps(args.steps, args.rounds), start=1):
         name = f"{seed}-round{number}"
         policy = checkpoints[-1] if checkpoints else sft
         sampled = sampled_preferences(policy, seed=seed, threads=args.threads,
@@ -481,7 +478,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
                              "a correct and a wrong answer beyond the test split); a reward model needs some: give "
                              "a stronger parent")
         first_train = first_train or train
-        epochs = round_epochs(REWARD_RECIPE["num_train_epochs"], first_train, train)
+        epochs = reward_rounds.round_epochs(REWARD_RECIPE["num_train_epochs"], first_train, train)
         reward_run = workdir / f"reward-{name}"
         reward = train_reward_model(reward_run, workdir / f"reward-{name}.yaml", base=sft, snapshot=snapshot,
                                     seed=seed, threads=args.threads, epochs=epochs)
@@ -517,7 +514,7 @@ def rounds_of_one_seed(workdir: Path, seed: int, args, heldout: list[dict], *, s
         one_round["heldout_after"] = after["success_rate"]
         one_round["heldout_interval"] = after["interval"]
     child = sampled["checkpoints"][-1]["all"]
-    chosen = chosen_round(asked_shares)
+    chosen = reward_rounds.chosen_round(asked_shares)
     chosen_child = sampled["checkpoints"][chosen]["all"]
     return {
         "seed": seed,

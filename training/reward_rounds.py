@@ -3,7 +3,8 @@ about the answers of the policy so far (bench/reward_learning.py --rounds runs t
 
 The rules a team applies to its own rounds: how the GRPO steps are shared between rounds, how many epochs each
 round's reward model trains, which split a repeated prompt's new pair goes to, which round's checkpoint to keep
-(using no held-out answer), and whether a reward-model target or a gain target was met over every round and seed.
+(using no held-out answer; chosen_checkpoint is its counterpart within one run, from answer audits), and whether a
+reward-model target or a gain target was met over every round and seed.
 """
 
 from collections.abc import Iterable, Sequence
@@ -38,6 +39,15 @@ def chosen_round(asked_shares: Sequence[float]) -> int:
     if not asked_shares:
         raise ValueError("no round to choose from: give each round's checkpoint's correct share")
     return max(range(len(asked_shares)), key=lambda index: (asked_shares[index], -index)) + 1
+
+
+def chosen_checkpoint(audited_shares: dict[int, float | None]) -> int | None:
+    """The saved checkpoint (its step) whose window's answer audit found the largest correct share, the earlier on a
+    tie: what an engineer who audits one run as it goes keeps, using no held-out answer. `audited_shares` maps each
+    checkpoint's step to the correct share of the answers audited in the steps before it (None: none audited). None
+    when no window had an audited answer."""
+    scored = [(share, -step) for step, share in audited_shares.items() if share is not None]
+    return -max(scored)[1] if scored else None
 
 
 def reward_met_by_round(seeds: Iterable[Sequence[dict]], *, accuracy: float, cpu_minutes: float) -> list[bool]:

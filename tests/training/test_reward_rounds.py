@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from training.reward_rounds import (
+    chosen_checkpoint,
     chosen_round,
     gain_met,
     keep_earlier_splits,
@@ -16,8 +17,9 @@ from training.reward_rounds import (
     round_steps,
 )
 
-ROUNDS_RESULTS = [Path(__file__).resolve().parents[2] / "bench" / "results" / name
-                  for name in ("reward_learning_rounds.json", "reward_learning_rounds_kl_parent.json")]
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+ROUNDS_RESULTS = [RESULTS / name for name in ("reward_learning_rounds.json", "reward_learning_rounds_kl_parent.json")]
+AUDITED_RESULTS = [RESULTS / name for name in ("reward_learning.json", "reward_learning_beta.json")]
 
 
 def model(accuracy: float, cpu_minutes: float = 2.0) -> dict:
@@ -68,6 +70,17 @@ def test_the_round_kept_is_the_one_whose_answers_were_correct_most_often_the_ear
         chosen_round([])
 
 
+def test_the_audited_checkpoint_kept_is_the_one_whose_audit_found_the_largest_correct_share_the_earlier_on_a_tie():
+    assert chosen_checkpoint({40: 0.75, 80: 0.9, 120: 0.5}) == 80
+    assert chosen_checkpoint({40: 0.9, 80: 0.9, 120: 0.5}) == 40
+    assert chosen_checkpoint({40: None, 80: 0.25, 120: 0.25}) == 80  # a window with no audited answer is not read
+    assert chosen_checkpoint({40: None, 80: None}) is None and chosen_checkpoint({}) is None
+    # The order the windows are listed in changes nothing.
+    shares = {40: 0.5, 80: 0.875, 120: 0.875, 160: None}
+    for order in itertools.permutations(shares.items()):
+        assert chosen_checkpoint(dict(order)) == 80
+
+
 def test_the_reward_model_target_is_read_in_every_round_not_round_one_alone():
     seeds = [[model(1.0), model(0.93), model(0.90), model(0.77)],
              [model(0.97), model(0.88), model(0.84), model(0.79)],
@@ -113,3 +126,18 @@ def test_the_stored_rounds_results_are_what_the_rules_give_from_their_rows(resul
     if "chosen_round_gain_met" in target:
         assert gain_met((run["round_choice"]["gain_points"] for run in runs),
                         points=target["gain_points"]) is target["chosen_round_gain_met"] is True
+
+
+@pytest.mark.parametrize("results", AUDITED_RESULTS, ids=lambda path: path.name)
+def test_the_stored_audited_runs_kept_the_checkpoint_the_rule_gives_from_their_windows(results):
+    stored = json.loads(results.read_text())
+    target, runs = stored["target"], stored["runs"]
+    for run in runs:
+        audited = run["audited"]
+        shares = {window["checkpoint_step"]: window["correct_share"] for window in audited["windows"]}
+        assert chosen_checkpoint(shares) == audited["chosen_step"]
+    assert gain_met((run["audited"]["gain_points"] for run in runs), points=target["gain_points"]) is \
+        target["audited_gain_met"] is False
+    models = [[run["reward_model"]] for run in runs]
+    assert reward_met_by_round(models, accuracy=target["reward_accuracy"],
+                               cpu_minutes=target["reward_cpu_minutes"]) == target["reward_met_by_round"] == [True]
