@@ -135,9 +135,10 @@ def _resolved_count(resolved: dict, key: str, least: int) -> int:
     return value
 
 
-def render_staged(run: Run, config_file: Path) -> str:
+def render_staged(run: Run, config_file: Path, resume_from: int | None = None) -> str:
     """The staged submit script with this run's job names, log folder, config and resolved run filled in: its
-    output_dir (the app's run folder), max_steps, mode and max_staleness as the training CLI resolved them."""
+    output_dir (the app's run folder), max_steps, mode and max_staleness as the training CLI resolved them; with
+    `resume_from`, the chain goes on from that version."""
     template = template_path(run.kind, run_mode(run))
     resolved = run.resolved_config or {}
     if str(resolved.get("output_dir")) != run.folder:
@@ -158,6 +159,7 @@ def render_staged(run: Run, config_file: Path) -> str:
             (PYTHON_LINE, f"export PYTHON={shlex.quote(settings.PAIRWISE_SLURM_PYTHON)}", "export PYTHON"),
             (r"^GPU_OPTIONS=.*$", f"GPU_OPTIONS={shlex.quote(gpu_options)}", "GPU_OPTIONS"),
             (r"^CPU_OPTIONS=.*$", f"CPU_OPTIONS={shlex.quote(cpu_options)}", "CPU_OPTIONS"),
+            (r"^RESUME_FROM=.*$", f"RESUME_FROM={'' if resume_from is None else int(resume_from)}", "RESUME_FROM"),
             (r'^RESOLVED=""$', f"RESOLVED={shlex.quote(line)}", 'RESOLVED=""')):
         text = _replace_once(text, pattern, replacement, what, template)
     return text
@@ -220,12 +222,12 @@ def staged_jobs(run: Run) -> list[str]:
     return [match.group(1) for match in map(STAGED_JOB.match, lines) if match]
 
 
-def _submit_staged(run: Run, config_file: Path) -> Run:
+def _submit_staged(run: Run, config_file: Path, resume_from: int | None = None) -> Run:
     """Run the rendered staged submit script; keep every job it submitted and follow the last one."""
     script = sidecar(run.folder, ".sh")
     jobs_file = sidecar(run.folder, ".jobs")
     try:
-        text = render_staged(run, config_file)
+        text = render_staged(run, config_file, resume_from)
         steps = run.resolved_config["max_steps"]
         script.write_text(text, encoding="utf-8")
         done = _run(["bash", str(script)], timeout=COMMAND_TIMEOUT_S + SUBMIT_S_PER_JOB * (3 * steps + 2))
@@ -298,6 +300,32 @@ def slurm_cancel(run: Run) -> Run:
             run.log_tail = (run.log_tail + f"\nscancel {run.slurm_job_id}: {slurm_said(done)}").strip()
             Run.objects.filter(pk=run.pk).update(log_tail=run.log_tail)
     return _finish_once(run, status=Run.Status.CANCELLED, error=f"cancelled; scancel {run.slurm_job_id or '(no job)'}")
+
+
+def slurm_resume(run: Run) -> Run:
+    """Submit a staged run whose chain stopped (a stage job cancelled or failed) again, from its last complete
+    version: the same run and folder, a new chain with no prepare job. UserMistake (one line) for any other run."""
+    from training.grpo.versions import latest_version
+
+    if run.backend != Run.Backend.SLURM or run_mode(run) not in STAGED_MODES:
+        raise UserMistake(f"run {run.pk} is not a staged GRPO run on Slurm; only such a run goes on from a version")
+    if run.status not in (Run.Status.CANCELLED, Run.Status.FAILED):
+        raise UserMistake(f"run {run.pk} is {run.status}; only a cancelled or failed run goes on from a version")
+    still = queue_states(_run_jobs(run))
+    if still is None:
+        raise UserMistake(f"run {run.pk}: squeue does not answer; resume it once the cluster does")
+    if still:
+        raise UserMistake(f"run {run.pk}: jobs of its chain are still queued ({', '.join(still)}); resume it once "
+                          "they have left the queue")
+    version = latest_version(Path(run.folder))
+    if version is None:
+        raise UserMistake(f"run {run.pk} has no complete version in {run.folder}/versions; launch it again instead")
+    with transaction.atomic():
+        if Run.objects.filter(pk=run.pk, status=run.status).update(
+                status=Run.Status.RUNNING, finished_at=None, exit_code=None, error="", slurm_job_id="") != 1:
+            raise UserMistake(f"run {run.pk} changed meanwhile; look at it again")
+    run.refresh_from_db()
+    return _submit_staged(run, sidecar(run.folder, ".yaml"), resume_from=version)
 
 
 def log_path(run: Run) -> Path:

@@ -17,7 +17,8 @@
 # The config's tasks, base_checkpoint and output_dir must be on storage every node can read.
 # Settings (environment): JOB_PREFIX (default pairwise-grpo), LOG_DIR (default .), PYTHON (default python),
 # GPU_OPTIONS and CPU_OPTIONS (sbatch options of the GPU and CPU jobs), and per stage PREPARE_OPTIONS,
-# GENERATE_OPTIONS, SCORE_OPTIONS, UPDATE_OPTIONS, FINISH_OPTIONS; sbatch's own SBATCH_PARTITION,
+# GENERATE_OPTIONS, SCORE_OPTIONS, UPDATE_OPTIONS, FINISH_OPTIONS; RESUME_FROM (a run whose chain stopped: go on
+# from its last complete version V, with no prepare job); sbatch's own SBATCH_PARTITION,
 # SBATCH_ACCOUNT, ... apply to every job. The app writes PYTHON, GPU_OPTIONS and CPU_OPTIONS from its
 # PAIRWISE_SLURM_* settings and a run's slurm: mapping (docs/deploy.md, "A Slurm cluster"); by hand, set them
 # for your cluster.
@@ -25,6 +26,9 @@ set -euo pipefail
 
 CONFIG=${1:?usage: deploy/slurm/grpo_staged.sh CONFIG.yaml}
 JOB_PREFIX=${JOB_PREFIX:-pairwise-grpo}
+# Resuming a run whose chain stopped: its last complete version (versions/vNNNN with version.json); the jobs
+# start from there, with no prepare job. Empty: a new run.
+RESUME_FROM=${RESUME_FROM:-}
 LOG_DIR=${LOG_DIR:-.}
 ROOT=$PWD   # the jobs run here (the checkout's root: python -m training)
 STAGE_JOB=$ROOT/deploy/slurm/grpo_stage.sbatch
@@ -55,6 +59,9 @@ STEPS=$(value max_steps '[0-9]+')
 MODE=$(value mode '"(staged|overlapped)"'); MODE=${MODE:1:-1}
 MAX_STALENESS=$(value max_staleness '[0-9]+')
 (( STEPS >= 1 )) || fail "max_steps must be at least 1 (the number of cycles), got $STEPS"
+[[ -z $RESUME_FROM ]] || { [[ $RESUME_FROM =~ ^[0-9]+$ ]] && (( RESUME_FROM <= STEPS )); } \
+  || fail "RESUME_FROM must be a version from 0 to max_steps ($STEPS), got $RESUME_FROM"
+START=${RESUME_FROM:-0}
 [[ $MODE == overlapped ]] || (( MAX_STALENESS == 0 )) || fail "mode staged takes max_staleness 0, got $MAX_STALENESS"
 mkdir -p "$LOG_DIR"
 
@@ -88,16 +95,22 @@ cancel_submitted() {
 }
 version() { printf 'v%04d' "$1"; }
 
-submit "$JOB_PREFIX-prepare-v0000" "$PREPARE_OPTIONS" "" cycle --config "$CONFIG" --prepare-only
-WRITES=("$JOB")   # WRITES[v]: the job after which version v exists
-for (( batch = 0; batch < STEPS; batch++ )); do
+if [[ -z $RESUME_FROM ]]; then
+  submit "$JOB_PREFIX-prepare-v0000" "$PREPARE_OPTIONS" "" cycle --config "$CONFIG" --prepare-only
+  WRITES=("$JOB")   # WRITES[v]: the job after which version v exists
+else
+  # A run resumed from its last complete version: versions 0..RESUME_FROM exist, nothing to wait for.
+  WRITES=()
+  for (( v = 0; v <= RESUME_FROM; v++ )); do WRITES+=(""); done
+fi
+for (( batch = START; batch < STEPS; batch++ )); do
   by=$(( batch >= MAX_STALENESS ? batch - MAX_STALENESS : 0 ))
   tag=$(version "$by")
   [[ $by == "$batch" ]] || tag+=$(printf -- '-b%06d' "$batch")
   submit "$JOB_PREFIX-generate-$tag" "$GENERATE_OPTIONS" "${WRITES[by]}" \
     generate --run "$RUN" --batch "$batch" --version "$by"
   submit "$JOB_PREFIX-score-$tag" "$SCORE_OPTIONS" "$JOB" score --run "$RUN" --batch "$batch"
-  submit "$JOB_PREFIX-update-$(version "$batch")" "$UPDATE_OPTIONS" "$JOB:${WRITES[batch]}" \
+  submit "$JOB_PREFIX-update-$(version "$batch")" "$UPDATE_OPTIONS" "$JOB${WRITES[batch]:+:${WRITES[batch]}}" \
     update --run "$RUN" --version "$batch"
   WRITES+=("$JOB")
 done

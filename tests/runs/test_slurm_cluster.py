@@ -16,6 +16,7 @@ from django.test import Client
 from annotate.runs import execute, sweeps
 from annotate.runs.launch import run_config_check
 from annotate.runs.models import Run
+from tests.runs.helpers import register
 from tests.runs.slurm_cluster import slurm_cluster  # noqa: F401 (the session's cluster)
 from tests.training.helpers import write_unlearnable_tasks
 
@@ -233,8 +234,8 @@ def test_a_staged_grpo_cycle_is_one_job_per_stage_chained_with_afterok_and_runs_
         assert f"<td>{job}</td><td>{name}</td><td>completed</td><td>exit code 0:0</td>" in shown
 
 
-def test_a_stage_job_cancelled_mid_run_cancels_the_chain_and_the_run_page_says_which(engineer_api, base_checkpoint,
-                                                                                      tmp_path, page, cpu_partition):
+def test_a_stage_job_cancelled_mid_run_cancels_the_chain_says_which_and_resumes_from_the_last_version(
+        engineer_api, base_checkpoint, tmp_path, page, cpu_partition):
     tasks = write_unlearnable_tasks(tmp_path / "tasks.jsonl")
     run = launched(engineer_api, None, {**GRPO_ONE_CYCLE, "mode": "staged"}, kind="grpo", tasks=tasks)
     assert run.status == "running", run.error
@@ -255,3 +256,14 @@ def test_a_stage_job_cancelled_mid_run_cancels_the_chain_and_the_run_page_says_w
         left_queue(cpu_partition, jobs[f"{prefix}-{later}"])
         assert f"<td>{jobs[f'{prefix}-{later}']}</td><td>{prefix}-{later}</td><td>cancelled</td>" in \
             page.get(f"/runs/{run.pk}/").content.decode()
+
+    # Resumed from its last complete version (v0000, which the prepare job wrote): a new chain with no prepare job.
+    said = register("resume_slurm_run", str(run.pk))
+    run.refresh_from_db()
+    assert said == f"run {run.pk}: resumed, following Slurm job {run.slurm_job_id}\n" and run.status == "running"
+    resumed = [line.split(" ", 1)[1] for line in Path(run.folder + ".jobs").read_text().splitlines()]
+    assert resumed == [f"{prefix}-generate-v0000", f"{prefix}-score-v0000", f"{prefix}-update-v0000",
+                       f"{prefix}-finish-v0001"]
+    run = swept_until(run, lambda run: run.finished)
+    assert run.status == "succeeded", run.error
+    assert (Path(run.folder) / "versions" / "v0001" / "version.json").is_file()
