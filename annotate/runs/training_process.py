@@ -23,7 +23,8 @@ def training_command(*args: str) -> list[str]:
 def launched_training_command(processes: int, *args: str) -> list[str]:
     """`python -m training ARGS` as `processes` data-parallel processes on this machine: accelerate's launcher
     (torchrun underneath) with deploy/accelerate/cpu_ddp.yaml, over gloo on CPU or one process per GPU, as the
-    training config's device says. They stay in the launcher's process group, so cancelling stops them all."""
+    training config's device says. torchrun starts each in a session of its own and stops them when it gets the
+    cancel's SIGTERM (in about a second here), before the follower's SIGKILL is due."""
     launcher_config = os.path.join(settings.BASE_DIR, "deploy", "accelerate", "cpu_ddp.yaml")
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", launcher_config,
             "--num_processes", str(processes), "-m", "training", *args]
