@@ -2,20 +2,24 @@
 cores is refused at launch in one line; one asking for two trains as two, and its record and its page say so."""
 
 import os
+import threading
+from pathlib import Path
 
 import pytest
 
 from annotate.errors import UserMistake
 from annotate.runs import execute
-from annotate.runs.launch import run_launch
+from annotate.runs.folder import sidecar
+from annotate.runs.launch import run_cancel, run_launch
 from annotate.runs.models import Run
-
-pytestmark = pytest.mark.django_db
+from annotate.runs.queue import execute_in_thread
+from tests.exports.helpers import wait_for
 
 THREE_STEPS = {"learning_rate": 1e-3, "max_steps": 3, "per_device_train_batch_size": 2, "logging_steps": 1,
                "torch_threads": 1, "use_cpu": True, "report_to": ["none"], "seed": 0}
 
 
+@pytest.mark.django_db
 def test_more_processes_than_cores_is_refused_in_one_line(base_checkpoint, tiny_snapshot):
     cores = os.cpu_count()
     with pytest.raises(UserMistake) as refused:
@@ -26,6 +30,7 @@ def test_more_processes_than_cores_is_refused_in_one_line(base_checkpoint, tiny_
     assert f"processes is {cores + 1} but this machine has {cores} CPU cores; set it to at most {cores}" in line
 
 
+@pytest.mark.django_db
 def test_a_two_process_run_trains_as_two_and_says_so(base_checkpoint, tiny_snapshot, make_user, client):
     launched = run_launch(kind="dpo", base_checkpoint="tiny-sft", snapshot=str(tiny_snapshot), enqueue=False,
                           config={**THREE_STEPS, "processes": 2})
@@ -36,3 +41,35 @@ def test_a_two_process_run_trains_as_two_and_says_so(base_checkpoint, tiny_snaps
     client.force_login(make_user("eve", "engineer"))
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert '<span id="run-processes">2 processes</span>' in page
+
+
+def processes_reading(config_file: Path) -> list[int]:
+    """The pids whose command line names `config_file`: the launcher and every training process it started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone, or not a process
+        if entry.name.isdigit() and str(config_file).encode() in command:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_stops_every_process_of_a_two_process_run(base_checkpoint, tiny_snapshot):
+    launched = run_launch(kind="dpo", base_checkpoint="tiny-sft", snapshot=str(tiny_snapshot), enqueue=False,
+                          config={**THREE_STEPS, "max_steps": 100_000, "processes": 2})
+    follower = threading.Thread(target=execute_in_thread, args=(launched.pk,))  # as a launch with no broker does
+    follower.start()
+    try:
+        wait_for(lambda: Run.objects.get(pk=launched.pk).metrics, "the first step's metrics", timeout=180)
+        running = Run.objects.get(pk=launched.pk)
+        config_file = sidecar(running.folder, ".yaml")
+        assert len(processes_reading(config_file)) >= 3  # the launcher and two training processes
+        run_cancel(running)
+        follower.join(timeout=60)
+    finally:
+        follower.join(timeout=60)
+    assert Run.objects.get(pk=launched.pk).status == Run.Status.CANCELLED
+    wait_for(lambda: not processes_reading(config_file), "every process of the run to end", timeout=30)
