@@ -127,6 +127,10 @@ def test_a_job_pending_for_resources_shows_slurms_reason_and_cancel_scancels_it(
     blocker = cpu_partition.command("sbatch", "--parsable", "--partition=cpu", "--cpus-per-task=2", "--mem=1G",
                                     "--output=/dev/null", "--wrap", "sleep 300").stdout.strip()
     try:
+        deadline = time.monotonic() + 60  # an earlier test's job may still be leaving the node
+        while cpu_partition.command("squeue", "-h", "-j", blocker, "-o", "%T").stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline, f"the job {blocker} taking both CPUs did not start within 60 s"
+            time.sleep(0.5)
         run = launched(engineer_api, tiny_snapshot, TWO_STEPS)
         assert run.status == "running", run.error
         job = run.slurm_job_id
