@@ -24,5 +24,10 @@ def test_accelerate_config_reads(name, distributed_type, zero_stage):
 @pytest.mark.parametrize("name", ["dpo.sbatch", "grpo.sbatch", "reward.sbatch"])
 def test_slurm_templates_launch_the_training_cli(name):
     text = (DEPLOY / "slurm" / name).read_text()
+    kind = name.split(".")[0]
     assert text.startswith("#!/bin/bash") and "#SBATCH" in text
-    assert "accelerate launch" in text and f"-m training {name.split('.')[0]} --config" in text
+    # The training step every trainer's template shares: accelerate on GPU nodes, one process on a CPU partition.
+    assert f'exec deploy/slurm/train.sh {kind} "$CONFIG" "$ACCELERATE_CONFIG"' in text
+    step = (DEPLOY / "slurm" / "train.sh").read_text()
+    assert "-m accelerate.commands.launch" in step and "-m training '$KIND' --config '$CONFIG'" in step
+    assert '"$PYTHON" -m training "$KIND" --config "$CONFIG"' in step
