@@ -165,145 +165,200 @@ def grpo_run_inputs(config: GRPORunConfig) -> GRPORunInputs:
 def run_grpo(config: GRPORunConfig) -> dict:
     """Train; return the final run record. Raises PairwiseInputError for bad input before writing anything."""
     import torch
-    from datasets import Dataset
 
-    from training.grpo.difficulty import band_summary, keep_in_band, pass_rates
     from training.grpo.ledger import Ledger
     from training.grpo.rewards import RewardModelReward, VerifierComponentsReward
-    from training.grpo.rollouts import ROLLOUT_FORMAT, next_batch_number
-    from training.grpo.trainer import PairwiseGRPOTrainer
-    from training.run_folder import checkpoint_content_hash
     from training.snapshot import file_sha256
-    from training.tasks import write_tasks
 
     started = time.perf_counter()
     # 1. Everything a user can get wrong is checked before the run folder exists.
     inputs = grpo_run_inputs(config)
-    run, resume_from, base_path, reference_path = inputs.run, inputs.resume_from, inputs.base_path, inputs.reference_path
-    all_tasks, tokenizer = inputs.tasks, inputs.tokenizer
+    run = inputs.run
     scorer = loaded_reward_model(config, inputs.rows)
     if config.torch_threads is not None:
         torch.set_num_threads(config.torch_threads)
     is_main = is_main_process()
-    fresh = resume_from is None
-    base_hash = checkpoint_content_hash(base_path) if is_main else None
-    reference = None
-    if is_main and config.beta > 0:  # the checkpoint the KL term measures against, named like the base
-        reference = {"path": str((reference_path or base_path).resolve()),
-                     "content_hash": checkpoint_content_hash(reference_path) if reference_path else base_hash}
-    if is_main and not fresh:
-        check_kl_reference_kept(run.read_record(), reference, config.output_dir)
+    fresh = inputs.resume_from is None
+    base_hash, reference = kl_reference_record(config, inputs, is_main=is_main)
     tasks_hash = file_sha256(Path(config.tasks))
-
-    difficulty = None
-    tasks = all_tasks
-    if config.difficulty_filter and fresh:
-        loading = time.perf_counter()
-        rates = pass_rates(checkpoint=base_path, tasks=all_tasks, samples=config.difficulty_samples,
-                           temperature=config.temperature, top_p=config.top_p, top_k=config.top_k or 0,
-                           max_new_tokens=config.max_completion_length, seed=config.seed,
-                           workers=config.verifier_workers)
-        tasks = keep_in_band(all_tasks, rates, min_pass_rate=config.difficulty_min_pass_rate,
-                             max_pass_rate=config.difficulty_max_pass_rate, checkpoint_hash=base_hash)
-        difficulty = {**band_summary(rates, min_pass_rate=config.difficulty_min_pass_rate,
-                                     max_pass_rate=config.difficulty_max_pass_rate),
-                      "samples": config.difficulty_samples, "wall_s": round(time.perf_counter() - loading, 2)}
-        if not tasks:
-            raise PairwiseInputError(f"difficulty_filter kept no task of {config.tasks} (pass rates: "
-                                     f"{difficulty['too_hard']} at or below {config.difficulty_min_pass_rate}, "
-                                     f"{difficulty['too_easy']} at or above {config.difficulty_max_pass_rate}); "
-                                     "widen the band or use tasks nearer the checkpoint's level")
-    elif not fresh and (run.path / "tasks.jsonl").is_file():
-        tasks = load_tasks(run.path / "tasks.jsonl")  # a resumed run trains on the tasks it started with
-    rows = dataset_rows(tasks, tokenizer, base_path)
+    tasks, difficulty = tasks_to_train(config, inputs, base_hash=base_hash)
+    rows = dataset_rows(tasks, inputs.tokenizer, inputs.base_path)
 
     # 2. The run folder: run.json is kept current so a watcher sees the status.
     if is_main:
-        # A resumed run keeps the difficulty_filter its record already holds.
-        start_run_record(
-            run, config, kind="grpo", base_path=base_path, base_hash=base_hash, resume_from=resume_from,
-            snapshot=None,
-            tasks={"path": str(Path(config.tasks).resolve()), "sha256": tasks_hash, "count": len(all_tasks),
-                   "trained_on": len(tasks), "copy": "tasks.jsonl"},
-            tasks_hash=tasks_hash,
-            rollouts={"path": "rollouts", "format": ROLLOUT_FORMAT},
-            scorers={},
-            reward_model=reward_model_record(scorer),
-            reward_functions=reward_functions(config),
-            kl_reference=reference,
-            **({"difficulty_filter": difficulty} if fresh else {}),
-        )
-        if fresh:
-            write_tasks(run.path / "tasks.jsonl", tasks)
+        start_grpo_record(config, inputs, tasks, difficulty, base_hash=base_hash, tasks_hash=tasks_hash,
+                          reference=reference, scorer=scorer)
     ledger = Ledger(prepass_s=difficulty["wall_s"] if difficulty else 0.0)
     reward = VerifierComponentsReward(tasks, workers=config.verifier_workers)
     model_reward = RewardModelReward(scorer) if scorer is not None else None
     try:
         with trainer_setup(run, config, recipe="GRPO", fresh=fresh, is_main=is_main):
-            trainer = PairwiseGRPOTrainer(
-                model=str(base_path),
-                reward_funcs=[reward] if model_reward is None else [reward, model_reward],
-                args=trainer_arguments(config, run),
-                train_dataset=Dataset.from_list(rows),
-                processing_class=tokenizer,
-                callbacks=[*run_callbacks(config, run), _budget_callback(config, ledger)],
-                peft_config=lora_config(config),
-                pairwise_reward=reward,
-                rollouts_dir=run.path / "rollouts",
-                ledger=ledger,
-                task_prompts={t["task_id"]: t["prompt"] for t in tasks},
-                first_batch=next_batch_number(run.path),
-                dynamic_sampling=config.dynamic_sampling,
-                dynamic_sampling_max_rounds=config.dynamic_sampling_max_rounds,
-                append_metrics=run.append_metrics if is_main else None,
-                reward_model_reward=model_reward,
-                reference_weights=reference_path,
-            )
+            trainer = grpo_trainer(config, inputs, tasks, rows, reward=reward, model_reward=model_reward, ledger=ledger,
+                                   is_main=is_main)
     except BaseException:
         reward.close()
         raise
 
+    # 3. Train, save, and record the lineage and the ledger.
     with recorded_outcome(run, is_main=is_main):
-        try:
-            train_output = trainer.train(resume_from_checkpoint=resume_from)
-        finally:
-            trainer.flush_rollouts()
-            reward.close()
-        ledger.verification_s = reward.seconds
-        ledger.reward_model_s = model_reward.seconds if model_reward is not None else 0.0
-        saving = time.perf_counter()
-        save_checkpoint(trainer, config, run, tokenizer)
-        trainer.accelerator.wait_for_everyone()
-        ledger.loading_s += time.perf_counter() - saving
+        train_output = train_and_save(trainer, config, inputs, reward=reward, model_reward=model_reward,
+                                      ledger=ledger)
         if not is_main:
             return {}
-        out_hash = record_lineage(run, kind="grpo", base_path=base_path, base_hash=base_hash, snapshot_id=None,
+        out_hash = record_lineage(run, kind="grpo", base_path=inputs.base_path, base_hash=base_hash, snapshot_id=None,
                                   reward_model=parent_reward_model(scorer))
         wall_s = time.perf_counter() - started
         gpus = trainer.accelerator.num_processes if torch.cuda.is_available() and not config.use_cpu else 0
         summary = ledger.summary(wall_s=wall_s, gpus=gpus, steps=trainer.state.global_step)
-        run.write_ledger({
-            "inputs": [
-                {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
-                {"kind": "tasks", "path": str(Path(config.tasks).resolve()), "sha256": tasks_hash},
-                *([{"kind": "reward_model", **reward_model_record(scorer)}] if scorer is not None else []),
-                *([{"kind": "kl_reference", **reference}] if reference is not None else []),
-            ],
-            "outputs": [{"kind": "checkpoint", "path": "checkpoint", "content_hash": out_hash},
-                        {"kind": "rollouts", "path": "rollouts", "format": ROLLOUT_FORMAT}],
-            "consumed": {
-                "optimizer_steps": trainer.state.global_step,
-                "epochs": round(trainer.state.epoch or 0.0, 4),
-                "tasks": len(tasks),
-                "completions": ledger.completions,
-                "tokens_generated": ledger.tokens_generated,
-                "wall_s": round(wall_s, 2),
-            },
-            **summary,
-        })
+        write_grpo_ledger(run, config, trainer, ledger, summary, tasks, base_path=inputs.base_path, base_hash=base_hash,
+                          tasks_hash=tasks_hash, out_hash=out_hash, reference=reference, scorer=scorer, wall_s=wall_s)
         return record_completed(run, trainer, train_output, wall_s=wall_s, out_hash=out_hash,
                                 scorers={"training": sorted(scorers_seen(run.path))},
                                 results={"ledger": summary})
+
+
+def kl_reference_record(config: GRPORunConfig, inputs: GRPORunInputs, *, is_main: bool) -> tuple[str | None, dict | None]:
+    """The base checkpoint's content hash and the KL reference as run.json names it (main process only; None
+    elsewhere), a resumed run's reference checked against the one it started with."""
+    from training.run_folder import checkpoint_content_hash
+
+    base_hash = checkpoint_content_hash(inputs.base_path) if is_main else None
+    reference = None
+    if is_main and config.beta > 0:  # the checkpoint the KL term measures against, named like the base
+        reference = {"path": str((inputs.reference_path or inputs.base_path).resolve()),
+                     "content_hash": (checkpoint_content_hash(inputs.reference_path) if inputs.reference_path
+                                      else base_hash)}
+    if is_main and inputs.resume_from is not None:
+        check_kl_reference_kept(inputs.run.read_record(), reference, config.output_dir)
+    return base_hash, reference
+
+
+def tasks_to_train(config: GRPORunConfig, inputs: GRPORunInputs, *, base_hash: str | None) -> tuple[list[dict], dict | None]:
+    """The tasks the run trains on and the difficulty filter's summary (None without one): a fresh run's tasks in
+    the difficulty band when asked, a resumed run's the tasks it started with."""
+    from training.grpo.difficulty import band_summary, keep_in_band, pass_rates
+
+    fresh = inputs.resume_from is None
+    if not (config.difficulty_filter and fresh):
+        if not fresh and (inputs.run.path / "tasks.jsonl").is_file():
+            return load_tasks(inputs.run.path / "tasks.jsonl"), None
+        return inputs.tasks, None
+    loading = time.perf_counter()
+    rates = pass_rates(checkpoint=inputs.base_path, tasks=inputs.tasks, samples=config.difficulty_samples,
+                       temperature=config.temperature, top_p=config.top_p, top_k=config.top_k or 0,
+                       max_new_tokens=config.max_completion_length, seed=config.seed,
+                       workers=config.verifier_workers)
+    tasks = keep_in_band(inputs.tasks, rates, min_pass_rate=config.difficulty_min_pass_rate,
+                         max_pass_rate=config.difficulty_max_pass_rate, checkpoint_hash=base_hash)
+    difficulty = {**band_summary(rates, min_pass_rate=config.difficulty_min_pass_rate,
+                                 max_pass_rate=config.difficulty_max_pass_rate),
+                  "samples": config.difficulty_samples, "wall_s": round(time.perf_counter() - loading, 2)}
+    if not tasks:
+        raise PairwiseInputError(f"difficulty_filter kept no task of {config.tasks} (pass rates: "
+                                 f"{difficulty['too_hard']} at or below {config.difficulty_min_pass_rate}, "
+                                 f"{difficulty['too_easy']} at or above {config.difficulty_max_pass_rate}); "
+                                 "widen the band or use tasks nearer the checkpoint's level")
+    return tasks, difficulty
+
+
+def start_grpo_record(config: GRPORunConfig, inputs: GRPORunInputs, tasks: list[dict], difficulty: dict | None, *,
+                      base_hash: str | None, tasks_hash: str, reference: dict | None, scorer) -> None:
+    """Create the run folder with run.json as running and, in a fresh run, its copy of the tasks (main process)."""
+    from training.grpo.rollouts import ROLLOUT_FORMAT
+    from training.tasks import write_tasks
+
+    fresh = inputs.resume_from is None
+    # A resumed run keeps the difficulty_filter its record already holds.
+    start_run_record(
+        inputs.run, config, kind="grpo", base_path=inputs.base_path, base_hash=base_hash,
+        resume_from=inputs.resume_from,
+        snapshot=None,
+        tasks={"path": str(Path(config.tasks).resolve()), "sha256": tasks_hash, "count": len(inputs.tasks),
+               "trained_on": len(tasks), "copy": "tasks.jsonl"},
+        tasks_hash=tasks_hash,
+        rollouts={"path": "rollouts", "format": ROLLOUT_FORMAT},
+        scorers={},
+        reward_model=reward_model_record(scorer),
+        reward_functions=reward_functions(config),
+        kl_reference=reference,
+        **({"difficulty_filter": difficulty} if fresh else {}),
+    )
+    if fresh:
+        write_tasks(inputs.run.path / "tasks.jsonl", tasks)
+
+
+def grpo_trainer(config: GRPORunConfig, inputs: GRPORunInputs, tasks: list[dict], rows: list[dict], *, reward, model_reward, ledger,
+                 is_main: bool):
+    """The PairwiseGRPOTrainer of the run: the verifier (and reward model) as TRL's reward functions, rollouts/ and
+    the ledger recorded."""
+    from datasets import Dataset
+
+    from training.grpo.rollouts import next_batch_number
+    from training.grpo.trainer import PairwiseGRPOTrainer
+
+    run = inputs.run
+    return PairwiseGRPOTrainer(
+        model=str(inputs.base_path),
+        reward_funcs=[reward] if model_reward is None else [reward, model_reward],
+        args=trainer_arguments(config, run),
+        train_dataset=Dataset.from_list(rows),
+        processing_class=inputs.tokenizer,
+        callbacks=[*run_callbacks(config, run), _budget_callback(config, ledger)],
+        peft_config=lora_config(config),
+        pairwise_reward=reward,
+        rollouts_dir=run.path / "rollouts",
+        ledger=ledger,
+        task_prompts={t["task_id"]: t["prompt"] for t in tasks},
+        first_batch=next_batch_number(run.path),
+        dynamic_sampling=config.dynamic_sampling,
+        dynamic_sampling_max_rounds=config.dynamic_sampling_max_rounds,
+        append_metrics=run.append_metrics if is_main else None,
+        reward_model_reward=model_reward,
+        reference_weights=inputs.reference_path,
+    )
+
+
+def train_and_save(trainer, config: GRPORunConfig, inputs: GRPORunInputs, *, reward, model_reward, ledger):
+    """Train (resuming if asked), write the rollouts still waiting, and save checkpoint/; TRL's train output."""
+    try:
+        train_output = trainer.train(resume_from_checkpoint=inputs.resume_from)
+    finally:
+        trainer.flush_rollouts()
+        reward.close()
+    ledger.verification_s = reward.seconds
+    ledger.reward_model_s = model_reward.seconds if model_reward is not None else 0.0
+    saving = time.perf_counter()
+    save_checkpoint(trainer, config, inputs.run, inputs.tokenizer)
+    trainer.accelerator.wait_for_everyone()
+    ledger.loading_s += time.perf_counter() - saving
+    return train_output
+
+
+def write_grpo_ledger(run, config: GRPORunConfig, trainer, ledger, summary: dict, tasks: list[dict], *, base_path: Path,
+                      base_hash: str, tasks_hash: str, out_hash: str, reference: dict | None, scorer,
+                      wall_s: float) -> None:
+    """ledger.json: the run's inputs and outputs, what it consumed, and the ledger's summary."""
+    from training.grpo.rollouts import ROLLOUT_FORMAT
+
+    run.write_ledger({
+        "inputs": [
+            {"kind": "checkpoint", "path": str(base_path.resolve()), "content_hash": base_hash},
+            {"kind": "tasks", "path": str(Path(config.tasks).resolve()), "sha256": tasks_hash},
+            *([{"kind": "reward_model", **reward_model_record(scorer)}] if scorer is not None else []),
+            *([{"kind": "kl_reference", **reference}] if reference is not None else []),
+        ],
+        "outputs": [{"kind": "checkpoint", "path": "checkpoint", "content_hash": out_hash},
+                    {"kind": "rollouts", "path": "rollouts", "format": ROLLOUT_FORMAT}],
+        "consumed": {
+            "optimizer_steps": trainer.state.global_step,
+            "epochs": round(trainer.state.epoch or 0.0, 4),
+            "tasks": len(tasks),
+            "completions": ledger.completions,
+            "tokens_generated": ledger.tokens_generated,
+            "wall_s": round(wall_s, 2),
+        },
+        **summary,
+    })
 
 
 def reward_functions(config: GRPORunConfig) -> list[dict]:

@@ -316,14 +316,12 @@ def generate_batch(trainer, run: Path, config, *, batch: int, version: int, meta
 
     trainer.target_step = batch  # the sampler's epoch: the one of this batch, not of the batch the trainer was built for
     rows = batch_inputs(trainer, batch)
-    trainer._next_batch = batch
     trainer.model.eval()
-    generated = trainer._generate([row["prompt"] for row in rows])
-    prompt_ids, completion_ids = generated[0], generated[1]
+    prompt_ids, completion_ids = trainer.sample_answers([row["prompt"] for row in rows], batch=batch)
     logps = _generation_logprobs(trainer, prompt_ids, completion_ids)
     texts = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
     clock.lap("generation")
-    eos_and_pad = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
+    eos_and_pad = {*trainer.eos_token_ids, trainer.pad_token_id}
     size = trainer.num_generations
     records = []
     for index, (row, p_ids, c_ids) in enumerate(zip(rows, prompt_ids, completion_ids, strict=True)):
@@ -349,22 +347,19 @@ def generate_batch(trainer, run: Path, config, *, batch: int, version: int, meta
 
 def _generation_logprobs(trainer, prompt_ids: list, completion_ids: list) -> list[list[float]]:
     """Per-token log-probabilities of each completion under the generating weights, at the sampling temperature:
-    TRL's own forward (`_get_per_token_logps_and_entropies`) on the batch padded as TRL pads it."""
+    TRL's own forward (the trainer's policy_logprobs) on the batch padded as TRL pads it."""
     import torch
     from trl.trainer.utils import pad
 
-    prompts = pad([torch.tensor(ids) for ids in prompt_ids], padding_value=trainer._tokenizer.pad_token_id,
+    prompts = pad([torch.tensor(ids) for ids in prompt_ids], padding_value=trainer.pad_token_id,
                   padding_side="left")
     prompt_mask = pad([torch.ones(len(ids), dtype=torch.long) for ids in prompt_ids], padding_value=0,
                       padding_side="left")
-    completions = pad([torch.tensor(ids) for ids in completion_ids], padding_value=trainer._tokenizer.pad_token_id,
+    completions = pad([torch.tensor(ids) for ids in completion_ids], padding_value=trainer.pad_token_id,
                       padding_side="right")
     completion_mask = pad([torch.ones(len(ids), dtype=torch.long) for ids in completion_ids], padding_value=0,
                           padding_side="right")
-    with torch.no_grad():
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, torch.cat([prompts, completions], dim=1), torch.cat([prompt_mask, completion_mask], dim=1),
-            completions.size(1), batch_size=trainer.args.per_device_train_batch_size)
+    logps = trainer.policy_logprobs(prompts, prompt_mask, completions, completion_mask)
     return [logps[i, : len(ids)].float().tolist() for i, ids in enumerate(completion_ids)]
 
 

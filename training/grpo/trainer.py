@@ -1,17 +1,22 @@
 """TRL's GRPOTrainer with every attempt recorded, zero-variance groups counted, and DAPO's dynamic sampling.
 
-The subclass overrides three seams of GRPOTrainer and leaves its algorithm alone:
+The subclass leaves GRPOTrainer's algorithm alone but relies on private parts of it; training/trl_private.py lists
+each one (with the stage trainer's, training/grpo/stages.py) and checks them on the installed TRL when this module
+is imported. Here:
 
-- `_generate` is timed (the ledger's generation time) and its token ids are kept for the records;
-- `_generate_and_score_completions` (one generation batch: sample, score, compute advantages) is
-  followed by building one rollout row per completion and counting the groups whose rewards are all
-  equal; with dynamic sampling, such groups are dropped and more rounds of fresh prompts fill the
-  batch before TRL splits it into micro-batches;
-- `compute_loss` keeps the per-token log-probabilities of the policy's forward pass. When generation and
-  update are aligned (TRL's default: one generation batch per optimizer step, num_iterations 1), TRL
-  uses exactly these as the "old" log-probabilities, because the weights that generated the batch are
-  the weights of that forward pass; recording them costs nothing extra. Otherwise the log-probabilities
-  TRL computes right after generation (or vLLM's own sampling log-probabilities) are recorded.
+- `_generate` (overridden) is timed (the ledger's generation time), seeded per generation batch, and its token ids are
+  kept for the records; `sample_answers` calls it for the staged cycle's generate stage;
+- `_generate_and_score_completions` (overridden and called: one generation batch sampled, scored, with advantages)
+  is followed by building one rollout row per completion and counting the groups whose rewards are all equal; with
+  dynamic sampling, such groups are dropped and more rounds of fresh prompts fill the batch before TRL splits it into
+  micro-batches. The counts join TRL's own step metrics through `_metrics`;
+- `_get_per_token_logps_and_entropies` (overridden) keeps the per-token log-probabilities of the policy's forward
+  pass in `compute_loss` (public). When generation and update are aligned (TRL's default: one generation batch per
+  optimizer step, num_iterations 1), TRL uses exactly these as the "old" log-probabilities, because the weights that
+  generated the batch are the weights of that forward pass; recording them costs nothing extra. Otherwise the
+  log-probabilities TRL computes right after generation (or vLLM's own sampling log-probabilities) are recorded.
+  `policy_logprobs` calls it for answers outside the update (dropped groups, the generate stage);
+- with vLLM, the engine's `sync_weights` is wrapped to time it (the ledger's switching time).
 
 Log-probabilities are of the sampling distribution at `temperature` (TRL divides the logits by it), before
 top-k / top-p truncation.
@@ -26,36 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import trl
-from packaging.version import Version
 from trl import GRPOTrainer
 
 from training.errors import PairwiseInputError
 from training.grpo.ledger import GroupCounts, Ledger
 from training.grpo.rewards import RewardModelReward, VerifierComponentsReward, component_scores
 from training.grpo.rollouts import prompt_text, write_batch
+from training.trl_private import check_installed_trl
 from training.trl_setup import is_zero3
 from training.verifiers.results import CORRECT, UNVERIFIED
 
-# The overrides below replace private methods of GRPOTrainer (`_generate`, `_generate_and_score_completions`),
-# whose signatures and return values change between TRL releases without notice: they were written and tested
-# for this range (pyproject.toml says the same). Another TRL fails here, in one line, before any run starts.
-SUPPORTED_TRL = (Version("1.16"), Version("1.17"))
-
-
-class UnsupportedTRL(PairwiseInputError):
-    """The installed TRL is outside the range the GRPO trainer's overrides were written for."""
-
-
-def check_trl_version(installed: str) -> None:
-    low, high = SUPPORTED_TRL
-    if not low <= Version(installed) < high:
-        raise UnsupportedTRL(f"TRL {installed} is installed, but Pairwise's GRPO trainer overrides private methods of "
-                             f"TRL's GRPOTrainer written for TRL >={low},<{high}; install a TRL in that range "
-                             f"(pip install 'trl>={low},<{high}')")
-
-
-check_trl_version(trl.__version__)
+# The overrides below rely on private parts of TRL that change between releases without notice: another TRL, or one
+# lacking any of them (training/trl_private.py lists each), fails here, in one line, before any run starts.
+check_installed_trl()
 
 HASHED_ELEMENTS_PER_TENSOR = 1 << 16  # the policy hash reads at most this many values of each weight tensor
 # Output keys of _generate_and_score_completions that dynamic sampling knows how to merge across rounds;
@@ -194,14 +182,24 @@ class PairwiseGRPOTrainer(GRPOTrainer):
                 f"({local_batch}) must be a multiple of num_generations ({self.num_generations}); change "
                 "per_device_train_batch_size or steps_per_generation")
         if self.use_vllm:
-            sync = self.vllm_generation.sync_weights
+            self._time_weight_sync()
 
-            def timed_sync():
-                began = time.perf_counter()
-                sync()
-                self.ledger.switching_s += time.perf_counter() - began
+    def _time_weight_sync(self) -> None:
+        """Time TRL's weight sync into the vLLM engine as the ledger's switching time (TRL calls it from _generate)."""
+        sync = self.vllm_generation.sync_weights
 
-            self.vllm_generation.sync_weights = timed_sync
+        def timed_sync():
+            began = time.perf_counter()
+            sync()
+            self.ledger.switching_s += time.perf_counter() - began
+
+        self.vllm_generation.sync_weights = timed_sync
+
+    @property
+    def pad_token_id(self) -> int:
+        """The pad token TRL pads prompts and completions with (its tokenizer is the processing class, or the
+        processor's tokenizer; TRL sets the pad token to EOS when the tokenizer has none)."""
+        return getattr(self.processing_class, "tokenizer", self.processing_class).pad_token_id
 
     # --- generation -------------------------------------------------------------------------------------
 
@@ -212,6 +210,13 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         self.ledger.generation_s += time.perf_counter() - started
         self._last_generated = (result[0], result[1])  # prompt ids, completion ids (EOS included)
         return result
+
+    def sample_answers(self, prompts: list, *, batch: int) -> tuple[list, list]:
+        """Sample answers to `prompts` as generation batch `batch` (its seed), outside training: the prompt and
+        completion token ids (EOS included)."""
+        self._next_batch = batch
+        result = self._generate(prompts)
+        return result[0], result[1]
 
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
@@ -229,6 +234,15 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         self.ledger.groups.add(counts)
         trained = self.accelerator.gather(torch.tensor([output["advantages"].shape[0]], device=self.accelerator.device))
         self.ledger.completions_trained += int(trained.sum().item())
+        self._log_group_metrics(counts, output)
+        if self.append_metrics is not None and self.accelerator.is_main_process:
+            self.append_metrics({"event": "generation", "step": self.state.global_step + 1,
+                                 "zero_variance_share": counts.zero_variance_share,
+                                 **vars(counts)})
+        return output
+
+    def _log_group_metrics(self, counts: GroupCounts, output: dict) -> None:
+        """The step's group counts and importance-sampling figures, logged (averaged) with TRL's own metrics."""
         metrics = self._metrics["train"]
         metrics["zero_variance/groups"].append(counts.zero_variance)
         metrics["zero_variance/share"].append(counts.zero_variance / counts.groups if counts.groups else 0.0)
@@ -241,11 +255,6 @@ class PairwiseGRPOTrainer(GRPOTrainer):
             for key, value in correction_statistics(output["importance_sampling_ratio"],
                                                     output["completion_mask"]).items():
                 metrics[f"sampling/importance_sampling_ratio/{key}"].append(value)
-        if self.append_metrics is not None and self.accelerator.is_main_process:
-            self.append_metrics({"event": "generation", "step": self.state.global_step + 1,
-                                 "zero_variance_share": counts.zero_variance_share,
-                                 **vars(counts)})
-        return output
 
     def _scored_round(self, inputs: list[dict]) -> _Round:
         """TRL's generate-and-score for `inputs`, then one rollout row per completion."""
@@ -255,28 +264,43 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         self._next_batch += 1
         scored = self.pairwise_reward.last
         _, completion_ids = self._last_generated
-        group_size = self.num_generations
-        local_n = len(inputs)
-        offset = self.accelerator.process_index * local_n
-        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        eos_and_pad = {*self.eos_token_ids, self.pad_token_id}
         truncated = [not ids or ids[-1] not in eos_and_pad for ids in completion_ids]
-        rewards = [math.nan if r is None else float(r) for r in scored.rewards]
         # None where the reward model left an answer unscored (over its max_length): NaN, as for the verifier.
         model_scores = ([math.nan if s is None else float(s) for s in self.reward_model_reward.last]
-                        if self.reward_model_reward is not None else [math.nan] * len(rewards))
+                        if self.reward_model_reward is not None else [math.nan] * len(scored.rewards))
+        everything = self._gathered_figures(scored, completion_ids, truncated, model_scores)
+        self._add_figures_to_ledger(everything)
+        counts, teaches_local = self._group_signal(everything, local_n=len(inputs))
+        keys = self._add_rows(inputs, output, batch, completion_ids, truncated, model_scores)
+        output["pairwise_row"] = torch.tensor(keys, dtype=torch.long)
+        self._write_if_complete(batch)
+        self.ledger.recording_s += time.perf_counter() - started
+        return _Round(output=output, batch=batch, teaches=teaches_local, counts=counts)
+
+    def _gathered_figures(self, scored, completion_ids: list, truncated: list[bool],
+                          model_scores: list[float]) -> torch.Tensor:
+        """Every process's completions, one row each: reward, correct, length, truncated, reward model score, verified."""
+        rewards = [math.nan if r is None else float(r) for r in scored.rewards]
         local = torch.tensor([[reward, float(result.status == CORRECT), len(ids), float(cut), score,
                                float(result.status != UNVERIFIED)]
                               for reward, result, ids, cut, score in zip(rewards, scored.results, completion_ids,
                                                                           truncated, model_scores, strict=True)],
                              dtype=torch.float64, device=self.accelerator.device)
-        everything = self.accelerator.gather(local).cpu()
-        self.ledger.count_completions([int(x) for x in everything[:, 2].tolist()], int(everything[:, 3].sum().item()))
+        return self.accelerator.gather(local).cpu()
 
+    def _add_figures_to_ledger(self, everything: torch.Tensor) -> None:
+        """The round's completions, tokens, rewards and correctness in the ledger (all processes' completions)."""
+        self.ledger.count_completions([int(x) for x in everything[:, 2].tolist()], int(everything[:, 3].sum().item()))
         self.ledger.add_step_figures(self.state.global_step + 1,
                                      rewards=self._total_rewards(everything[:, 0], everything[:, 4]).tolist(),
                                      model_scores=everything[:, 4].tolist(),
                                      correct=[bool(x) for x, verified in everything[:, [1, 5]].tolist() if verified],
                                      lengths=[int(x) for x in everything[:, 2].tolist()])
+
+    def _group_signal(self, everything: torch.Tensor, *, local_n: int) -> tuple[GroupCounts, list[bool]]:
+        """The round's group counts over all processes, and which of this process's groups teach."""
+        group_size = self.num_generations
         counts = GroupCounts()
         teaches_global = []
         for start in range(0, everything.shape[0], group_size):
@@ -289,76 +313,93 @@ class PairwiseGRPOTrainer(GRPOTrainer):
                 right = int(group[:, 1].sum().item())
                 counts.all_correct += right == group.shape[0]
                 counts.all_wrong += right == 0
-        first_group = offset // group_size
-        local_groups = math.ceil(local_n / group_size)
-        teaches_local = teaches_global[first_group : first_group + local_groups]
+        first_group = self.accelerator.process_index * local_n // group_size
+        return counts, teaches_global[first_group : first_group + math.ceil(local_n / group_size)]
 
+    @staticmethod
+    def _logprob_source(output: dict) -> tuple[str, torch.Tensor | None]:
+        """Where the round's log-probabilities come from, and them if TRL has already computed them."""
         if "sampling_per_token_logps" in output:
-            source, logps = "vllm sampler", output["sampling_per_token_logps"]
-        elif "old_per_token_logps" in output:
-            source, logps = "policy forward after generation", output["old_per_token_logps"]
-        else:
-            source, logps = "policy forward in the update", None
+            return "vllm sampler", output["sampling_per_token_logps"]
+        if "old_per_token_logps" in output:
+            return "policy forward after generation", output["old_per_token_logps"]
+        return "policy forward in the update", None
+
+    def _add_rows(self, inputs: list[dict], output: dict, batch: int, completion_ids: list, truncated: list[bool],
+                  model_scores: list[float]) -> list[int]:
+        """One rollout row per completion of this process, kept until its log-probabilities are known; their keys."""
+        scored = self.pairwise_reward.last
+        local_n = len(inputs)
+        offset = self.accelerator.process_index * local_n
+        source, logps = self._logprob_source(output)
         mask_truncated = bool(self.args.mask_truncated_completions)
-        policy_hash = self._policy_weights_sha256()
+        policy_hash = self._policy_weights_sha256()  # once per optimizer step, before any row
         advantages = output["advantages"].tolist()
         keys = list(range(self._next_row, self._next_row + local_n))
         self._next_row += local_n
         waiting = 0
         for i, key in enumerate(keys):
-            global_index = offset + i
-            group, member = divmod(global_index, group_size)
-            result = scored.results[i]
-            task_id = inputs[i]["task_id"]
-            ids = list(completion_ids[i])
-            row = {
-                "rollout_id": f"{batch:06d}-{group:04d}-{member:02d}",
-                "batch": batch,
-                "group_id": f"{batch:06d}-{group:04d}",
-                "member": member,
-                "task_id": task_id,
-                "prompt": prompt_text(self.task_prompts.get(task_id, inputs[i]["prompt"])),
-                "completion": scored.texts[i],
-                "completion_token_ids": ids,
-                "logprobs": None,
-                "logprobs_source": source,
-                "finish_reason": "truncated" if truncated[i] else "stopped",
-                "length": len(ids),
-                "status": result.status,
-                "reward": None if result.reward is None else float(result.reward),
-                "components": _json(result.components),
-                "component_scores": component_scores(result.components),
-                "reason": result.reason,
-                "scorer": result.scorer,
-                "reward_model_score": None if math.isnan(model_scores[i]) else model_scores[i],
-                "reward_model": self.reward_model_reward.identity if self.reward_model_reward is not None else None,
-                "advantage": float(advantages[i]),
-                "in_batch": True,
-                "policy_step": self.state.global_step,
-                "policy_weights_sha256": policy_hash,
-                "policy_version": f"v{self.state.global_step:04d}",
-                "process_index": self.accelerator.process_index,
-            }
-            recorded = self.provenance.get(row["rollout_id"]) if self.provenance is not None else None
-            if recorded is not None:  # generated by a stage: its version wrote the answer and its log-probabilities
-                row.update(policy_step=recorded["policy_step"], policy_version=recorded["policy_version"],
-                           policy_weights_sha256=recorded["policy_weights_sha256"],
-                           logprobs_source=f"recorded at generation ({recorded['policy_version']})")
-            if mask_truncated and truncated[i]:
-                row["logprobs_source"] = "not recorded: truncated completions are masked (mask_truncated_completions)"
-            elif recorded is not None:
-                row["logprobs"] = list(recorded["logprobs"])
-            elif logps is not None:
-                row["logprobs"] = logps[i, : len(ids)].float().cpu().tolist()
-            else:
-                waiting += 1
+            row = self._rollout_row(inputs[i], scored.results[i], scored.texts[i], list(completion_ids[i]),
+                                    batch=batch, index=offset + i, source=source, truncated=truncated[i],
+                                    model_score=model_scores[i], advantage=advantages[i], policy_hash=policy_hash)
+            waiting += self._attach_logprobs(row, None if logps is None else logps[i], truncated=truncated[i],
+                                             mask_truncated=mask_truncated)
             self._rows[key] = row
         self._batch_keys[batch] = keys
         self._rows_waiting[batch] = waiting
-        output["pairwise_row"] = torch.tensor(keys, dtype=torch.long)
-        self._write_if_complete(batch)
-        self.ledger.recording_s += time.perf_counter() - started
-        return _Round(output=output, batch=batch, teaches=teaches_local, counts=counts)
+        return keys
+
+    def _rollout_row(self, inputs: dict, result, completion: str, ids: list[int], *, batch: int, index: int,
+                     source: str, truncated: bool, model_score: float, advantage: float, policy_hash: str | None) -> dict:
+        """The rollout row of completion `index` (over all processes) of batch `batch`, without log-probabilities."""
+        group, member = divmod(index, self.num_generations)
+        task_id = inputs["task_id"]
+        return {
+            "rollout_id": f"{batch:06d}-{group:04d}-{member:02d}",
+            "batch": batch,
+            "group_id": f"{batch:06d}-{group:04d}",
+            "member": member,
+            "task_id": task_id,
+            "prompt": prompt_text(self.task_prompts.get(task_id, inputs["prompt"])),
+            "completion": completion,
+            "completion_token_ids": ids,
+            "logprobs": None,
+            "logprobs_source": source,
+            "finish_reason": "truncated" if truncated else "stopped",
+            "length": len(ids),
+            "status": result.status,
+            "reward": None if result.reward is None else float(result.reward),
+            "components": _json(result.components),
+            "component_scores": component_scores(result.components),
+            "reason": result.reason,
+            "scorer": result.scorer,
+            "reward_model_score": None if math.isnan(model_score) else model_score,
+            "reward_model": self.reward_model_reward.identity if self.reward_model_reward is not None else None,
+            "advantage": float(advantage),
+            "in_batch": True,
+            "policy_step": self.state.global_step,
+            "policy_weights_sha256": policy_hash,
+            "policy_version": f"v{self.state.global_step:04d}",
+            "process_index": self.accelerator.process_index,
+        }
+
+    def _attach_logprobs(self, row: dict, logps: torch.Tensor | None, *, truncated: bool, mask_truncated: bool) -> bool:
+        """Give `row` the log-probabilities known now (a stage's record, or TRL's `logps`) and their source; True
+        when it must wait for the update's forward pass."""
+        recorded = self.provenance.get(row["rollout_id"]) if self.provenance is not None else None
+        if recorded is not None:  # generated by a stage: its version wrote the answer and its log-probabilities
+            row.update(policy_step=recorded["policy_step"], policy_version=recorded["policy_version"],
+                       policy_weights_sha256=recorded["policy_weights_sha256"],
+                       logprobs_source=f"recorded at generation ({recorded['policy_version']})")
+        if mask_truncated and truncated:
+            row["logprobs_source"] = "not recorded: truncated completions are masked (mask_truncated_completions)"
+        elif recorded is not None:
+            row["logprobs"] = list(recorded["logprobs"])
+        elif logps is not None:
+            row["logprobs"] = logps[: row["length"]].float().cpu().tolist()
+        else:
+            return True
+        return False
 
     def _group_teaches(self, verifier: torch.Tensor, reward_model: torch.Tensor) -> bool:
         """Whether a group's advantages are not all zero, as TRL computes them from its reward functions: under
@@ -445,9 +486,9 @@ class PairwiseGRPOTrainer(GRPOTrainer):
                 continue
             pieces = [output[key][where] for output, where in rows]
             if key in ("prompt_ids", "prompt_mask"):
-                merged[key] = _pad_rows(pieces, side="left", value=self._tokenizer.pad_token_id if key == "prompt_ids" else 0)
+                merged[key] = _pad_rows(pieces, side="left", value=self.pad_token_id if key == "prompt_ids" else 0)
             elif key in _PER_TOKEN_KEYS and pieces[0].dim() == 2 and not (key == "importance_sampling_ratio" and pieces[0].shape[1] == 1):
-                value = {"completion_ids": self._tokenizer.pad_token_id, "tool_mask": 1}.get(key, 0)
+                value = {"completion_ids": self.pad_token_id, "tool_mask": 1}.get(key, 0)
                 merged[key] = _pad_rows(pieces, side="right", value=value)
             else:
                 merged[key] = torch.cat(pieces, dim=0)
@@ -466,13 +507,8 @@ class PairwiseGRPOTrainer(GRPOTrainer):
             pending = [k for k in keys if self._rows[k]["logprobs"] is None and self._rows[k]["logprobs_source"]
                        == "policy forward in the update"]
             if pending:
-                prompt_ids, prompt_mask = output["prompt_ids"][where], output["prompt_mask"][where]
-                completion_ids, completion_mask = output["completion_ids"][where], output["completion_mask"][where]
-                with torch.no_grad():
-                    logps, _, _ = self._get_per_token_logps_and_entropies(
-                        self.model, torch.cat([prompt_ids, completion_ids], dim=1),
-                        torch.cat([prompt_mask, completion_mask], dim=1), completion_ids.size(1),
-                        batch_size=self.args.per_device_train_batch_size)
+                logps = self.policy_logprobs(output["prompt_ids"][where], output["prompt_mask"][where],
+                                             output["completion_ids"][where], output["completion_mask"][where])
                 for row_index, key in enumerate(keys):
                     self._store_logps(key, logps[row_index], source="policy forward (dropped group)")
 
@@ -503,6 +539,17 @@ class PairwiseGRPOTrainer(GRPOTrainer):
             self._captured_logps = result[0].detach()
             self._capture_logps = False
         return result
+
+    def policy_logprobs(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor) -> torch.Tensor:
+        """Per-token log-probabilities of padded completions under the policy's current weights, by TRL's own forward
+        (at the sampling temperature), without gradients."""
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, torch.cat([prompt_ids, completion_ids], dim=1),
+                torch.cat([prompt_mask, completion_mask], dim=1), completion_ids.size(1),
+                batch_size=self.args.per_device_train_batch_size)
+        return logps
 
     def _store_logps(self, key: int, logps: torch.Tensor, source: str | None = None) -> None:
         row = self._rows.get(key)
