@@ -81,6 +81,16 @@ def left_queue(cluster, job_id: str, bound_s: float = 60) -> None:
         time.sleep(0.5)
 
 
+def queue_emptied(cluster, bound_s: float = 180) -> None:
+    """Every job of the cluster gone from the queue: an earlier test's job holds CPUs until its processes have exited,
+    a while after its run.json says completed on a busy machine."""
+    deadline = time.monotonic() + bound_s
+    while listed := cluster.command("squeue", "-h", "-o", "%i %T %r").stdout.strip():
+        if time.monotonic() > deadline:
+            pytest.fail(f"jobs still in the queue after {bound_s:.0f} s: {' | '.join(listed.splitlines())}")
+        time.sleep(0.5)
+
+
 def test_a_dpo_launch_on_the_cpu_partition_runs_to_done_followed_by_the_sweep_alone(engineer_api, base_checkpoint,
                                                                                      tiny_snapshot, page,
                                                                                      cpu_partition):
@@ -109,7 +119,7 @@ def test_a_dpo_launch_on_the_cpu_partition_runs_to_done_followed_by_the_sweep_al
 
 
 def test_reward_and_grpo_launches_on_the_cpu_partition_run_to_done(engineer_api, base_checkpoint, tiny_snapshot,
-                                                                   tmp_path):
+                                                                   tmp_path, cpu_partition):
     reward = launched(engineer_api, tiny_snapshot, TWO_STEPS, kind="reward")
     tasks = write_unlearnable_tasks(tmp_path / "tasks.jsonl")
     grpo = launched(engineer_api, None, {**GRPO_ONE_CYCLE, "max_steps": 2}, kind="grpo", tasks=tasks)
@@ -119,17 +129,20 @@ def test_reward_and_grpo_launches_on_the_cpu_partition_run_to_done(engineer_api,
         run = swept_until(run, lambda run: run.finished)
         assert run.status == "succeeded", (run.kind, run.error)
         assert max(row.get("step") or 0 for row in run.metrics) == 2, (run.kind, run.metrics)
+        left_queue(cpu_partition, run.slurm_job_id, bound_s=180)
 
 
 def test_a_job_pending_for_resources_shows_slurms_reason_and_cancel_scancels_it(engineer_api, base_checkpoint,
                                                                                 tiny_snapshot, page, cpu_partition):
     # Every CPU of the node taken by another job: the run's job waits for resources.
+    queue_emptied(cpu_partition)
     blocker = cpu_partition.command("sbatch", "--parsable", "--partition=cpu", "--cpus-per-task=2", "--mem=1G",
                                     "--output=/dev/null", "--wrap", "sleep 300").stdout.strip()
     try:
         deadline = time.monotonic() + 60  # an earlier test's job may still be leaving the node
         while cpu_partition.command("squeue", "-h", "-j", blocker, "-o", "%T").stdout.strip() != "RUNNING":
-            assert time.monotonic() < deadline, f"the job {blocker} taking both CPUs did not start within 60 s"
+            state = cpu_partition.command("squeue", "-h", "-o", "%i %T %r").stdout.strip().replace("\n", " | ")
+            assert time.monotonic() < deadline, f"the job {blocker} taking both CPUs did not start within 60 s: {state}"
             time.sleep(0.5)
         run = launched(engineer_api, tiny_snapshot, TWO_STEPS)
         assert run.status == "running", run.error
