@@ -45,7 +45,7 @@ pid_of() {  # the pid in a pid file, if that process is alive
 write_conf() {
   local host cpus memory_mb
   host=$(hostname -s)
-  cpus=$(nproc)
+  cpus=$(getconf _NPROCESSORS_ONLN)  # not nproc: it answers OMP_NUM_THREADS, which a test process may set to 1
   # What jobs may ask for: the machine's memory less 512 MB for the system and the daemons.
   memory_mb=$(( $(awk '/^MemTotal:/ {print int($2 / 1024)}' /proc/meminfo) - 512 ))
   cat > "$CONF" <<EOF

@@ -125,7 +125,7 @@ def test_reward_and_grpo_launches_on_the_cpu_partition_run_to_done(engineer_api,
     grpo = launched(engineer_api, None, {**GRPO_ONE_CYCLE, "max_steps": 2}, kind="grpo", tasks=tasks)
     assert "deploy/slurm/train.sh reward" in Path(reward.folder + ".sbatch").read_text()
     assert "deploy/slurm/train.sh grpo" in Path(grpo.folder + ".sbatch").read_text()
-    for run in (reward, grpo):  # both queued at once: one CPU each on the two-CPU node
+    for run in (reward, grpo):  # both queued at once: one CPU each
         run = swept_until(run, lambda run: run.finished)
         assert run.status == "succeeded", (run.kind, run.error)
         assert max(row.get("step") or 0 for row in run.metrics) == 2, (run.kind, run.metrics)
@@ -136,13 +136,14 @@ def test_a_job_pending_for_resources_shows_slurms_reason_and_cancel_scancels_it(
                                                                                 tiny_snapshot, page, cpu_partition):
     # Every CPU of the node taken by another job: the run's job waits for resources.
     queue_emptied(cpu_partition)
-    blocker = cpu_partition.command("sbatch", "--parsable", "--partition=cpu", "--cpus-per-task=2", "--mem=1G",
+    cpus = cpu_partition.command("sinfo", "-h", "-o", "%c").stdout.strip()
+    blocker = cpu_partition.command("sbatch", "--parsable", "--partition=cpu", f"--cpus-per-task={cpus}", "--mem=1G",
                                     "--output=/dev/null", "--wrap", "sleep 300").stdout.strip()
     try:
         deadline = time.monotonic() + 60  # an earlier test's job may still be leaving the node
         while cpu_partition.command("squeue", "-h", "-j", blocker, "-o", "%T").stdout.strip() != "RUNNING":
             state = cpu_partition.command("squeue", "-h", "-o", "%i %T %r").stdout.strip().replace("\n", " | ")
-            assert time.monotonic() < deadline, f"the job {blocker} taking both CPUs did not start within 60 s: {state}"
+            assert time.monotonic() < deadline, f"the job {blocker} taking all {cpus} CPUs did not start within 60 s: {state}"
             time.sleep(0.5)
         run = launched(engineer_api, tiny_snapshot, TWO_STEPS)
         assert run.status == "running", run.error
