@@ -35,7 +35,8 @@ def resource_value(key: str, value, where: str) -> int | str:
     """`value` checked for `key` ("" leaves an optional text setting to the cluster's default)."""
     if key in COUNTS:
         least, most = COUNTS[key]
-        number = int(value) if isinstance(value, str) and value.isdigit() else value
+        # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+        number = int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else value
         if isinstance(number, bool) or not isinstance(number, int) or not least <= number <= most:
             raise SlurmSettingError(f"{where} must be a whole number from {least} to {most}, got {str(value)[:40]!r}")
         return number

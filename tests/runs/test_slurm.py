@@ -86,6 +86,7 @@ def test_a_slurm_run_ends_when_its_run_json_says_so(base_checkpoint, slurm):
      "(letters, digits, _ . -), got 'gpu --exclusive'"),
     ({"slurm": {"gpus_per_node": -1}}, "slurm", "config: slurm.gpus_per_node must be a whole number from 0 to 64, "
      "got '-1'"),
+    ({"slurm": {"nodes": "²"}}, "slurm", "config: slurm.nodes must be a whole number from 1 to 1024, got '²'"),
     ({"slurm": "cpu"}, "slurm", "config: slurm must be a mapping such as {partition: cpu, cpus_per_task: 4}"),
     ({"slurm": {"partition": "cpu"}}, "local", "config: slurm: sets a Slurm job's resources, and this run's backend "
      "is local; remove it or launch on backend slurm"),
