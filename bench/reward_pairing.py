@@ -3,7 +3,7 @@
 From one parent (a tiny-sft checkpoint taught the classic wrong method on most speed problems, as
 bench/grpo_learning.py's parents are), for each seed:
 
-1. two preference snapshots from one sample of the parent's answers (bench/reward_learning.py's
+1. two preference snapshots from one sample of the parent's answers (training/preference_pairs.py's
    sampled_preferences, then write_preferences for each pairing):
    `random` pairs (a correct and a wrong answer drawn at random: the chosen one is mostly the shorter) and
    `length-balanced` pairs (closest in length, as many with the chosen answer shorter as longer);
@@ -28,14 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench and training
 
 from bench.common import machine, results_path, utc_timestamp, write_results
-from bench.grpo_learning import run_training
-from bench.reward_learning import (
-    PAIRINGS,
-    REWARD_RECIPE,
-    preference_snapshot,
-    sampled_preferences,
-    write_preferences,
-)
+from bench.grpo_learning import RECIPE, run_training
+from bench.reward_learning import REWARD_RECIPE
+from training.preference_pairs import PAIRINGS, preference_snapshot, sampled_preferences, write_preferences
 
 RESULTS = results_path("reward_pairing")
 EVALUATION_SEED_OFFSET = 9000  # the evaluation set's problems: another stream than the training pairs'
@@ -58,9 +53,11 @@ def one_seed(workdir: Path, parent: Path, seed: int, threads: int) -> dict:
 
     evaluation = workdir / f"evaluation-{seed}"
     evaluation_counts = preference_snapshot(evaluation, parent, seed=EVALUATION_SEED_OFFSET + seed, threads=threads,
-                                            pairing="length-balanced", test_share=1.0)
+                                            pairing="length-balanced", test_share=1.0,
+                                            max_new_tokens=RECIPE["max_completion_length"])
     row = {"seed": seed, "evaluation_set": evaluation_counts, "reward_models": {}}
-    sampled = sampled_preferences(parent, seed=seed, threads=threads)  # both pairings pair the same answers
+    sampled = sampled_preferences(parent, seed=seed, threads=threads,  # both pairings pair the same answers
+                                  max_new_tokens=RECIPE["max_completion_length"])
     for pairing in PAIRINGS:
         snapshot = workdir / f"preferences-{pairing}-{seed}"
         counts = write_preferences(snapshot, sampled, seed=seed, pairing=pairing)

@@ -4,6 +4,7 @@ model ranked a correct answer above a wrong one to the same prompt (and between 
 "shorter wins" cannot explain a right ranking), and what the app's answer audit of each step window would have
 found, the verifier standing in for the reviewers (bench/reward_learning.py runs both on its runs)."""
 
+import statistics
 from pathlib import Path
 
 from training import reward_rounds
@@ -98,3 +99,80 @@ def audited_windows(run: Path, tasks: list[dict], *, every: int, answers: int, s
                         else None})
     return {"every": every, "answers_per_window": answers, "windows": windows,
             "chosen_step": reward_rounds.chosen_checkpoint({w["checkpoint_step"]: w["correct_share"] for w in windows})}
+
+
+def trip_time(task: dict) -> str:
+    """A speed problem's trip time (the last of its values for both structures), a `split` for verified_afterwards:
+    the taught wrong method divides two legs by 2, so a reward model that learned "/ 2 is wrong" misleads the policy
+    exactly where the trip took 2."""
+    return f"trip of {task['meta']['values'][-1]}"
+
+
+def audit_choice(audited: dict, heldout_by_step: dict[int, dict], parent: dict) -> dict:
+    """audited_windows' figures with each window's checkpoint's held-out success where it was scored
+    (`heldout_by_step`: step -> evaluate_checkpoints' figures) and, when a checkpoint was chosen, that child and its
+    gain in points over `parent`."""
+    for window in audited["windows"]:
+        scored = heldout_by_step.get(window["checkpoint_step"])
+        window["heldout_success"] = None if scored is None else scored["success_rate"]
+    if audited["chosen_step"] is not None:
+        chosen = heldout_by_step[audited["chosen_step"]]
+        audited["chosen_child"] = chosen
+        audited["gain_points"] = reward_rounds.gain_points(parent, chosen)
+    return audited
+
+
+def format_verified_afterwards(afterwards: dict) -> str:
+    """verified_afterwards' figures: the correct share by steps and the reward model's ranking."""
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    def windows(shares: list[dict]) -> str:
+        return ", ".join(f"{w['steps'][0]}-{w['steps'][1]} {share(w['correct_share'])}" for w in shares)
+
+    within = afterwards["within_prompt"]
+    return "\n".join([
+        f"verified after the run ({afterwards['answers']} training answers; GRPO never saw the verifier):",
+        f"  correct share by steps: {windows(afterwards['correct_share_by_steps'])}",
+        *(f"    {value}: {windows(shares)}" for value, shares in afterwards.get("correct_share_by_steps_split",
+                                                                              {}).items()),
+        f"  reward model ranks a correct answer above a wrong one to the same prompt: "
+        f"{share(within['all']['accuracy'])} over {within['all']['pairs']} pairs; of equal length: "
+        f"{share(within['equal_length']['accuracy'])} over {within['equal_length']['pairs']} pairs; "
+        f"AUROC over all answers {share(afterwards['reward_model_auroc'])}",
+    ])
+
+
+def format_audited_windows(audited: dict) -> str:
+    """Each window's audit (and, where scored, its checkpoint's held-out success), the chosen one marked."""
+    def held_out(window: dict) -> str:
+        return "" if window.get("heldout_success") is None else f", held-out {window['heldout_success']:.3f}"
+
+    return "\n".join([
+        f"audits ({audited['answers_per_window']} of the reward model's top-tenth answers per {audited['every']} "
+        f"steps, the verifier standing in for reviewers):",
+        *(f"  checkpoint {w['checkpoint_step']:>4}: {w['correct']}/{w['audited']} correct {w['interval']}"
+          f"{held_out(w)}{'  <- chosen' if w['checkpoint_step'] == audited['chosen_step'] else ''}"
+          for w in audited["windows"]),
+    ])
+
+
+def format_audit_choice(rows: list[dict], met: bool | None, points: float) -> str:
+    """The audit-chosen children beside the last checkpoints, and `met` (the gain target of `points`, read over the
+    audit-chosen children: training.reward_rounds.targets' audited_gain_met)."""
+    lines = [f"{'seed':<6}{'parent':>8}{'last child':>12}{'gain':>8}{'audit-chosen step':>19}"
+             f"{'audited correct':>17}{'its held-out':>14}{'gain':>8}"]
+    for row in rows:
+        audited = row.get("audited") or {}
+        chosen = next((w for w in audited.get("windows", []) if w["checkpoint_step"] == audited.get("chosen_step")),
+                      None)
+        last = (f"{row['seed']:<6}{row['parent']['success_rate']:>8.3f}{row['child']['success_rate']:>12.3f}"
+                f"{row['gain_points']:>+8.1f}")
+        lines.append(f"{last}{'-':>19}" if chosen is None else
+                     f"{last}{chosen['checkpoint_step']:>19}{chosen['correct']:>11}/{chosen['audited']:<5}"
+                     f"{audited['chosen_child']['success_rate']:>14.3f}{audited['gain_points']:>+8.1f}")
+    if met is not None:
+        gains = [row["audited"]["gain_points"] for row in rows]
+        lines.append(f"target, audit-chosen child >= parent + {points:.0f} points in every seed: "
+                     f"{'met' if met else 'NOT met'} (min {min(gains):+.1f}, median {statistics.median(gains):+.1f})")
+    return "\n".join(lines)

@@ -92,3 +92,13 @@ def records(run: Path, batch: int, name: str = "scored.parquet") -> list[dict]:
 def version_record(run: Path, number: int) -> dict:
     """version.json of a staged run's policy version `number`."""
     return json.loads((run / "versions" / f"v{number:04d}" / "version.json").read_text())
+
+
+def answer_row(task: dict, group: int, member: int, *, completion: str, length: int, score: float, step: int) -> dict:
+    """A recorded answer of a GRPO run on a reward model, to an open task (unscored), with its score and step."""
+    from tests.runs.helpers import rollout
+
+    row = rollout(group, status="wrong", reward=0.0)  # status and reward as the open task recorded them: unscored
+    return {**row, "rollout_id": f"0-{group}-{member}", "group_id": f"0-{group}", "member": member,
+            "task_id": task["task_id"], "completion": completion, "length": length, "reward_model_score": score,
+            "policy_step": step, "scorer": "none"}

@@ -86,8 +86,8 @@ def test_open_tasks_are_scored_by_the_reward_model_alone_and_it_is_named_everywh
 
 
 def test_the_benchmark_verifies_a_reward_model_runs_answers_afterwards_from_its_recorded_rows(open_run):
-    """bench/reward_learning.py reads a real run's rollouts and scores each recorded answer against its task."""
-    from bench.reward_learning import verified_afterwards
+    """training/reward_model_check.py reads a real run's rollouts and scores each recorded answer against its task."""
+    from training.reward_model_check import verified_afterwards
     from training.task_families import make_tasks
     from training.verifiers.task_verifier import TaskVerifier
 

@@ -3,21 +3,18 @@ afterwards (the correct share by steps; whether the reward model ranked correct 
 prompt, overall and between answers of equal length) and the answer audit of each step window, on run folders
 written with hand-chosen answers and scores."""
 
-from tests.runs.helpers import rollout
+from tests.training.helpers import answer_row
 from training.grpo.rollouts import write_batch
-from training.reward_model_check import audited_windows, verified_afterwards
+from training.reward_model_check import (
+    audit_choice,
+    audited_windows,
+    format_audit_choice,
+    format_audited_windows,
+    format_verified_afterwards,
+    trip_time,
+    verified_afterwards,
+)
 from training.task_families import make_tasks
-
-
-def trip_time(task: dict) -> str:
-    return f"trip of {task['meta']['values'][-1]}"
-
-
-def answer_row(task: dict, group: int, member: int, *, completion: str, length: int, score: float, step: int) -> dict:
-    row = rollout(group, status="wrong", reward=0.0)  # status and reward as the open task recorded them: unscored
-    return {**row, "rollout_id": f"0-{group}-{member}", "group_id": f"0-{group}", "member": member,
-            "task_id": task["task_id"], "completion": completion, "length": length, "reward_model_score": score,
-            "policy_step": step, "scorer": "none"}
 
 
 def test_the_recorded_answers_are_verified_and_the_reward_models_ranking_is_counted_by_hand(tmp_path):
@@ -114,3 +111,48 @@ def test_reordering_the_recorded_rows_leaves_every_figure_as_it_was(tmp_path):
     write_batch(tmp_path / "backward" / "rollouts", 0, 0, rows[::-1])
 
     assert verified_afterwards(tmp_path / "forward", tasks) == verified_afterwards(tmp_path / "backward", tasks[::-1])
+
+
+def test_the_printed_check_shows_the_figures_of_the_recorded_answers():
+    def window(first, last, share):
+        return {"steps": [first, last], "answers": 3, "correct_share": share}
+
+    afterwards = {"answers": 6, "correct_share_by_steps": [window(0, 4, 1 / 3), window(5, 9, 2 / 3)],
+                  "correct_share_by_steps_split": {"trip of 4": [window(0, 4, 1 / 3), window(5, 9, None)]},
+                  "reward_model_auroc": 5.5 / 9, "within_prompt": {"all": {"pairs": 4, "accuracy": 0.625},
+                                                                   "equal_length": {"pairs": 1, "accuracy": 1.0}}}
+    assert format_verified_afterwards(afterwards).splitlines() == [
+        "verified after the run (6 training answers; GRPO never saw the verifier):",
+        "  correct share by steps: 0-4 0.333, 5-9 0.667",
+        "    trip of 4: 0-4 0.333, 5-9 -",
+        "  reward model ranks a correct answer above a wrong one to the same prompt: 0.625 over 4 pairs; of equal "
+        "length: 1.000 over 1 pairs; AUROC over all answers 0.611"]
+
+
+def test_the_audit_chosen_checkpoint_is_reported_with_its_held_out_success_and_gain(tmp_path):
+    window = [(True, 5.0 + i) for i in range(2)] + [(False, 0.0)] * 18
+    tasks = audited_run(tmp_path, [window[::-1], [(False, 9.0)] * 20], every=2)
+    audited = audited_windows(tmp_path, tasks, every=2, answers=5, seed=0)
+    assert audited["chosen_step"] == 2
+
+    audited = audit_choice(audited, {2: {"success_rate": 0.3}}, {"success_rate": 0.185})
+
+    assert [w["heldout_success"] for w in audited["windows"]] == [0.3, None]  # step 4 was not scored
+    assert audited["chosen_child"] == {"success_rate": 0.3} and audited["gain_points"] == 11.5
+    printed = format_audited_windows(audited).splitlines()
+    assert printed[0] == ("audits (5 of the reward model's top-tenth answers per 2 steps, the verifier standing in "
+                          "for reviewers):")
+    assert printed[1].startswith("  checkpoint    2: 2/2 correct") and printed[1].endswith(", held-out 0.300  <- chosen")
+    assert printed[2].startswith("  checkpoint    4: 0/") and "held-out" not in printed[2]
+    row = {"seed": 0, "parent": {"success_rate": 0.185}, "child": {"success_rate": 0.2}, "gain_points": 1.5,
+           "audited": audited}
+    table = format_audit_choice([row, {**row, "seed": 1, "audited": None}], None, 10.0).splitlines()
+    assert table[1].split() == ["0", "0.185", "0.200", "+1.5", "2", "2/2", "0.300", "+11.5"]
+    assert table[2].split() == ["1", "0.185", "0.200", "+1.5", "-"] and len(table) == 3  # no target when one lacks it
+    assert format_audit_choice([row], True, 10.0).splitlines()[-1] == (
+        "target, audit-chosen child >= parent + 10 points in every seed: met (min +11.5, median +11.5)")
+
+
+def test_a_speed_problems_trip_time_names_the_split_the_taught_wrong_method_misleads():
+    tasks = make_tasks("speed", n=40, seed=3, variant="train")
+    assert {trip_time(task) for task in tasks} == {"trip of 2", "trip of 3", "trip of 4"}

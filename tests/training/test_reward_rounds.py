@@ -10,12 +10,19 @@ import pytest
 from training.reward_rounds import (
     chosen_checkpoint,
     chosen_round,
+    format_rounds,
+    format_targets,
     gain_met,
     keep_earlier_splits,
     reward_met_by_round,
+    round_choice,
     round_epochs,
+    round_pairs,
+    round_problem_seed,
     round_steps,
+    targets,
 )
+from training.task_families import make_tasks
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 ROUNDS_RESULTS = [RESULTS / name for name in ("reward_learning_rounds.json", "reward_learning_rounds_kl_parent.json")]
@@ -141,3 +148,89 @@ def test_the_stored_audited_runs_kept_the_checkpoint_the_rule_gives_from_their_w
     models = [[run["reward_model"]] for run in runs]
     assert reward_met_by_round(models, accuracy=target["reward_accuracy"],
                                cpu_minutes=target["reward_cpu_minutes"]) == target["reward_met_by_round"] == [True]
+
+
+def test_every_round_asks_new_problems_and_round_one_the_single_round_benchmarks():
+    seeds = {round_problem_seed(seed, number) for seed in range(3) for number in range(1, 5)}
+    assert len(seeds) == 12 and round_problem_seed(2, 1) == 5002
+
+
+def asked(tasks: list[dict]) -> dict:
+    """A round's sampled answers: each task's prompt with one correct and one wrong answer."""
+    return {"problems": len(tasks), "distinct_prompts": len(tasks),
+            "candidates": [(task, [task["solution"]], ["60 / 4 = 15\nAnswer: 15 km/h"]) for task in tasks]}
+
+
+def test_a_later_round_asked_a_prompt_again_puts_its_pair_in_that_prompts_earlier_split():
+    # Speed problems are drawn from a small space, so a later round's new draw repeats some of round 1's prompts;
+    # the snapshot splits by prompt text and refused the whole round when such a pair fell on the other side.
+    rows, first = round_pairs([], asked(make_tasks("speed", n=8, seed=1, variant="train")), seed=3, number=1,
+                              pairing="random")
+    assert (first["train"], first["test"], first["asked_before"]) == (7, 1, 0)
+    split_of = {task["prompt"]: split for split, task, _, _ in rows}
+    later = asked([task for _, task, _, _ in rows] + make_tasks("speed", n=4, seed=9, variant="train"))
+    for number in range(2, 6):  # whichever way a round's own coin splits them
+        new_rows, counts = round_pairs(rows, later, seed=3, number=number, pairing="random")
+        assert counts["asked_before"] == 8
+        assert all(split == split_of[task["prompt"]] for split, task, _, _ in new_rows if task["prompt"] in split_of)
+        # The round's counts are of its pairs as they will be stored, after the earlier splits were kept.
+        assert counts["train"] == sum(split == "train" for split, *_ in new_rows)
+        assert counts["train"] + counts["test"] == 12
+
+
+def test_the_round_chosen_is_reported_with_its_held_out_success_and_gain_over_the_parent():
+    heldout = [{"success_rate": value} for value in (0.405, 0.445, 0.450, 0.4625)]
+    choice = round_choice([0.671, 0.813, 0.798, 0.737], {"success_rate": 0.185}, heldout)
+    assert choice == {"asked_correct_shares": [0.671, 0.813, 0.798, 0.737], "chosen_round": 2,
+                      "chosen_child": {"success_rate": 0.445}, "gain_points": 26.0}
+
+
+def rounds_row(seed: int, *accuracies: float, gain: float = 12.0) -> dict:
+    rounds = [{"round": number, "reward_model": model(accuracy)} for number, accuracy in enumerate(accuracies, 1)]
+    return {"seed": seed, "reward_model": rounds[0]["reward_model"], "rounds": rounds, "gain_points": gain}
+
+
+def test_the_printed_reward_model_target_reads_every_round_and_the_one_model_of_a_single_run():
+    """With rounds, row["reward_model"] is round 1's; the later rounds' models must be the ones read."""
+    rows = [rounds_row(0, 1.0, 0.93, 0.90, 0.77), rounds_row(1, 0.97, 0.88, 0.84, 0.79, gain=7.8)]
+    met = targets(rows, accuracy=0.85, cpu_minutes=10.0, points=10.0)
+    assert (met["reward_met"], met["reward_met_by_round"], met["gain_met"]) == (False, [True, True, False, False],
+                                                                                False)
+    assert met["audited_gain_met"] is None and met["chosen_round_gain_met"] is None  # no such child: not judged
+    assert format_targets(rows, met) == (
+        "target: reward model accuracy >= 0.85 within 10 CPU-minutes, every round: NOT met (round 1 met, round 2 met, "
+        "round 3 NOT met, round 4 NOT met); child >= parent + 10 points in every seed: NOT met (min +7.8, median +9.9)")
+    single = [{"reward_model": model(0.9), "gain_points": 12.0}]
+    assert format_targets(single, targets(single, accuracy=0.85, cpu_minutes=10.0, points=10.0)).startswith(
+        "target: reward model accuracy >= 0.85 within 10 CPU-minutes, every round: met; child >= parent + 10 points "
+        "in every seed: met (min +12.0")
+
+
+@pytest.mark.parametrize("results", ROUNDS_RESULTS + AUDITED_RESULTS, ids=lambda path: path.name)
+def test_the_stored_targets_are_what_the_rules_give_from_the_stored_rows(results):
+    stored = json.loads(results.read_text())
+    met = targets(stored["runs"], accuracy=stored["target"]["reward_accuracy"],
+                  cpu_minutes=stored["target"]["reward_cpu_minutes"], points=stored["target"]["gain_points"])
+    assert {key: met[key] for key in stored["target"]} == stored["target"]
+
+
+def test_the_rounds_table_shows_each_rounds_reward_model_and_held_out_success_then_the_round_chosen():
+    def one(number: int, heldout: float, equal_length: float | None) -> dict:
+        return {"round": number, "policy": "parent" if number == 1 else f"round {number - 1}'s checkpoint",
+                "policy_correct_share": 0.25 * number, "new_pairs": {"train": 90, "test": 10},
+                "snapshot": {"train": 90 * number, "test": 10 * number},
+                "reward_model": {"test": {"accuracy": 0.9}, "cpu_minutes": 1.4}, "steps": 200,
+                "grpo_cpu_minutes": 4.0, "heldout_after": heldout,
+                "verified_afterwards": {"within_prompt": {"equal_length": {"pairs": 3, "accuracy": equal_length}}}}
+
+    row = {"seed": 1, "parent": {"success_rate": 0.138}, "rounds": [one(1, 0.2, 0.5), one(2, 0.31, None)]}
+    printed = format_rounds(row).splitlines()
+    assert printed[0] == "seed 1: rounds of preferences (parent 0.138)"
+    assert printed[2].split()[:2] == ["1", "parent"] and printed[2].split()[-1] == "0.200"
+    assert "round 1's checkpoint" in printed[3] and printed[3].split()[-1] == "0.310"
+    assert "( 20)" in printed[3] and " - " in printed[3]  # round 2's reward model tested on both rounds' test pairs
+    assert len(printed) == 4  # results written before the last checkpoint was asked: no choice line
+    row["round_choice"] = round_choice([0.5, 0.75], row["parent"], [{"success_rate": 0.2}, {"success_rate": 0.31}])
+    assert format_rounds(row).splitlines()[-1] == (
+        "chosen by its answers' correct share to the next round's problems (0.500 / 0.750; no held-out answer used): "
+        "round 2, held-out 0.310 (+17.2 points)")
