@@ -1,9 +1,17 @@
 """A run's page shows what its kind has: an SFT build its loss from the log and its step count, a trainer every
-curve, an evaluation or a comparison no empty curve and no sentence about DPO."""
+curve, an evaluation or a comparison no empty curve and no sentence about DPO; no empty lineage item or log box."""
+
+import html
+import re
+import shutil
 
 import pytest
 
+from annotate.runs.evaluation import eval_command_args, eval_result
 from annotate.runs.models import Run
+from training.cli import main as training_main
+from training.task_families import make_tasks
+from training.tasks import write_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -62,3 +70,54 @@ def test_a_dpo_run_says_whether_it_changed_beyond_chance_or_was_too_short_to_sho
     short = page_of(client, make_user, dpo_with_change(real=False))
     assert "Neither test shows a change: this run was too short, or its test split too small, to show one." in short
     assert 'id="test-change"' not in page_of(client, make_user, dpo_with_change(real=True, pairs=6))  # too few
+
+
+def lineage_items(page: str) -> list[str]:
+    """The lineage list's items as a reader sees them, one string each."""
+    listed = page.split('<ol class="lineage">')[1].split("</ol>")[0]
+    return [" ".join(html.unescape(re.sub(r"<[^>]+>", "", item)).split())
+            for item in re.findall(r"<li\b[^>]*>(.*?)</li>", listed, re.S)]
+
+
+def test_an_sft_builds_lineage_starts_at_its_base_with_no_empty_item(client, make_user, tiny_checkpoint, tmp_path):
+    folder = tmp_path / "sft-run"
+    shutil.copytree(tiny_checkpoint, folder / "checkpoint")
+    run = Run.objects.create(kind=Run.Kind.SFT, status=Run.Status.SUCCEEDED, folder=str(folder), log_tail=SFT_LOG,
+                             config={"recipe": "tiny-sft", "steps": 320, "seed": 0, "name": "tiny-sft"})
+    items = lineage_items(page_of(client, make_user, run))
+    assert items[0] == "Base checkpoint —" and items[1] == "This run (sft)"  # nothing to train on: no input item
+    assert all(items)
+
+
+def evaluation_run(tmp_path, tiny_checkpoint, **fields) -> Run:
+    """An evaluation of the tiny checkpoint on two speed tasks, its folder written by `python -m training eval`
+    as the worker runs it, recorded as the worker records an evaluation that ended."""
+    tasks = tmp_path / "speed.jsonl"
+    write_tasks(tasks, make_tasks("speed", n=2, seed=0))
+    run = Run.objects.create(kind=Run.Kind.EVAL, status=Run.Status.SUCCEEDED, folder=str(tmp_path / "eval-run"),
+                             config={"checkpoints": [{"id": 1, "name": "tiny", "path": str(tiny_checkpoint)}],
+                                     "tasks": str(tasks), "samples": 1, "temperature": 1.0, "max_new_tokens": 8,
+                                     "seed": 0}, **fields)
+    assert training_main(eval_command_args(run)) == 0
+    run.record = {"eval": eval_result(run)}
+    run.save()
+    return run
+
+
+def test_a_finished_evaluation_that_logged_nothing_shows_no_log_box_and_one_that_logged_shows_its_log(
+        client, make_user, tiny_checkpoint, tmp_path):
+    quiet = evaluation_run(tmp_path / "quiet", tiny_checkpoint)
+    page = page_of(client, make_user, quiet)
+    assert 'id="evaluated"' in page and 'id="log"' not in page and "No log yet" not in page
+    logged = evaluation_run(tmp_path / "logged", tiny_checkpoint, log_tail="eval: 2 tasks x 1 sample, 1 checkpoint")
+    log = page_of(client, make_user, logged).split('id="log"')[1].split("</section>")[0]
+    assert "eval: 2 tasks x 1 sample, 1 checkpoint</pre>" in log and "No log yet" not in log
+
+
+@pytest.mark.parametrize("kind", [Run.Kind.EVAL, Run.Kind.SAMPLE])
+def test_a_run_under_way_that_has_logged_nothing_says_no_log_yet_in_one_line(kind, client, make_user, tmp_path):
+    (tmp_path / "run").mkdir()
+    run = Run.objects.create(kind=kind, status=Run.Status.RUNNING, folder=str(tmp_path / "run"))
+    log = page_of(client, make_user, run).split('id="log"')[1].split("</section>")[0]
+    assert re.findall(r"<p[^>]*>(.*?)</p>", log) == ["No log yet."]
+    assert '<pre class="code log" id="log-tail"></pre>' in log  # kept empty (and hidden) for the page's refresh to fill
