@@ -12,7 +12,9 @@ What a job asks for (partition, account, nodes, GPUs and CPUs, memory, time, ext
 deployment's PAIRWISE_SLURM_* settings and the run config's `slurm:` mapping (annotate/runs/slurm_resources.py):
 the app writes the template's resources block and keeps what it asked for beside the run folder
 (`run-NNNNNN.slurm.json`), with each job's state and Slurm's reason as squeue last gave them; the `slurm:` mapping
-never reaches the training command.
+never reaches the training command. A run of several data-parallel processes (`processes`) on a partition without
+GPUs asks for a CPU for each at least, and is refused at launch if one node of its partition has fewer CPUs: its
+processes share the job's one node (deploy/slurm/train.sh starts them with accelerate).
 """
 
 from __future__ import annotations
@@ -90,16 +92,64 @@ def deployment_resources() -> dict:
 
 
 def run_resources(run: Run) -> list[tuple[str, int | str, str]]:
-    """What the run's job asks for: (key, value, "deployment" or "this run") per resource."""
-    return job_resources(deployment_resources(), run_overrides(run.config or {}, run.backend))
+    """What the run's job asks for: (key, value, "deployment", "this run" or "processes: N") per resource; a run of
+    N processes on CPUs asks for N CPUs at least, whatever cpus_per_task says."""
+    from annotate.runs.execute import processes  # execute hands Slurm runs to this module: imported when used
+
+    resources = job_resources(deployment_resources(), run_overrides(run.config or {}, run.backend))
+    count = processes(run)
+    if count == 1 or _count(dict((key, value) for key, value, _ in resources)["gpus_per_node"]) > 0:
+        return resources
+    return [(key, count, f"processes: {count}") if key == "cpus_per_task" and _count(value) < count
+            else (key, value, source) for key, value, source in resources]
+
+
+def _count(value) -> int:
+    """A resource count as settings or a run give it (a number, or its digits as text; empty: none)."""
+    return int(value) if str(value).isascii() and str(value).isdigit() else 0
 
 
 def checked_overrides(config: dict, backend: str) -> dict:
-    """A launch's `slurm:` mapping checked (annotate/runs/slurm_resources.py), or UserMistake with one line."""
+    """A launch's `slurm:` mapping checked (annotate/runs/slurm_resources.py), and on backend slurm its `processes`
+    against the CPUs of its partition's nodes; or UserMistake with one line."""
     try:
-        return run_overrides(config, backend)
+        overrides = run_overrides(config, backend)
     except SlurmSettingError as error:
         raise UserMistake(str(error)) from None
+    if backend == Run.Backend.SLURM:
+        check_processes_fit_a_node(config.get("processes"), {**deployment_resources(), **overrides})
+    return overrides
+
+
+def check_processes_fit_a_node(processes, resources: dict) -> None:
+    """Refuse, in one line, more processes than a node of the run's partition has CPUs (a CPU run's processes share
+    the job's one node). Nothing to check with GPUs (one process per GPU), or when sinfo cannot say."""
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes <= 1:
+        return  # one process, or a value the training command's check refuses in its own words
+    if _count(resources["gpus_per_node"]) > 0:
+        return
+    partition = resources["partition"]
+    cpus = node_cpus(partition)
+    if cpus is not None and processes > cpus:
+        named = f"partition {partition}" if partition else "the cluster's default partition"
+        raise UserMistake(f"processes is {processes} but a node of {named} has {cpus} CPUs, and a run's processes "
+                          f"share one node; set processes to {cpus} or fewer, or pick a partition of larger nodes "
+                          "(slurm: {partition: NAME})")
+
+
+def node_cpus(partition: str) -> int | None:
+    """The most CPUs one node of `partition` (empty: the cluster's default one) has, as sinfo says; None when sinfo
+    does not answer or lists no node."""
+    try:
+        done = _run(["sinfo", "-h", "-N", "-o", "%P|%c"])
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts = []
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        name, _, cpus = line.strip().partition("|")
+        if (name.rstrip("*") == partition if partition else name.endswith("*")) and cpus.isdigit():
+            counts.append(int(cpus))
+    return max(counts, default=None)
 
 
 def without_slurm(config: dict) -> dict:
@@ -302,28 +352,41 @@ def slurm_cancel(run: Run) -> Run:
     return _finish_once(run, status=Run.Status.CANCELLED, error=f"cancelled; scancel {run.slurm_job_id or '(no job)'}")
 
 
-def slurm_resume(run: Run) -> Run:
-    """Submit a staged run whose chain stopped (a stage job cancelled or failed) again, from its last complete
-    version: the same run and folder, a new chain with no prepare job. UserMistake (one line) for any other run."""
+def resume_refusal(run: Run) -> str | None:
+    """Why the run cannot go on from its last complete version, in one line; None when it can: a staged GRPO run on
+    Slurm, cancelled or failed, none of its chain's jobs still queued (squeue is asked), with a version in its
+    folder. The run page shows its Resume button only then; slurm_resume checks it again."""
     from training.grpo.versions import latest_version
 
     if run.backend != Run.Backend.SLURM or run_mode(run) not in STAGED_MODES:
-        raise UserMistake(f"run {run.pk} is not a staged GRPO run on Slurm; only such a run goes on from a version")
+        return f"run {run.pk} is not a staged GRPO run on Slurm; only such a run goes on from a version"
     if run.status not in (Run.Status.CANCELLED, Run.Status.FAILED):
-        raise UserMistake(f"run {run.pk} is {run.status}; only a cancelled or failed run goes on from a version")
+        return f"run {run.pk} is {run.status}; only a cancelled or failed run goes on from a version"
+    if latest_version(Path(run.folder)) is None:
+        return f"run {run.pk} has no complete version in {run.folder}/versions; launch it again instead"
     still = queue_states(_run_jobs(run))
     if still is None:
-        raise UserMistake(f"run {run.pk}: squeue does not answer; resume it once the cluster does")
+        return f"run {run.pk}: squeue does not answer; resume it once the cluster does"
     if still:
-        raise UserMistake(f"run {run.pk}: jobs of its chain are still queued ({', '.join(still)}); resume it once "
-                          "they have left the queue")
+        return (f"run {run.pk}: jobs of its chain are still queued ({', '.join(still)}); resume it once they have left "
+                "the queue")
+    return None
+
+
+def slurm_resume(run: Run) -> Run:
+    """Submit a staged run whose chain stopped (a stage job cancelled or failed) again, from its last complete
+    version: the same run and folder, a new chain with no prepare job. UserMistake (one line) for a run that cannot
+    (resume_refusal). `manage.py resume_slurm_run` and the run page's Resume button call it."""
+    from training.grpo.versions import latest_version
+
+    refusal = resume_refusal(run)
+    if refusal is not None:
+        raise UserMistake(refusal, status=409)
     version = latest_version(Path(run.folder))
-    if version is None:
-        raise UserMistake(f"run {run.pk} has no complete version in {run.folder}/versions; launch it again instead")
     with transaction.atomic():
         if Run.objects.filter(pk=run.pk, status=run.status).update(
                 status=Run.Status.RUNNING, finished_at=None, exit_code=None, error="", slurm_job_id="") != 1:
-            raise UserMistake(f"run {run.pk} changed meanwhile; look at it again")
+            raise UserMistake(f"run {run.pk} changed meanwhile; look at it again", status=409)
     run.refresh_from_db()
     return _submit_staged(run, sidecar(run.folder, ".yaml"), resume_from=version)
 

@@ -28,6 +28,7 @@ urlpatterns = [
     path("runs/curves", views.runs_curves_page, name="runs-curves-page"),
     path("runs/<id:run_id>/", views.run_page, name="run-page"),
     path("runs/<id:run_id>/cancel", views.run_cancel_page, name="run-cancel-page"),
+    path("runs/<id:run_id>/resume", views.run_resume_page, name="run-resume-page"),
     path("runs/<id:run_id>/audits", views.run_audit_create_page, name="run-audit-create-page"),
     path("audit/", views.audit_page, name="audit-page"),
     path("checkpoints/<id:checkpoint_id>/", views.checkpoint_page, name="checkpoint-page"),

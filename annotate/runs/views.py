@@ -242,6 +242,27 @@ def run_cancel_page(request, run_id: int):
     return redirect("run-page", run_id=run_id)
 
 
+@require_POST
+def run_resume_page(request, run_id: int):
+    """The run page's Resume: what `manage.py resume_slurm_run` does; a run that cannot go on gets its page back with
+    the reason (409)."""
+    from annotate.runs.slurm import slurm_resume
+
+    _staff_only(request, "resume training runs")
+    try:
+        run = slurm_resume(run_or_404(run_id))
+    except UserMistake as mistake:
+        messages.error(request, str(mistake))
+        refused = run_page(request, run_id)
+        refused.status_code = mistake.status
+        return refused
+    if run.status != Run.Status.RUNNING:  # sbatch refused the new chain: the run failed again, saying why
+        messages.error(request, f"Run {run_id}: {run.error}")
+    else:
+        messages.success(request, f"Run {run_id}: resumed, following Slurm job {run.slurm_job_id}.")
+    return redirect("run-page", run_id=run_id)
+
+
 def checkpoint_page(request, checkpoint_id: int, *, rename_error: str = "", rename_value: str | None = None,
                     status: int = 200):
     _staff_only(request, "see checkpoints")

@@ -2,7 +2,9 @@
 # The training step of deploy/slurm/{dpo,reward,grpo}.sbatch, inside their job:
 #   deploy/slurm/train.sh KIND CONFIG.yaml ACCELERATE_CONFIG.yaml
 # With GPUs (--gpus-per-node N): one accelerate launcher per node, N processes each. Without (a CPU partition):
-# one training process on the job's first node. PYTHON: the interpreter with Pairwise installed (default python).
+# the config's `processes` (default 1) on the job's first node, more than one started by accelerate with
+# deploy/accelerate/cpu_ddp.yaml as the app's local backend starts them. PYTHON: the interpreter with Pairwise
+# installed (default python).
 set -euo pipefail
 KIND=${1:?usage: train.sh KIND CONFIG.yaml ACCELERATE_CONFIG.yaml}
 CONFIG=${2:?usage: train.sh KIND CONFIG.yaml ACCELERATE_CONFIG.yaml}
@@ -16,6 +18,13 @@ export HF_HUB_OFFLINE=1   # nothing is downloaded at run time: checkpoints are l
 echo "${SLURM_JOB_NAME:-job} (job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-$(hostname)}, $GPUS_PER_NODE GPUs per node):" \
      "$PYTHON -m training $KIND --config $CONFIG"
 if (( GPUS_PER_NODE == 0 )); then
+  PROCESSES=$("$PYTHON" -c 'import sys, yaml; print(int((yaml.safe_load(open(sys.argv[1])) or {}).get("processes") or 1))' "$CONFIG")
+  if (( PROCESSES > 1 )); then
+    echo "$PROCESSES processes: accelerate launch --config_file deploy/accelerate/cpu_ddp.yaml --num_processes $PROCESSES"
+    exec srun --nodes=1 --ntasks=1 --cpus-per-task="$CPUS" --kill-on-bad-exit=1 \
+      "$PYTHON" -m accelerate.commands.launch --config_file deploy/accelerate/cpu_ddp.yaml \
+      --num_processes "$PROCESSES" -m training "$KIND" --config "$CONFIG"
+  fi
   exec srun --nodes=1 --ntasks=1 --cpus-per-task="$CPUS" --kill-on-bad-exit=1 \
     "$PYTHON" -m training "$KIND" --config "$CONFIG"
 fi

@@ -4,6 +4,7 @@ partition, followed by the sweep alone (no page view) through squeue and sacct, 
 run page's Cancel; the run page shows what the job asked for, a pending job's reason from Slurm, sbatch's own
 refusal and the log tail of a job that failed on the node."""
 
+import json
 import re
 import socket
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from django.core.management.base import CommandError
 from django.test import Client
 
 from annotate.runs import execute, sweeps
@@ -24,6 +26,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 FOLLOW_S = 600  # a two-step DPO run on the slow machine's CPU takes about a minute; the rest is margin
 TWO_STEPS = {"max_steps": 2, "per_device_train_batch_size": 4, "logging_steps": 1, "learning_rate": 1e-3}
+RESUME_BUTTON = '<button type="submit" id="resume" data-busy="Resuming…">Resume from {version}</button>'
 GRPO_ONE_CYCLE = {"max_steps": 1, "num_generations": 4, "per_device_train_batch_size": 8, "max_completion_length": 4,
                   "use_cpu": True, "verifier_workers": 1, "report_to": ["none"], "save_strategy": "no", "seed": 0}
 
@@ -130,6 +133,35 @@ def test_reward_and_grpo_launches_on_the_cpu_partition_run_to_done(engineer_api,
         assert run.status == "succeeded", (run.kind, run.error)
         assert max(row.get("step") or 0 for row in run.metrics) == 2, (run.kind, run.metrics)
         left_queue(cpu_partition, run.slurm_job_id, bound_s=180)
+
+
+def test_a_dpo_run_of_two_processes_asks_for_two_cpus_and_trains_as_two_on_the_node(engineer_api, base_checkpoint,
+                                                                                    tiny_snapshot, page, cpu_partition):
+    """processes: 2 on the CPU partition: the job asks for two CPUs (over the deployment's one), train.sh starts the
+    two processes with accelerate on the node, and the run says it trained as two; three are refused at launch, the
+    node having two CPUs."""
+    cpus = int(cpu_partition.command("sinfo", "-h", "-o", "%c").stdout.strip())
+    refused = engineer_api.post("/api/v1/runs", {"kind": "dpo", "backend": "slurm", "base_checkpoint": "tiny-sft",
+                                                 "snapshot": str(tiny_snapshot),
+                                                 "config": {**TWO_STEPS, "processes": cpus + 1}}, format="json")
+    assert (refused.status_code, refused.json()) == (400, {"detail": (
+        f"processes is {cpus + 1} but a node of partition cpu has {cpus} CPUs, and a run's processes share one node; "
+        f"set processes to {cpus} or fewer, or pick a partition of larger nodes (slurm: {{partition: NAME}})")})
+    assert not Run.objects.exists()
+
+    queue_emptied(cpu_partition)  # both CPUs free for the job
+    run = launched(engineer_api, tiny_snapshot, {**TWO_STEPS, "processes": 2})
+    assert run.status == "running", run.error
+    assert "#SBATCH --cpus-per-task=2\n" in Path(run.folder + ".sbatch").read_text()
+    run = swept_until(run, lambda run: run.finished)
+    assert run.status == "succeeded", run.error
+    assert json.loads((Path(run.folder) / "run.json").read_text())["hardware"]["world_size"] == 2
+    assert "2 processes: accelerate launch --config_file deploy/accelerate/cpu_ddp.yaml --num_processes 2" in \
+        Path(run.folder + ".log").read_text()
+    shown = page.get(f"/runs/{run.pk}/").content.decode()
+    assert '<span id="run-processes">2 processes</span>' in shown
+    assert "<td><code>--cpus-per-task</code></td><td>2</td><td>processes: 2</td>" in shown
+    left_queue(cpu_partition, run.slurm_job_id, bound_s=180)
 
 
 def test_a_job_pending_for_resources_shows_slurms_reason_and_cancel_scancels_it(engineer_api, base_checkpoint,
@@ -275,13 +307,25 @@ def test_a_stage_job_cancelled_mid_run_cancels_the_chain_says_which_and_resumes_
         assert f"<td>{jobs[f'{prefix}-{later}']}</td><td>{prefix}-{later}</td><td>cancelled</td>" in \
             page.get(f"/runs/{run.pk}/").content.decode()
 
-    # Resumed from its last complete version (v0000, which the prepare job wrote): a new chain with no prepare job.
-    said = register("resume_slurm_run", str(run.pk))
+    # Resumed from its last complete version (v0000, which the prepare job wrote) by the run page's Resume button: a
+    # new chain with no prepare job.
+    assert RESUME_BUTTON.format(version="v0000") in page.get(f"/runs/{run.pk}/").content.decode()
+    answer = page.post(f"/runs/{run.pk}/resume", follow=True)
     run.refresh_from_db()
-    assert said == f"run {run.pk}: resumed, following Slurm job {run.slurm_job_id}\n" and run.status == "running"
+    assert run.status == "running"
+    assert f"Run {run.pk}: resumed, following Slurm job {run.slurm_job_id}." in answer.content.decode()
+    assert 'id="resume"' not in answer.content.decode()  # running: nothing to resume
     resumed = [line.split(" ", 1)[1] for line in Path(run.folder + ".jobs").read_text().splitlines()]
     assert resumed == [f"{prefix}-generate-v0000", f"{prefix}-score-v0000", f"{prefix}-update-v0000",
                        f"{prefix}-finish-v0001"]
     run = swept_until(run, lambda run: run.finished)
     assert run.status == "succeeded", run.error
     assert (Path(run.folder) / "versions" / "v0001" / "version.json").is_file()
+
+    # Done: no button, and a Resume sent all the same (or manage.py resume_slurm_run, the same code) says why not.
+    refused = page.post(f"/runs/{run.pk}/resume")
+    said = f"run {run.pk} is succeeded; only a cancelled or failed run goes on from a version"
+    assert refused.status_code == 409 and said in refused.content.decode()
+    assert 'id="resume"' not in refused.content.decode()
+    with pytest.raises(CommandError, match=f"^{said}$"):
+        register("resume_slurm_run", str(run.pk))
