@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
+# The generation environment (.venv-vllm) that tests/training/test_vllm_generation.py samples with.
+scripts/install_vllm.sh
 
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   if [ "$(id -u)" = 0 ]; then

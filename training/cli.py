@@ -281,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-new-tokens", type=int, default=128, help="length limit per completion (default 128)")
     evaluate.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     evaluate.add_argument("--out", default=None, help="also write the figures as JSON to this file")
+    evaluate.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
+                          help="what samples the answers: transformers (the default) or vLLM's offline engine in the "
+                               "generation environment (scripts/install_vllm.sh, or PAIRWISE_VLLM_PYTHON)")
     evaluate.set_defaults(handler=_eval)
 
     reward_eval = commands.add_parser("reward-eval", help="a reward model's accuracy on a snapshot's test split, "

@@ -5,7 +5,8 @@ format violations, verifier errors, timeouts, a few of the worst failures with t
 scorer (name@version) that produced the figures; as a table (`format_eval_table`) and as JSON.
 
 Completions come from transformers' `generate` through `training.generation.generate_completions` (batched,
-on the CPU), from any local Hugging Face causal-LM checkpoint: a prompt goes through the checkpoint's
+on the CPU), or with `--engine vllm` from vLLM's offline engine in the generation environment
+(`generate_completions_vllm`), from any local Hugging Face causal-LM checkpoint: a prompt goes through the checkpoint's
 chat template as one user message (chat-message prompts as they are), or as plain text when it has
 none. They are scored by `training.verifiers` (TaskVerifier) unless another scorer is given.
 
@@ -223,7 +224,9 @@ def change_sentence(change: dict, *, against: str, parent: bool, samples: int) -
     return f"{lead} {versus}: the change {figure} includes no change ({size}; {moved})."
 
 
-def _load_model(checkpoint: str, *, chat_prompts: bool):
+def _load_model(checkpoint: str, *, chat_prompts: bool, weights: bool = True):
+    """The checkpoint's model and tokenizer (its tokenizer alone, model None, when `weights` is false: vLLM loads
+    the weights itself)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
@@ -239,23 +242,31 @@ def _load_model(checkpoint: str, *, chat_prompts: bool):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # generation continues after the prompt, so pad before it
+    if not weights:
+        return None, tokenizer
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     model.eval()
     return model, tokenizer
 
 
 def generate_attempts(checkpoint: str, tasks: list[dict], *, samples: int, temperature: float,
-                      max_new_tokens: int, seed: int, batch_size: int = 64) -> list[Attempt]:
-    """`samples` completions per task from one checkpoint, in the order of `tasks`."""
+                      max_new_tokens: int, seed: int, batch_size: int = 64, engine: str = "transformers") -> list[Attempt]:
+    """`samples` completions per task from one checkpoint, in the order of `tasks`, sampled by `engine`."""
     from transformers import set_seed
 
-    from training.generation import generate_completions
+    from training.generation import generate_completions, generate_completions_vllm
 
-    model, tokenizer = _load_model(checkpoint, chat_prompts=any(not isinstance(t["prompt"], str) for t in tasks))
+    model, tokenizer = _load_model(checkpoint, chat_prompts=any(not isinstance(t["prompt"], str) for t in tasks),
+                                   weights=engine != "vllm")
     try:
-        set_seed(seed)  # every checkpoint draws from the same seed, whatever its place in the list
-        texts = generate_completions(model, tokenizer, [t["prompt"] for t in tasks], samples=samples,
-                                     temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        prompts = [t["prompt"] for t in tasks]
+        if engine == "vllm":
+            texts = generate_completions_vllm(checkpoint, tokenizer, prompts, samples=samples, temperature=temperature,
+                                              max_new_tokens=max_new_tokens, seed=seed)
+        else:
+            set_seed(seed)  # every checkpoint draws from the same seed, whatever its place in the list
+            texts = generate_completions(model, tokenizer, prompts, samples=samples, temperature=temperature,
+                                         max_new_tokens=max_new_tokens, batch_size=batch_size)
         attempts = []
         for task, task_texts in zip(tasks, texts, strict=True):
             for sample, text in enumerate(task_texts):
@@ -275,8 +286,12 @@ def _labels(checkpoints: list[str]) -> dict[str, str]:
     return {c: (name if names.count(name) == 1 else str(c)) for c, name in zip(checkpoints, names, strict=True)}
 
 
-def check_settings(*, checkpoints: list[str], samples: int, temperature: float, max_new_tokens: int) -> None:
+def check_settings(*, checkpoints: list[str], samples: int, temperature: float, max_new_tokens: int,
+                   engine: str = "transformers") -> None:
     """Raises PairwiseInputError for settings that cannot give a meaningful evaluation."""
+    from training.vllm_generation import check_engine
+
+    check_engine(engine, where="--engine")
     if not checkpoints:
         raise PairwiseInputError("give at least one --checkpoint")
     if len(set(map(str, checkpoints))) != len(checkpoints):
@@ -294,7 +309,7 @@ def check_settings(*, checkpoints: list[str], samples: int, temperature: float, 
 
 def evaluate_checkpoints(*, checkpoints: list[str], tasks: list[dict], samples: int, temperature: float,
                          max_new_tokens: int, seed: int, scorer=None, batch_size: int = 64,
-                         log: Callable[[str], None] | None = None) -> dict:
+                         log: Callable[[str], None] | None = None, engine: str = "transformers") -> dict:
     """Generates `samples` completions per task with each checkpoint, scores them, and returns the
     figures per checkpoint and per family (see the module docstring; docs/training.md, "Evaluation").
 
@@ -304,7 +319,8 @@ def evaluate_checkpoints(*, checkpoints: list[str], tasks: list[dict], samples: 
     from training.run_folder import checkpoint_content_hash
 
     log = log or (lambda line: None)
-    check_settings(checkpoints=checkpoints, samples=samples, temperature=temperature, max_new_tokens=max_new_tokens)
+    check_settings(checkpoints=checkpoints, samples=samples, temperature=temperature, max_new_tokens=max_new_tokens,
+                   engine=engine)
     if not tasks:
         raise PairwiseInputError("there are no tasks to evaluate on")
     ordered = sorted(tasks, key=lambda t: t["task_id"])
@@ -326,7 +342,8 @@ def evaluate_checkpoints(*, checkpoints: list[str], tasks: list[dict], samples: 
         for checkpoint in map(str, checkpoints):
             log(f"{checkpoint}: generating {len(ordered) * samples} completions")
             attempts += generate_attempts(checkpoint, ordered, samples=samples, temperature=temperature,
-                                          max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
+                                          max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                                          engine=engine)
         log(f"scoring {len(attempts)} completions")
         results = scorer.verify_many([(a.task, a.text) for a in attempts])
     finally:
@@ -337,7 +354,7 @@ def evaluate_checkpoints(*, checkpoints: list[str], tasks: list[dict], samples: 
 
     return eval_report(attempts, checkpoints=list(map(str, checkpoints)), tasks=ordered,
                        settings={"samples": samples, "temperature": temperature, "max_new_tokens": max_new_tokens,
-                                 "seed": seed},
+                                 "seed": seed, "engine": engine},
                        content_hashes={str(c): checkpoint_content_hash(str(c)) for c in checkpoints})
 
 
@@ -384,7 +401,8 @@ def format_eval_table(result: dict) -> str:
     family_width = max([8, *(len(f) for f in result["families"])])
     lines = [
         f"eval: {settings['tasks']} tasks, {settings['samples']} sample(s) each, temperature "
-        f"{settings['temperature']:g}, at most {settings['max_new_tokens']} new tokens, seed {settings['seed']}",
+        f"{settings['temperature']:g}, at most {settings['max_new_tokens']} new tokens, seed {settings['seed']}"
+        + (", sampled by vLLM" if settings.get("engine") == "vllm" else ""),
         "success: share of samples judged correct, averaged over tasks; interval: 95% Wilson over tasks",
         "",
         f"{'family':<{family_width}}  {'checkpoint':<{width}}  {'tasks':>5}  {'success':>7}  {'95% interval':>14}  "
@@ -433,8 +451,9 @@ def eval_main(args) -> int:
     from training.tasks import load_tasks
     from training.verifiers.task_verifier import TaskVerifier
 
+    engine = getattr(args, "engine", "transformers")
     check_settings(checkpoints=args.checkpoint, samples=args.samples, temperature=args.temperature,
-                   max_new_tokens=args.max_new_tokens)
+                   max_new_tokens=args.max_new_tokens, engine=engine)
     for checkpoint in args.checkpoint:
         check_causal_lm_checkpoint(checkpoint, key="--checkpoint")  # before any slow work
     out = Path(args.out) if args.out else None
@@ -447,7 +466,7 @@ def eval_main(args) -> int:
         result = evaluate_checkpoints(
             checkpoints=args.checkpoint, tasks=tasks, samples=args.samples, temperature=args.temperature,
             max_new_tokens=args.max_new_tokens, seed=args.seed, scorer=verifier,
-            log=lambda line: print(line, file=sys.stderr, flush=True),
+            log=lambda line: print(line, file=sys.stderr, flush=True), engine=engine,
         )
     print(format_eval_table(result))
     if out is not None:

@@ -1,7 +1,10 @@
-"""Sampling completions from a causal LM with transformers' `generate`: prompts rendered through the model's chat
-template as TRL's trainers render them, batched, greedy at temperature 0. Used by evaluation, GRPO's difficulty
+"""Sampling completions from a causal LM with transformers' `generate`, or from a checkpoint folder with vLLM's
+offline engine in the generation environment (training/vllm_generation.py): prompts rendered through the model's
+chat template as TRL's trainers render them, batched, greedy at temperature 0. Used by evaluation, GRPO's difficulty
 filter, the tiny model's held-out check and the benchmarks; torch is imported only when a completion is generated.
 """
+
+import hashlib
 
 
 def chat_prompt(tokenizer, prompt) -> str:
@@ -34,4 +37,30 @@ def generate_completions(model, tokenizer, prompts: list, *, samples: int, tempe
         new_tokens = output[:, encoded["input_ids"].shape[1] :]
         for (index, _), ids in zip(chunk, new_tokens, strict=True):
             results[index].append(tokenizer.decode(ids, skip_special_tokens=True))
+    return results
+
+
+def sample_seed(seed: int, prompt: int, sample: int) -> int:
+    """vLLM's seed for sample `sample` of prompt `prompt` (vLLM seeds each request, so an answer does not depend on
+    what else is in the batch)."""
+    digest = hashlib.sha256(f"pairwise-sample:{seed}:{prompt}:{sample}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def generate_completions_vllm(checkpoint, tokenizer, prompts: list, *, samples: int, temperature: float,
+                              max_new_tokens: int, seed: int, top_p: float = 1.0, top_k: int = 0) -> list[list[str]]:
+    """generate_completions' answers sampled by vLLM from the checkpoint folder: the same prompt tokens, greedy at
+    temperature 0, each sample under its own seed from `seed` (the same seed gives the same answers run to run)."""
+    from training.vllm_generation import Sampling, vllm_generate
+
+    encoded = [tokenizer(chat_prompt(tokenizer, prompt), add_special_tokens=False)["input_ids"] for prompt in prompts]
+    flat = [(index, sample) for index in range(len(prompts)) for sample in range(samples)]
+    eos = tokenizer.eos_token_id
+    answers = vllm_generate(checkpoint, [encoded[index] for index, _ in flat],
+                            [sample_seed(seed, index, sample) for index, sample in flat],
+                            Sampling(temperature=temperature, max_tokens=max_new_tokens, top_p=top_p, top_k=top_k),
+                            eos_token_ids=[] if eos is None else [eos])
+    results: list[list[str]] = [[] for _ in prompts]
+    for (index, _), ids in zip(flat, answers.token_ids, strict=True):
+        results[index].append(tokenizer.decode(ids, skip_special_tokens=True))
     return results

@@ -44,6 +44,11 @@ TOUCH_POINTS = (
                "the one place every answer is sampled, in training and in the generate stage: timed, seeded per "
                "batch, its token ids kept for the records; TRL's rollout_func replaces sampling rather than wrapping it",
                parameters=("prompts",)),
+    TouchPoint("trl.GRPOTrainer", "_tokenize_prompts", (CALL,),
+               ("training.grpo.vllm_answers:sample_with_vllm",),
+               "the prompt token ids TRL's own generation samples from (chat template, tools), handed to vLLM in the "
+               "generate stage so that both engines answer the same tokens",
+               parameters=("prompts",)),
     TouchPoint("trl.GRPOTrainer", "_generate_and_score_completions", (OVERRIDE, CALL),
                ("training.grpo.trainer:PairwiseGRPOTrainer._generate_and_score_completions",
                 "training.grpo.trainer:PairwiseGRPOTrainer._scored_round"),

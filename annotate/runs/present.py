@@ -326,9 +326,19 @@ CYCLE_NESTED_COUNTS = (
                           ("negligible_share", "stale answers weighted below 0.001 (share)"),
                           ("effective_sample_size_min", "effective sample size (smallest)"))),
     ("retention", (("versions_removed", "versions removed by retention"), ("bytes_freed", "bytes freed by retention"))),
+    # generation_engine vllm: vLLM's log-probabilities against the training forward's, and TRL's correction of them
+    ("sampler_mismatch", (("batches", "batches sampled by vLLM"),
+                          ("mean_abs", "vLLM vs training log-probability: mean |difference| per token"),
+                          ("max_abs", "vLLM vs training log-probability: max |difference|"),
+                          ("kl_k3", "KL estimate, vLLM to training (k3, per token)"))),
+    ("sampler_correction", (("ratio_min", "vLLM answer weight: min"), ("ratio_mean", "vLLM answer weight: mean"),
+                            ("ratio_max", "vLLM answer weight: max"),
+                            ("masked_share", "vLLM answers masked (share)"))),
 )
 CYCLE_PER_BATCH = ("batch", "generated_by", "trained", "lag", "generation_s", "verification_s", "switching_s",
                    "update_s", "loss")
+# Each batch's sampler_mismatch (vLLM batches; a dash for the others).
+CYCLE_PER_BATCH_MISMATCH = ("mean_abs", "max_abs", "kl_k3")
 VERSION_NAME = re.compile(r"^v(\d{4,})$")
 
 
@@ -390,6 +400,7 @@ def cycle_ledger(ledger: dict | None) -> dict | None:
             for group, keys in CYCLE_NESTED_COUNTS if isinstance(cycle.get(group), dict)
             for key, name in keys if key in cycle[group]],
         "per_cycle": [[_ledger_value(key, row.get(key)) for key in CYCLE_PER_BATCH]
+                      + [_ledger_value(key, (row.get("sampler_mismatch") or {}).get(key)) for key in CYCLE_PER_BATCH_MISMATCH]
                       for row in cycle.get("per_cycle") or [] if isinstance(row, dict)],
     }
 

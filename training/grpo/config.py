@@ -8,6 +8,7 @@ from typing import ClassVar
 from trl import GRPOConfig
 
 from training.config import PairwiseConfigMixin, key_error, load_config
+from training.errors import PairwiseInputError
 
 # TRL checks these only when the first batch is scored (trl/trainer/grpo_trainer.py); Pairwise checks them
 # before anything runs.
@@ -29,7 +30,7 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
         "base_checkpoint", "reference_checkpoint", "tasks", "output_dir", "dynamic_sampling", "dynamic_sampling_max_rounds",
         "difficulty_filter", "difficulty_samples", "difficulty_min_pass_rate", "difficulty_max_pass_rate",
         "max_generated_tokens", "verifier_workers", "reward_model", "reward_model_batch_size", "mode", "max_staleness",
-        "stage_launcher", "stage_timeout_s", "keep_last_versions", "keep_every_versions",
+        "stage_launcher", "stage_timeout_s", "keep_last_versions", "keep_every_versions", "generation_engine",
         *PairwiseConfigMixin.pairwise_keys[1:])
     required_keys: ClassVar[tuple[str, ...]] = ("base_checkpoint", "tasks", "output_dir")
 
@@ -92,6 +93,12 @@ class GRPORunConfig(PairwiseConfigMixin, GRPOConfig):
     keep_every_versions: int | None = field(default=None, metadata={
         "help": "With keep_last_versions: also keep every version whose number is a multiple of this (v0000, vM, "
                 "v2M, ...); null keeps none besides the last ones."})
+    generation_engine: str = field(default="transformers", metadata={
+        "help": "Modes staged and overlapped: what the generate stage samples with. transformers: the policy's own "
+                "generate. vllm: vLLM's offline engine, which loads the version's folder afresh for each batch in the "
+                "generation environment (scripts/install_vllm.sh, or PAIRWISE_VLLM_PYTHON), with vLLM's token ids and "
+                "log-probabilities; the update's TRL importance-sampling correction then covers the two engines' "
+                "difference, which the ledger reports per batch."})
     stage_timeout_s: float = field(default=3600.0, metadata={
         "help": "Modes staged and overlapped: the longest one stage may run, or one lane may wait for the other, before "
                 "the cycle fails in one line naming what it waited for (run.json says failed with that line). A cycle "
@@ -191,6 +198,7 @@ def _check_cycle_values(values: dict, source: str) -> None:
         raise key_error(source, "stage_timeout_s", f"must be above 0 seconds, got {values['stage_timeout_s']}")
     if values["max_staleness"] < 0:
         raise key_error(source, "max_staleness", f"must be 0 or more, got {values['max_staleness']}")
+    _check_generation_engine(values, source)
     if mode == "in_process":
         return
     if mode == "staged" and values["max_staleness"] != 0:
@@ -201,8 +209,9 @@ def _check_cycle_values(values: dict, source: str) -> None:
     if values["max_steps"] is None or values["max_steps"] < 1:
         raise key_error(source, "max_steps", f"must be set in mode {mode}: it is the number of cycles")
     if values["use_vllm"]:
-        raise key_error(source, "use_vllm", f"is true, but mode {mode} generates with transformers (no vLLM generate "
-                                            "stage yet); set use_vllm: false, or use mode: in_process for vLLM")
+        raise key_error(source, "use_vllm", f"is true, but mode {mode} generates with transformers, or with vLLM's "
+                                            "engine loading each version afresh (generation_engine: vllm); set "
+                                            "use_vllm: false, or use mode: in_process for TRL's vLLM")
     unsupported = {
         "gradient_accumulation_steps": values["gradient_accumulation_steps"] != 1,
         "steps_per_generation": values["steps_per_generation"] not in (None, 1),
@@ -218,6 +227,29 @@ def _check_cycle_values(values: dict, source: str) -> None:
             raise key_error(source, key, f"is {values[key]!r}, but mode {mode} runs one generation batch per optimizer "
                                          "step with full weights; leave it at its default, or use mode: in_process "
                                          "(run python -m training grpo-filter first for a difficulty filter)")
+
+
+def _check_generation_engine(values: dict, source: str) -> None:
+    """generation_engine: vllm samples in the staged cycle's generate stage, in the generation environment."""
+    from training.vllm_generation import ENGINES, vllm_python
+
+    engine = values["generation_engine"]
+    if engine not in ENGINES:
+        raise key_error(source, "generation_engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine != "vllm":
+        return
+    if values["mode"] == "in_process":
+        raise key_error(source, "generation_engine", "is vllm, which is the generate stage's engine in modes staged and "
+                                                     "overlapped; set mode: staged, or use_vllm: true (a CUDA GPU) for "
+                                                     "in-process GRPO")
+    if values["generation_kwargs"]:
+        raise key_error(source, "generation_kwargs", "is set, but generation_engine vllm takes TRL's sampling keys "
+                                                     "(temperature, top_p, top_k, min_p, repetition_penalty) only; "
+                                                     "remove it or set generation_engine: transformers")
+    try:
+        vllm_python()
+    except PairwiseInputError as error:
+        raise key_error(source, "generation_engine", f"is vllm: {error}") from None
 
 
 def load_grpo_config(path: str | Path) -> GRPORunConfig:

@@ -36,6 +36,7 @@ from training.grpo.versions import (
     version_number,
     version_path,
 )
+from training.grpo.vllm_answers import mismatch_summary
 
 # Set in the stages the cycle starts: the cycle writes run.json, not they.
 STAGE_OF_CYCLE_ENV = "PAIRWISE_STAGE_OF_CYCLE"
@@ -522,6 +523,8 @@ class Cycle:
                 "tokens_generated": generate.get("tokens_generated", 0), "max_length": generate.get("max_length", 0),
                 "completions": generate.get("completions", 0), "loss": update.get("loss"),
                 "correction": update.get("correction"),
+                "generation_engine": generate.get("generation_engine", "transformers"),
+                "sampler_mismatch": generate.get("sampler_mismatch"),
                 # The CPU of the processes that load the policy (the score stage may run in the cycle's own process).
                 "stage_cpu_s": round(sum(part.get("cpu_s", 0.0) for part in (generate, update)), 3),
             })
@@ -541,7 +544,13 @@ class Cycle:
             "mean_length": round(tokens / completions, 2) if completions else 0.0,
             "max_length": max((row["max_length"] for row in rows), default=0),
             "retention": _retention_summary(self.path),
-            "stale_correction": _correction_summary([row["correction"] for row in rows if row["correction"]]),
+            "stale_correction": _correction_summary([row["correction"] for row in rows
+                                                     if row["correction"] and row["lag"]]),
+            # vLLM's answers against the training forward on the same weights, and TRL's correction of them at lag 0
+            "sampler_mismatch": mismatch_summary([row["sampler_mismatch"] for row in rows]),
+            "sampler_correction": _correction_summary([row["correction"] for row in rows
+                                                       if row["correction"] and not row["lag"]
+                                                       and row["sampler_mismatch"]]),
             "records_dropped_stale": self.stale_dropped, "stage_restarts": self.launch.restarts,
             "stage_launcher": self.config.stage_launcher,
             "stage_cpu_s": round(sum(row["stage_cpu_s"] for row in rows), 3),
@@ -574,6 +583,11 @@ def format_cycle_ledger(ledger: dict) -> str:
                      f", mean {correction['ratio_mean']:.3g}, max {correction['ratio_max']:.3g}; masked "
                      f"{correction['masked_share']:.0%}, below 0.001 {correction['negligible_share']:.0%}; effective "
                      f"sample size down to {correction['effective_sample_size_min']:.2f}")
+    mismatch = ledger.get("sampler_mismatch")
+    if mismatch:
+        lines.append(f"vLLM against the training forward over {mismatch['batches']} batches, {mismatch['tokens']} tokens: "
+                     f"|log p difference| mean {mismatch['mean_abs']:.3g}, max {mismatch['max_abs']:.3g}; KL estimate "
+                     f"k3 {mismatch['kl_k3']:.3g} (k1 {mismatch['kl_k1']:.3g})")
     retention = ledger.get("retention") or {}
     if retention.get("versions_removed"):
         lines.append(f"retention removed {retention['versions_removed']} versions, {retention['bytes_freed']:,} bytes")

@@ -31,6 +31,9 @@ from training.grpo.versions import (
 )
 
 GENERATED = "generated.parquet"
+# Where a generated record's log-probabilities come from (its logprobs_source).
+LOGPROBS_SOURCE_FORWARD = "policy forward after generation"
+LOGPROBS_SOURCE_VLLM = "vllm sampler"
 SCORED = "scored.parquet"
 STAGES = ("generate", "score", "update")
 # Set by whoever launches a stage (the cycle, a Slurm job): the wall-clock time the process was asked to start, so
@@ -71,6 +74,7 @@ def _records_schema(scored: bool):
         pa.field("completion", pa.string(), nullable=False),
         pa.field("completion_token_ids", pa.list_(pa.int32()), nullable=False),
         pa.field("logprobs", pa.list_(pa.float32()), nullable=False),  # per completion token, generating policy
+        pa.field("logprobs_source", pa.string()),  # policy forward after generation, or vllm sampler
         pa.field("finish_reason", pa.string(), nullable=False),
         pa.field("length", pa.int32(), nullable=False),
         pa.field("policy_version", pa.string(), nullable=False),     # v0003: the version folder that generated it
@@ -317,8 +321,16 @@ def generate_batch(trainer, run: Path, config, *, batch: int, version: int, meta
     trainer.target_step = batch  # the sampler's epoch: the one of this batch, not of the batch the trainer was built for
     rows = batch_inputs(trainer, batch)
     trainer.model.eval()
-    prompt_ids, completion_ids = trainer.sample_answers([row["prompt"] for row in rows], batch=batch)
-    logps = _generation_logprobs(trainer, prompt_ids, completion_ids)
+    seed = generation_seed(config.seed, batch, trainer.accelerator.process_index)
+    engine = {}
+    if config.generation_engine == "vllm":
+        prompt_ids, completion_ids, logps, engine = _vllm_answers(trainer, run, config, rows, version=version,
+                                                                  seed=seed, clock=clock)
+        source = LOGPROBS_SOURCE_VLLM
+    else:
+        prompt_ids, completion_ids = trainer.sample_answers([row["prompt"] for row in rows], batch=batch)
+        logps = _generation_logprobs(trainer, prompt_ids, completion_ids)
+        source = LOGPROBS_SOURCE_FORWARD
     texts = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
     clock.lap("generation")
     eos_and_pad = {*trainer.eos_token_ids, trainer.pad_token_id}
@@ -330,19 +342,37 @@ def generate_batch(trainer, run: Path, config, *, batch: int, version: int, meta
             "rollout_id": f"{batch:06d}-{group:04d}-{member:02d}", "batch": batch, "group_id": f"{batch:06d}-{group:04d}",
             "member": member, "task_id": row["task_id"], "prompt": prompt_text(row["prompt"]),
             "prompt_token_ids": list(p_ids), "completion": texts[index], "completion_token_ids": list(c_ids),
-            "logprobs": logps[index], "finish_reason": "stopped" if c_ids and c_ids[-1] in eos_and_pad else "truncated",
+            "logprobs": logps[index], "logprobs_source": source, "finish_reason": "stopped" if c_ids and c_ids[-1] in eos_and_pad else "truncated",
             "length": len(c_ids), "policy_version": version_name(version), "policy_step": version,
             "policy_weights_sha256": meta["content_hash"],
-            "sampling_seed": generation_seed(config.seed, batch, trainer.accelerator.process_index),
+            "sampling_seed": seed,
         })
     _discard_partial_records(batch_folder(run, batch) / GENERATED)
     write_records(batch_folder(run, batch) / GENERATED, records, scored=False)
     clock.lap("saving")
     tokens = sum(r["length"] for r in records)
     record = clock.record(version=version_name(version), completions=len(records), tokens_generated=tokens,
-                          max_length=max((r["length"] for r in records), default=0))
+                          max_length=max((r["length"] for r in records), default=0),
+                          generation_engine=config.generation_engine, **engine)
     _write_stage_record(run, batch, "generate", record)
     return record
+
+
+def _vllm_answers(trainer, run: Path, config, rows: list[dict], *, version: int, seed: int, clock: StageClock):
+    """The batch's answers sampled by vLLM from version `version`'s folder, and how far vLLM's log-probabilities lie
+    from the training forward's on the same weights (the forward the update repeats); vLLM's process start, imports,
+    engine start and weight load are timed as the stage's loading (switching), its sampling as generation."""
+    from training.grpo.vllm_answers import sample_with_vllm, sampler_mismatch
+
+    prompt_ids, completion_ids, logps, answers = sample_with_vllm(
+        trainer, run, [row["prompt"] for row in rows], version=version, batch_seed=seed, threads=config.torch_threads)
+    clock.lap("generation")
+    clock.move(max(0.0, answers.process_s - answers.generation_s), "generation", "loading")
+    mismatch = sampler_mismatch(logps, _generation_logprobs(trainer, prompt_ids, completion_ids))
+    return prompt_ids, completion_ids, logps, {
+        "vllm": {"version": answers.vllm_version, "engine_start_s": answers.engine_start_s,
+                 "process_s": answers.process_s, "generation_s": answers.generation_s},
+        "sampler_mismatch": mismatch}
 
 
 def _generation_logprobs(trainer, prompt_ids: list, completion_ids: list) -> list[list[float]]:
@@ -650,7 +680,8 @@ def update_stage(run: Path, version: int) -> dict:
                              rollout_func=lambda prompts, trainer: recorded_rollouts(records, prompts, source=source,
                                                                                      batch=batch),
                              callbacks=[one_step], ledger=ledger)
-    trainer.recorded_correction = stale > 0  # TRL's truncated importance sampling, for answers of older versions
+    # TRL's truncated importance sampling, for answers of older versions and for answers vLLM sampled
+    trainer.recorded_correction = stale > 0 or any(r.get("logprobs_source") == LOGPROBS_SOURCE_VLLM for r in records)
     trainer.provenance = {r["rollout_id"]: r for r in records}
     clock.lap("loading")
     resume = str(version_path(run, version)) if version > 0 else None

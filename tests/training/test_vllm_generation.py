@@ -1,0 +1,173 @@
+"""vLLM's offline engine in the generation environment (scripts/install_vllm.sh): the staged cycle's generate stage
+(`generation_engine: vllm`) on the tiny and the small BPE checkpoints, and `python -m training eval --engine vllm`;
+the same seed gives the same answers; without the environment every vLLM setting is refused in one line.
+
+Every test but the refusals needs the generation environment, and fails (never skips) when it is missing."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.training.helpers import records
+from tests.training.helpers import write_grpo_config as write_config
+from training.vllm_generation import DEFAULT_PYTHON, MISSING, PYTHON_ENV
+
+from .conftest import REPO, run_training_cli
+
+pytestmark = pytest.mark.slow
+
+VLLM_SETTINGS = {"generation_engine": "vllm", "mode": "staged", "max_steps": 1, "max_completion_length": 12}
+
+
+@pytest.fixture(scope="module")
+def generation_environment():
+    """The generation environment's python, as Pairwise finds it; a test that needs it fails when it is missing."""
+    import os
+
+    named = os.environ.get(PYTHON_ENV)
+    python = named or (str(DEFAULT_PYTHON) if DEFAULT_PYTHON.is_file() else None)
+    if python is None:
+        pytest.fail(f"these tests need vLLM's generation environment: run scripts/install_vllm.sh (or set {PYTHON_ENV})")
+    return python
+
+
+@pytest.fixture(scope="module")
+def bpe_checkpoint(tmp_path_factory) -> str:
+    """The small BPE checkpoint (a Qwen2 model with a byte-level BPE tokenizer), its weights untrained: vLLM is tested
+    on the architecture and the tokenizer, not on what the model has learned."""
+    out = tmp_path_factory.mktemp("bpe") / "small"
+    result = run_training_cli("bpe-sft", "--size", "small", "--steps", "0", "--eval-tasks", "2", "--out", str(out),
+                              timeout=600)
+    assert result.returncode == 0, result.stderr
+    return str(out)
+
+
+def test_vllm_settings_are_refused_in_one_line_without_the_generation_environment(tmp_path, grpo_checkpoint,
+                                                                                  speed_tasks, monkeypatch):
+    monkeypatch.setenv(PYTHON_ENV, str(tmp_path / "absent" / "python"))
+    config = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="staged", **VLLM_SETTINGS)
+    result = run_training_cli("cycle", "--config", str(config), "--check")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: {config}: generation_engine is vllm: {PYTHON_ENV}=") and line.endswith(MISSING)
+    assert not (tmp_path / "staged").exists()
+
+    result = run_training_cli("eval", "--checkpoint", str(grpo_checkpoint), "--tasks", str(speed_tasks),
+                              "--engine", "vllm")
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.endswith(MISSING)
+
+    monkeypatch.delenv(PYTHON_ENV)
+    config = write_config(tmp_path, grpo_checkpoint, speed_tasks, name="in_process",
+                          **{**VLLM_SETTINGS, "mode": "in_process"})
+    result = run_training_cli("cycle", "--config", str(config), "--check")
+    assert result.returncode == 2
+    assert "generation_engine is vllm, which is the generate stage's engine in modes staged and overlapped" in \
+        result.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def vllm_staged_run(generation_environment, tmp_path_factory, grpo_checkpoint, speed_tasks):
+    tmp = tmp_path_factory.mktemp("vllm-staged")
+    config = write_config(tmp, grpo_checkpoint, speed_tasks, name="run", **VLLM_SETTINGS)
+    result = run_training_cli("cycle", "--config", str(config), timeout=900)
+    assert result.returncode == 0, result.stderr
+    return tmp / "run", result.stdout
+
+
+def test_a_staged_cycle_generates_with_vllm_and_the_ledger_reports_the_two_engines_difference(vllm_staged_run):
+    from tests.training.helpers import rollout_rows, version_record
+
+    run, printed = vllm_staged_run
+    generated = records(run, 0, "generated.parquet")
+    assert len(generated) == 8
+    assert {r["logprobs_source"] for r in generated} == {"vllm sampler"}
+    assert {r["policy_version"] for r in generated} == {"v0000"}
+    assert {r["policy_weights_sha256"] for r in generated} == {version_record(run, 0)["content_hash"]}
+    assert all(len(r["logprobs"]) == r["length"] == len(r["completion_token_ids"]) > 0 for r in generated)
+    assert all(r["finish_reason"] in ("stopped", "truncated") for r in generated)
+    assert len({tuple(r["completion_token_ids"]) for r in generated}) > 1, "sampled answers, not one greedy answer"
+
+    stage = json.loads((run / "batches" / "000000" / "generate.json").read_text())
+    assert stage["generation_engine"] == "vllm" and stage["vllm"]["version"] == "0.31.0"
+    # vLLM's start and weight load count as switching (loading), its sampling as generation.
+    assert stage["loading_s"] >= stage["vllm"]["engine_start_s"] > 0
+    mismatch = stage["sampler_mismatch"]
+    assert mismatch["tokens"] == sum(r["length"] for r in generated)
+    # The same float32 weights in two engines: close, but each figure is there to be read.
+    assert 0 <= mismatch["mean_abs"] <= mismatch["max_abs"] < 0.5 and mismatch["kl_k3"] >= 0
+
+    ledger = json.loads((run / "ledger.json").read_text())["cycle"]
+    [row] = ledger["per_cycle"]
+    assert row["generation_engine"] == "vllm" and row["sampler_mismatch"] == mismatch
+    assert ledger["sampler_mismatch"]["batches"] == 1 and ledger["sampler_mismatch"]["max_abs"] == mismatch["max_abs"]
+    # The update ran TRL's importance-sampling correction on vLLM's answers (lag 0: not a stale update).
+    assert ledger["sampler_correction"]["updates"] == 1 and ledger["stale_correction"]["updates"] == 0
+    assert "vLLM against the training forward over 1 batches" in printed
+    assert {r["policy_version"] for r in rollout_rows(run)} == {"v0000"}
+    assert (run / "versions" / "v0001").is_dir()
+
+    from annotate.runs.present import cycle_ledger
+
+    shown = cycle_ledger({"cycle": ledger})
+    names = {row["name"] for row in shown["counts"]}
+    assert "vLLM vs training log-probability: mean |difference| per token" in names
+    assert "vLLM answer weight: mean" in names
+    assert len(shown["per_cycle"][0]) == 12
+
+
+def test_a_rerun_vllm_generation_writes_the_same_records(vllm_staged_run, tmp_path):
+    run, _ = vllm_staged_run
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy)
+    before = records(copy, 0, "generated.parquet")
+    result = run_training_cli("generate", "--run", str(copy), "--batch", "0", "--version", "v0000", timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert records(copy, 0, "generated.parquet") == before
+
+
+def test_the_small_bpe_model_generates_with_vllm_the_same_records_twice(generation_environment, bpe_checkpoint,
+                                                                          speed_tasks, tmp_path):
+    config = write_config(tmp_path, bpe_checkpoint, speed_tasks, name="bpe", **VLLM_SETTINGS)
+    result = run_training_cli("cycle", "--config", str(config), "--prepare-only")
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "bpe"
+    generated = []
+    for _ in range(2):
+        result = run_training_cli("generate", "--run", str(run), "--batch", "0", timeout=600)
+        assert result.returncode == 0, result.stderr
+        generated.append(records(run, 0, "generated.parquet"))
+    assert generated[0] == generated[1] and len(generated[0]) == 8
+    assert {r["logprobs_source"] for r in generated[0]} == {"vllm sampler"}
+    stage = json.loads((run / "batches" / "000000" / "generate.json").read_text())
+    assert stage["sampler_mismatch"]["max_abs"] < 0.5
+
+
+def test_eval_with_vllm_gives_the_same_answers_for_the_same_seed(generation_environment, bpe_checkpoint, speed_tasks,
+                                                                 tmp_path):
+    results = []
+    for name in ("first", "second"):
+        out = tmp_path / f"{name}.json"
+        result = run_training_cli("eval", "--checkpoint", bpe_checkpoint, "--tasks", str(speed_tasks), "--engine",
+                                  "vllm", "--samples", "2", "--temperature", "1", "--max-new-tokens", "16", "--seed",
+                                  "5", "--out", str(out), timeout=600)
+        assert result.returncode == 0, result.stderr
+        assert "sampled by vLLM" in result.stdout
+        results.append(json.loads(out.read_text()))
+    first, second = results
+    assert first["settings"]["engine"] == "vllm"
+    assert first["checkpoints"] == second["checkpoints"]
+    assert first["checkpoints"][0]["families"] and first == second
+
+
+def test_the_generation_environment_imports_pairwise(generation_environment):
+    """The install puts Pairwise in the generation environment, so its command line starts there."""
+    result = subprocess.run([generation_environment, "-m", "training", "--help"], capture_output=True, text=True,
+                            cwd=REPO / "tests", timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "usage: python -m training" in result.stdout
+    assert sys.executable != generation_environment

@@ -1,0 +1,166 @@
+"""Sampling with vLLM's offline engine in the generation environment (docs/training.md, "vLLM on a CPU").
+
+vLLM pins other transformers than the training environment, so it lives in its own interpreter
+(`scripts/install_vllm.sh` makes `.venv-vllm`; `PAIRWISE_VLLM_PYTHON` names another). The training side
+tokenizes the prompts and decodes the answers with the checkpoint's own tokenizer; this module hands vLLM token
+ids only, in a child process of that interpreter that loads the checkpoint folder afresh, samples each prompt
+under its own seed and writes the answers' token ids and per-token log-probabilities back as JSON.
+
+This file imports only the standard library at the top: the child runs it as `python -m training.vllm_generation`
+in the generation environment, where the training packages need not be installed.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PYTHON_ENV = "PAIRWISE_VLLM_PYTHON"
+REPOSITORY = Path(__file__).resolve().parent.parent
+DEFAULT_PYTHON = REPOSITORY / ".venv-vllm" / "bin" / "python"
+ENGINES = ("transformers", "vllm")
+MISSING = ("vLLM generation needs the generation environment: run scripts/install_vllm.sh, or set "
+           f"{PYTHON_ENV} to the python of an environment with vllm")
+# vLLM's CPU backend reserves this many GiB for its KV cache unless VLLM_CPU_KVCACHE_SPACE says otherwise; Pairwise's
+# prompts and answers are short, and the default (4) is refused on a small machine that other processes share.
+KV_CACHE_GIB = "1"
+# On the CPU backend, the share of the machine's memory the engine may plan with; its default 0.92 is refused when
+# other processes hold memory.
+MEMORY_SHARE = 0.1
+
+
+def vllm_python() -> Path:
+    """The interpreter of the generation environment: PAIRWISE_VLLM_PYTHON, else .venv-vllm's if it exists; refused
+    in one line (PairwiseInputError) when there is none, before anything loads."""
+    from training.errors import PairwiseInputError
+
+    named = os.environ.get(PYTHON_ENV, "").strip()
+    if named:
+        path = Path(named)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise PairwiseInputError(f"{PYTHON_ENV}={named} is not an executable file; {MISSING}")
+        return path
+    if DEFAULT_PYTHON.is_file():
+        return DEFAULT_PYTHON
+    raise PairwiseInputError(MISSING)
+
+
+def check_engine(engine: str, *, where: str) -> None:
+    """Refuse an unknown engine, and vllm without the generation environment, in one line."""
+    from training.errors import PairwiseInputError
+
+    if engine not in ENGINES:
+        raise PairwiseInputError(f"{where}: the generation engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "vllm":
+        vllm_python()
+
+
+@dataclass
+class Sampling:
+    """The sampling settings vLLM gets, under TRL's names; temperature 0 is greedy, top_k 0 leaves it off."""
+
+    temperature: float
+    max_tokens: int
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+
+
+@dataclass
+class VLLMAnswers:
+    """What the engine returned: per prompt, its answers' token ids (EOS included), log-probabilities and finish
+    reasons (stop or length); and the child's seconds: interpreter start, imports and engine start with the weights
+    loaded (`engine_start_s`), sampling (`generation_s`) and the whole child process (`process_s`)."""
+
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]
+    finish_reasons: list[str]
+    engine_start_s: float
+    generation_s: float
+    process_s: float
+    vllm_version: str
+
+
+def vllm_generate(model: Path, prompt_ids: list[list[int]], seeds: list[int], sampling: Sampling, *,
+                  eos_token_ids: list[int], threads: int | None = None) -> VLLMAnswers:
+    """One answer per prompt, prompt i sampled under seeds[i] (vLLM's per-request seed: the same seed gives the same
+    answer whatever else is in the batch). The log-probabilities are those of the sampling distribution after the
+    temperature (vLLM's processed log-probabilities, as TRL asks of vLLM), before top-k/top-p."""
+    from training.errors import PairwiseInputError
+
+    python = vllm_python()
+    request = {"model": str(model), "prompt_ids": [list(map(int, ids)) for ids in prompt_ids],
+               "seeds": [int(seed) for seed in seeds], "sampling": vars(sampling),
+               "stop_token_ids": sorted({int(i) for i in eos_token_ids})}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))}
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    with tempfile.TemporaryDirectory(prefix="pairwise-vllm-") as folder:
+        request_path, answer_path = Path(folder) / "request.json", Path(folder) / "answers.json"
+        request_path.write_text(json.dumps(request), encoding="utf-8")
+        began = time.perf_counter()
+        done = subprocess.run([str(python), "-m", "training.vllm_generation", str(request_path), str(answer_path)],
+                              env=env, capture_output=True, text=True, check=False)
+        process_s = time.perf_counter() - began
+        if done.returncode != 0 or not answer_path.is_file():
+            lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
+            last = lines[-1].strip() if lines else "no output"
+            if "No module named 'vllm'" in (done.stderr or ""):
+                raise PairwiseInputError(f"{python} has no vllm: {MISSING}")
+            raise RuntimeError(f"vLLM's engine ({python}) failed on {model} (exit {done.returncode}): {last}")
+        answers = json.loads(answer_path.read_text(encoding="utf-8"))
+    return VLLMAnswers(token_ids=answers["token_ids"], logprobs=answers["logprobs"],
+                       finish_reasons=answers["finish_reasons"], engine_start_s=answers["engine_start_s"],
+                       generation_s=answers["generation_s"], process_s=round(process_s, 3),
+                       vllm_version=answers["vllm_version"])
+
+
+def _answer(request_path: str, answer_path: str) -> None:
+    """The child: load the checkpoint in vLLM's offline engine, sample every prompt, write the answers."""
+    began = time.perf_counter()
+    import vllm
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    request = json.loads(Path(request_path).read_text(encoding="utf-8"))
+    sampling = request["sampling"]
+    # Token ids in, token ids out: the checkpoint's tokenizer stays on the training side, whose transformers may
+    # read it differently. float32, as the policy trains; processed log-probabilities (after the temperature), as
+    # TRL's importance-sampling correction expects.
+    engine = LLM(model=request["model"], dtype="float32", gpu_memory_utilization=MEMORY_SHARE, skip_tokenizer_init=True,
+                 logprobs_mode="processed_logprobs", seed=0, enable_prefix_caching=False,
+                 enforce_eager=True)
+    started = time.perf_counter()
+    greedy = sampling["temperature"] == 0
+    params = [SamplingParams(n=1, temperature=sampling["temperature"], top_p=1.0 if greedy else sampling["top_p"],
+                             top_k=-1 if greedy or not sampling["top_k"] else sampling["top_k"],
+                             min_p=0.0 if greedy else sampling["min_p"],
+                             repetition_penalty=sampling["repetition_penalty"], max_tokens=sampling["max_tokens"],
+                             seed=seed, logprobs=0, stop_token_ids=request["stop_token_ids"], detokenize=False)
+              for seed in request["seeds"]]
+    outputs = engine.generate([TokensPrompt(prompt_token_ids=ids) for ids in request["prompt_ids"]], params,
+                              use_tqdm=False)
+    generated = time.perf_counter()
+    token_ids, logprobs, reasons = [], [], []
+    for output in outputs:
+        answer = output.outputs[0]
+        ids = list(answer.token_ids)
+        token_ids.append(ids)
+        logprobs.append([float(position[token].logprob) for token, position in zip(ids, answer.logprobs, strict=True)])
+        reasons.append(answer.finish_reason)
+    result = {"token_ids": token_ids, "logprobs": logprobs, "finish_reasons": reasons,
+              "engine_start_s": round(started - began, 3), "generation_s": round(generated - started, 3),
+              "vllm_version": vllm.__version__}
+    partial = Path(answer_path).with_suffix(".partial")
+    partial.write_text(json.dumps(result), encoding="utf-8")
+    partial.rename(answer_path)
+
+
+if __name__ == "__main__":  # vLLM's engine starts worker processes, which import this module again
+    _answer(sys.argv[1], sys.argv[2])
