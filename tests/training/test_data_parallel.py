@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.conftest import REPO
-from tests.training.helpers import load_weights, write_snapshot_run_config
+from tests.training.helpers import load_weights, records, write_snapshot_run_config
 
 CPU_DDP = REPO / "deploy" / "accelerate" / "cpu_ddp.yaml"
 LOSS_TOLERANCE = 1e-4
@@ -32,10 +32,18 @@ GLOBAL_BATCH = 4
 def launch(kind: str, config: Path, processes: int, *, accelerate_config: Path = CPU_DDP,
            timeout: int = 300) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file CONFIG --num_processes N -m training KIND --config F`, as docs/deploy.md
-    says; one thread per process, so two processes use the two cores one process would."""
+    says."""
+    return launch_training(processes, kind, "--config", str(config), accelerate_config=accelerate_config,
+                           timeout=timeout)
+
+
+def launch_training(processes: int, *args: str, accelerate_config: Path = CPU_DDP,
+                    timeout: int = 300) -> subprocess.CompletedProcess:
+    """`accelerate launch --config_file CONFIG --num_processes N -m training ARGS`; one thread per process, so two
+    processes use the two cores one process would."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
-               "--num_processes", str(processes), "-m", "training", kind, "--config", str(config)]
+               "--num_processes", str(processes), "-m", "training", *args]
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
 
 
@@ -131,3 +139,79 @@ def test_two_process_grpo_records_every_rollout_once_with_the_process_that_gener
     assert sorted(rollouts.groupby("process_index").size().to_dict().items()) == [(0, 8), (1, 8)]
     assert set(rollouts["task_id"]) <= {json.loads(line)["task_id"] for line in speed_tasks.read_text().splitlines()}
     assert json.loads((run / "run.json").read_text())["hardware"]["world_size"] == 2
+
+
+def test_two_process_staged_update_trains_the_step_of_one_process(tmp_path, grpo_checkpoint, speed_tasks):
+    """The staged cycle's update stage launched as two processes, on the batch one generate and one score stage
+    wrote (2 groups of 4 answers, the step's global batch): each process feeds TRL the 4 records its own sampler's
+    prompts ask for (process k the k-th 4, as accelerate deals out the step), so the step trains the answers the
+    one-process update trains, with the same global batch. TRL gathers the 8 rewards before it takes each group's
+    advantages, so both see the same advantages; what differs is the order of float additions (each process sums
+    its own 4 answers' loss and gradient, then gloo averages the two), and the loss and the gradient's norm agree to
+    about 1e-8 (measured: -0.0717762634 and -0.0717762485). LOSS_TOLERANCE holds them as it holds DPO's. The
+    weights are not compared: Adam's first step moves every weight by about the learning rate whatever its gradient,
+    so a weight whose gradient is near 0 moves differently (up to 1e-3 of the 5e-3 step here). One version, one
+    record of the update, the world size in it and in the cycle's ledger; each process's rollouts once."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from tests.training.conftest import run_training_cli
+    from tests.training.helpers import write_grpo_config
+
+    settings = {"mode": "staged", "max_steps": 1, "torch_threads": 1}
+    config = write_grpo_config(tmp_path, grpo_checkpoint, speed_tasks, name="one", **settings)
+    one = tmp_path / "one"
+    for stage in (("cycle", "--config", str(config), "--prepare-only"), ("generate", "--run", str(one), "--batch", "0"),
+                  ("score", "--run", str(one), "--batch", "0")):
+        result = run_training_cli(*stage)
+        assert result.returncode == 0, result.stderr[-3000:]
+    two = tmp_path / "two"
+    shutil.copytree(one, two)
+
+    printed = {}
+    for processes, run in ((1, one), (2, two)):
+        result = launch_training(processes, "update", "--run", str(run), "--version", "0")
+        assert result.returncode == 0, result.stderr[-3000:]
+        printed[processes] = [json.loads(line) for line in result.stdout.splitlines()
+                             if line.startswith("{\"")]  # the record; TRL prints its logs as Python dicts
+    assert len(printed[2]) == 1, "the main process reports the update, once"
+    for key in ("loss", "grad_norm"):
+        first, second = train_curve(one, key), train_curve(two, key)
+        assert len(first) == len(second) == 1
+        assert first == pytest.approx(second, abs=LOSS_TOLERANCE), f"{key}: one process {first}, two {second}"
+
+    update = json.loads((two / "batches" / "000000" / "update.json").read_text())
+    assert update["world_size"] == 2 and update["made"] == "v0001" and update["loss"] == printed[2][0]["loss"]
+    assert json.loads((one / "batches" / "000000" / "update.json").read_text())["world_size"] == 1
+    assert sorted(path.name for path in (two / "versions").iterdir()) == ["v0000", "v0001"]
+    assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt"} <= {p.name for p in (two / "versions" / "v0001").iterdir()}
+    rollouts = {path.name: pq.read_table(path).to_pylist() for path in sorted((two / "rollouts").glob("*.parquet"))}
+    assert {name: {row["process_index"] for row in rows} for name, rows in rollouts.items()} == {
+        "batch-000000-rank0.parquet": {0}, "batch-000000-rank1.parquet": {1}}
+    trained = sorted(row["rollout_id"] for rows in rollouts.values() for row in rows)
+    assert trained == sorted(row["rollout_id"] for row in records(one, 0))
+
+    # The cycle, resumed on the two-process run's folder, finds every version written and writes its ledger.
+    resumed = run_training_cli("cycle", "--config", str(write_grpo_config(tmp_path, grpo_checkpoint, speed_tasks,
+                                                                             name="two", **settings)), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    ledger = json.loads((two / "ledger.json").read_text())["cycle"]
+    assert [row["update_world_size"] for row in ledger["per_cycle"]] == [2]
+
+
+def test_a_staged_batch_that_does_not_split_over_the_processes_is_one_line():
+    from types import SimpleNamespace
+
+    from training.errors import PairwiseInputError
+    from training.grpo.stages import per_process_batch
+
+    config, source = SimpleNamespace(per_device_train_batch_size=6), Path("RUN/batches/000000/scored.parquet")
+    assert per_process_batch(config, [{}] * 6, 2, source=source) == {"per_device_train_batch_size": 3,
+                                                                     "generation_batch_size": 6}
+    with pytest.raises(PairwiseInputError) as refused:
+        per_process_batch(config, [{}] * 6, 4, source=source)
+    assert str(refused.value) == ("RUN/batches/000000/scored.parquet: the step's 6 answers (per_device_train_batch_size) "
+                                  "do not split into 4 processes; launch the update with a process count that divides 6")
+    with pytest.raises(PairwiseInputError, match="5 records, but a step of this run trains on 6"):
+        per_process_batch(config, [{}] * 5, 2, source=source)

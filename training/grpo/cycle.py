@@ -522,7 +522,7 @@ class Cycle:
                 "update_s": update.get("update_s", 0.0), "switching_s": round(switching, 3), **split,
                 "tokens_generated": generate.get("tokens_generated", 0), "max_length": generate.get("max_length", 0),
                 "completions": generate.get("completions", 0), "loss": update.get("loss"),
-                "correction": update.get("correction"),
+                "correction": update.get("correction"), "update_world_size": update.get("world_size", 1),
                 "generation_engine": generate.get("generation_engine", "transformers"),
                 "sampler_mismatch": generate.get("sampler_mismatch"),
                 # The CPU of the processes that load the policy (the score stage may run in the cycle's own process).
@@ -797,7 +797,11 @@ def stage_main(args) -> int:
         changes = {"generation": {"batch": args.batch, "version": _stage_json(run, args.batch, "generate").get("version"),
                                   "state": "scored"}}
     else:
+        from training.trl_setup import is_main_process
+
         record = stages.update_stage(run, args.version)
+        if not is_main_process():  # an update launched as several processes: the main one reports it
+            return 0
         changes = {"update": {"version": record["made"], "state": "written"}}
         if shown:  # a scheduler's update job: no cycle process to apply the retention
             retain_versions(run, stages.load_run_config(run))

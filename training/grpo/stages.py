@@ -10,7 +10,9 @@ its stage for one batch, writes its outputs atomically and exits:
 - `update --run R --version V`: loads version V with its optimizer state and trains one optimizer step of TRL's
   GRPOTrainer on batch V's scored records (TRL's `rollout_func` seam feeds them in place of generation; the
   recorded log-probabilities are TRL's sampling log-probabilities), then writes version V+1. It refuses records of
-  another version (staged), or more than max_staleness versions old (overlapped), and refuses to run twice.
+  another version (staged), or more than max_staleness versions old (overlapped), and refuses to run twice. Under
+  `accelerate launch --num_processes N` the batch's records stay the step's global batch: each process trains on
+  the 1/N of them its own sampler draws, and the main process writes version V+1.
 
 Each stage writes batches/B/<stage>.json with its timings (process start, loading, work, saving) for the ledger.
 """
@@ -163,7 +165,8 @@ def _write_stage_record(run: Path, batch: int, stage: str, record: dict) -> None
 
 
 def _batches_per_epoch(sampler, args) -> int:
-    return max(1, len(sampler) // (args.per_device_train_batch_size * args.steps_per_generation))
+    # The sampler yields every process's prompts, so an epoch's steps count global generation batches.
+    return max(1, len(sampler) // args.generation_batch_size)
 
 
 def _stage_trainer_class():
@@ -567,18 +570,37 @@ def scored_records_for_update(run: Path, version: int, config) -> tuple[list[dic
     return records, stale, source
 
 
-def recorded_rollouts(records: list[dict], prompts: list, *, source: Path, batch: int) -> dict:
-    """The records as TRL's rollout_func returns answers: token ids, the generating policy's log-probabilities, and
-    each answer's record index for the reward functions. Refused if they answer other prompts than the step draws."""
+def recorded_rollouts(records: list[dict], prompts: list, *, source: Path, batch: int, process_index: int = 0) -> dict:
+    """This process's share of the records as TRL's rollout_func returns answers: token ids, the generating policy's
+    log-probabilities, and each answer's record index for the reward functions. Accelerate deals a step's generation
+    batch out in order, so process k draws the k-th len(prompts) of the prompts the one-process generate stage
+    answered: its records are that slice. Refused if they answer other prompts than its sampler draws."""
     from training.grpo.rollouts import prompt_text
 
-    if [prompt_text(p) for p in prompts] != [r["prompt"] for r in records]:
+    first = process_index * len(prompts)
+    share = records[first : first + len(prompts)]
+    if [prompt_text(p) for p in prompts] != [r["prompt"] for r in share]:
         raise PairwiseInputError(f"{source}: the records answer other prompts than step {batch} draws (in another "
                                  "order or of another task file); generate the batch again")
-    return {"prompt_ids": [r["prompt_token_ids"] for r in records],
-            "completion_ids": [r["completion_token_ids"] for r in records],
-            "logprobs": [r["logprobs"] for r in records],
-            "pairwise_record": list(range(len(records)))}
+    return {"prompt_ids": [r["prompt_token_ids"] for r in share],
+            "completion_ids": [r["completion_token_ids"] for r in share],
+            "logprobs": [r["logprobs"] for r in share],
+            "pairwise_record": list(range(first, first + len(share)))}
+
+
+def per_process_batch(config, records: list[dict], processes: int, *, source: Path) -> dict:
+    """The trainer arguments that split the batch's records, the step's global batch (what the one-process generate
+    stage wrote: per_device_train_batch_size answers, the staged modes keeping steps_per_generation at 1), evenly
+    over `processes` processes, so that the step trains on the same answers with the same global batch whatever the
+    process count. Refused in one line when the records are not a step's or do not split into whole shares."""
+    rows = config.per_device_train_batch_size
+    if len(records) != rows:
+        raise PairwiseInputError(f"{source}: {len(records)} records, but a step of this run trains on {rows} "
+                                 "(per_device_train_batch_size); generate the batch again")
+    if rows % processes:
+        raise PairwiseInputError(f"{source}: the step's {rows} answers (per_device_train_batch_size) do not split into "
+                                 f"{processes} processes; launch the update with a process count that divides {rows}")
+    return {"per_device_train_batch_size": rows // processes, "generation_batch_size": rows}
 
 
 def write_next_version(run: Path, version: int, saved: Path, tokenizer, *, source: Path, stale: int) -> dict:
@@ -605,13 +627,15 @@ def update_record(clock: StageClock, trainer, *, version: int, made: dict, recor
     correction = {key.removeprefix(prefix): value for key, value in logged.items() if key.startswith(prefix)} or None
     return clock.record(version=version_name(version), made=made["version"], content_hash=made["content_hash"],
                         stale_records=sum(version_number(r["policy_version"]) < version for r in records),
-                        max_lag=stale, loss=logged.get("loss"), groups=vars(ledger.groups), correction=correction)
+                        max_lag=stale, loss=logged.get("loss"), groups=vars(ledger.groups), correction=correction,
+                        world_size=trainer.accelerator.num_processes)
 
 
 def update_trainer(config, run: Path, version: int, *, staging: Path, rewards, model_scores, rollout_func,
-                   callbacks: list, ledger):
+                   callbacks: list, ledger, batch_split: dict | None = None):
     """The trainer of an update from version `version`: it saves a full checkpoint (optimizer and all) after every
-    step into `staging`, and reads its answers from `rollout_func`."""
+    step into `staging`, and reads its answers from `rollout_func`; `batch_split` (per_process_batch) shares the
+    step's answers among the launched processes."""
     from training.run_folder import RunFolder
     from training.trl_setup import run_callbacks
 
@@ -619,7 +643,7 @@ def update_trainer(config, run: Path, version: int, *, staging: Path, rewards, m
         config, run, version, step=version,
         reward_funcs=[rewards] if model_scores is None else [rewards, model_scores],
         args_changes={"output_dir": str(staging), "save_strategy": "steps", "save_steps": 1, "save_only_model": False,
-                      "save_total_limit": None},
+                      "save_total_limit": None, **(batch_split or {})},
         pairwise_reward=rewards, reward_model_reward=model_scores, rollout_func=rollout_func,
         callbacks=[*run_callbacks(config, RunFolder(run)), *callbacks], ledger=ledger,
         reference_weights=kl_reference(config, run))
@@ -648,12 +672,14 @@ def update_stage(run: Path, version: int) -> dict:
     from transformers import TrainerCallback
 
     from training.grpo.ledger import Ledger
+    from training.trl_setup import is_main_process, world_size
 
     clock = StageClock()
     run = Path(run)
     batch = version
     config = load_run_config(run)
     records, stale, source = scored_records_for_update(run, version, config)
+    batch_split = per_process_batch(config, records, world_size(), source=source)
     checked_weights(run, version, clock)
     set_torch_threads(config)
 
@@ -672,27 +698,37 @@ def update_stage(run: Path, version: int) -> dict:
 
     one_step = OneStep()
     staging = run / "versions" / f".update-{version_name(version)}"
-    shutil.rmtree(staging, ignore_errors=True)
+    main = is_main_process()
+    if main:  # the other processes write into it only after the step, which waits for every process
+        shutil.rmtree(staging, ignore_errors=True)
     ledger = Ledger()
     rewards = RecordedRewards(records)
     model_scores = RecordedModelScores(records) if config.reward_model else None
+
+    def rollout_func(prompts, trainer):
+        return recorded_rollouts(records, prompts, source=source, batch=batch,
+                                 process_index=trainer.accelerator.process_index)
+
     trainer = update_trainer(config, run, version, staging=staging, rewards=rewards, model_scores=model_scores,
-                             rollout_func=lambda prompts, trainer: recorded_rollouts(records, prompts, source=source,
-                                                                                     batch=batch),
-                             callbacks=[one_step], ledger=ledger)
+                             rollout_func=rollout_func, callbacks=[one_step], ledger=ledger, batch_split=batch_split)
     # TRL's truncated importance sampling, for answers of older versions and for answers vLLM sampled
     trainer.recorded_correction = stale > 0 or any(r.get("logprobs_source") == LOGPROBS_SOURCE_VLLM for r in records)
     trainer.provenance = {r["rollout_id"]: r for r in records}
     clock.lap("loading")
     resume = str(version_path(run, version)) if version > 0 else None
     trainer.train(resume_from_checkpoint=resume)
-    trainer.flush_rollouts()
+    trainer.flush_rollouts()  # each process its own share's rollout file
     clock.lap("update")
     clock.move(max(0.0, one_step.saved - one_step.step_ended), "update", "saving")
-    made = write_next_version(run, version, staging / f"checkpoint-{version + 1}", trainer.processing_class,
-                              source=source, stale=stale)
-    shutil.rmtree(staging, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()  # every process's part of the checkpoint (its random state) is saved
+    if main:
+        write_next_version(run, version, staging / f"checkpoint-{version + 1}", trainer.processing_class,
+                           source=source, stale=stale)
+        shutil.rmtree(staging, ignore_errors=True)
+    trainer.accelerator.wait_for_everyone()  # the version is written once, by the main process
+    made = read_version(run, version + 1)
     clock.lap("export")
     record = update_record(clock, trainer, version=version, made=made, records=records, stale=stale, ledger=ledger)
-    _write_stage_record(run, batch, "update", record)
+    if main:
+        _write_stage_record(run, batch, "update", record)
     return record
