@@ -277,11 +277,20 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture
+def jobs_in_this_thread(monkeypatch):
+    """With no broker, a job handed off after commit (annotate/jobs.py enqueue) runs in the test's own thread as a
+    worker would, instead of in a thread of its own that could not see the test's uncommitted rows."""
+    from annotate import jobs
+
+    monkeypatch.setattr(jobs, "start_thread", lambda name, task_name, *args: jobs.celery_app.tasks[task_name](*args))
+
+
+@pytest.fixture
 def task_set_checks_in_this_thread(monkeypatch):
     """A task set's check, handed off after commit, runs in the test's own thread as a worker would, instead of in a
     thread of its own that could not see the test's uncommitted rows (tests/runs/test_task_sets_and_inputs.py runs
     it in a thread and in a real worker)."""
     from annotate.celery import app as celery_app
 
-    monkeypatch.setattr("annotate.runs.task_sets.off_the_request",
-                        lambda task_name, object_id, **options: celery_app.tasks[task_name](object_id))
+    monkeypatch.setattr("annotate.runs.task_sets.enqueue",
+                        lambda task_name, *args, **options: celery_app.tasks[task_name](*args))

@@ -1,5 +1,8 @@
 """Writes of the export workflow: create an export, run it, retry it, and fail the ones a dead worker left.
 
+An export is a job on the one lifecycle (annotate/jobs.py, EXPORT_JOB): sent, claimed, beat for and failed when lost
+there; its stored `done` is the lifecycle's succeeded.
+
 An export is queued by `export_create` (the Celery task is sent once the row is committed), claimed and
 run by `export_run` (in a worker, in-process in the embedded default, or by `manage.py export_snapshot`),
 and retried by `export_retry`. A worker killed mid-export cannot mark its export failed, so two checks do
@@ -23,10 +26,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from annotate.celery import app as celery_app
 from annotate.exports.filters import ExportError, ExportFilters, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import snapshot_write
+from annotate.jobs import JobKind, JobStatus
 from annotate.review.models import Project
 from training.atomic_write import discard_partial
 from training.snapshot import code_version
@@ -37,19 +40,12 @@ STALE_AFTER = dt.timedelta(minutes=10)  # a running export reports progress far 
 # The task that runs an export (annotate/exports/tasks.py), found by its name in Celery's registry: that module
 # calls this one, so this one does not import it. The app's ready() imports it, so the name is registered here.
 EXPORT_SNAPSHOT = "annotate.exports.tasks.export_snapshot"
-
-
-def _send(export_id: int, attempt: int) -> None:
-    """Hand the export to Celery (runs after commit). A broker that cannot be reached fails the export."""
-    export_snapshot = celery_app.tasks[EXPORT_SNAPSHOT]
-    try:
-        export_snapshot.delay(export_id, attempt)
-    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
-        logger.exception("export %s could not be queued", export_id)
-        Export.objects.filter(pk=export_id, attempt=attempt, status=Export.Status.QUEUED).update(
-            status=Export.Status.FAILED, finished_at=timezone.now(),
-            error=f"the export could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL, then retry it",
-        )
+# An export on the one job lifecycle (annotate/jobs.py): its stored labels, `done` for succeeded.
+EXPORT_JOB = JobKind(
+    model=Export, task=EXPORT_SNAPSHOT, noun="the export", thread_prefix="export", attempt_field="attempt",
+    worker_field="worker", retry_hint="retry it",
+    labels={Export.Status.QUEUED: JobStatus.QUEUED, Export.Status.RUNNING: JobStatus.RUNNING,
+            Export.Status.DONE: JobStatus.SUCCEEDED, Export.Status.FAILED: JobStatus.FAILED})
 
 
 def default_out_dir(*, project: Project, export_id: int) -> Path:
@@ -73,8 +69,8 @@ def export_create(*, project: Project, filters: ExportFilters, created_by: Abstr
                   out_dir: Path | None = None, enqueue: bool = True) -> Export:
     """Record a queued export; with `enqueue`, send its task once the row is committed.
 
-    `out_dir` defaults to SNAPSHOT_ROOT/<project>/export-<id>. With no broker configured the task runs
-    in-process at commit, so the export is done (or failed) when this returns outside a transaction.
+    `out_dir` defaults to SNAPSHOT_ROOT/<project>/export-<id>. With no broker configured the task runs in a thread
+    of this process (annotate/jobs.py enqueue), so the request returns at once and the page follows the export.
     """
     if out_dir is not None and (out_dir.exists() or out_dir.is_symlink()):
         raise ExportError(f"{out_dir} already exists; a snapshot is never overwritten, choose a new folder",
@@ -89,27 +85,19 @@ def export_create(*, project: Project, filters: ExportFilters, created_by: Abstr
             export.out_dir = str(default_out_dir(project=project, export_id=export.pk))
             export.save(update_fields=["out_dir"])
         if enqueue:
-            transaction.on_commit(partial(_send, export.pk, export.attempt))
+            transaction.on_commit(partial(EXPORT_JOB.send, export.pk, export.attempt))
     return export
 
 
 def _touch(export: Export, **fields) -> None:
-    """Record progress (and that the export is alive) unless a retry has taken the export over."""
-    Export.objects.filter(pk=export.pk, attempt=export.attempt).update(heartbeat_at=timezone.now(), **fields)
+    """Record progress (and that the export is alive) while it is running under this attempt."""
+    EXPORT_JOB.heartbeat(export.pk, export.attempt, **fields)
 
 
 def _claim(*, export_id: int, attempt: int, worker: str) -> Export | None:
     """Lock the export row and mark it running, unless this delivery is stale or repeated."""
-    now = timezone.now()
-    with transaction.atomic():
-        export = Export.objects.select_for_update().filter(pk=export_id).first()
-        if export is None or export.attempt != attempt or export.status != Export.Status.QUEUED:
-            return None
-        export.status = Export.Status.RUNNING
-        export.started_at = export.heartbeat_at = now
-        export.worker = worker
-        export.stage = "starting"
-        export.save(update_fields=["status", "started_at", "heartbeat_at", "worker", "stage"])
+    if EXPORT_JOB.claim(export_id, attempt, worker=worker, stage="starting") is None:
+        return None
     return Export.objects.select_related("project").get(pk=export_id)
 
 
@@ -152,51 +140,36 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
         else:
             logger.exception("export %s failed", export.pk)
             message = f"unexpected error: {type(error).__name__}: {error}"
-        _touch(export, status=Export.Status.FAILED, error=message, stage="", finished_at=timezone.now())
+        EXPORT_JOB.finish(export.pk, export.attempt, JobStatus.FAILED, error=message, stage="",
+                          heartbeat_at=timezone.now())
         if not isinstance(error, Exception):
             raise  # an interrupt (Ctrl-C, worker shutdown) is recorded, then goes on
         export.refresh_from_db()
         return export
-    _touch(export, status=Export.Status.DONE, stage="", snapshot_id=manifest["snapshot_id"],
-           counts=manifest["counts"], pairs_done=manifest["counts"]["pairs_considered"],
-           pairs_total=manifest["counts"]["pairs_considered"],
-           finished_at=timezone.now())
+    EXPORT_JOB.finish(export.pk, export.attempt, JobStatus.SUCCEEDED, stage="", snapshot_id=manifest["snapshot_id"],
+                      counts=manifest["counts"], pairs_done=manifest["counts"]["pairs_considered"],
+                      pairs_total=manifest["counts"]["pairs_considered"], heartbeat_at=timezone.now())
     export.refresh_from_db()
     return export
 
 
-def _fail(queryset, reason: Callable[[Export], str]) -> int:
-    failed = 0
-    for export_id in list(queryset.values_list("pk", flat=True)):
-        with transaction.atomic():
-            export = queryset.select_for_update().filter(pk=export_id).first()
-            if export is None:
-                continue  # it reported progress or finished meanwhile
-            export.status = Export.Status.FAILED
-            export.error = reason(export)
-            export.stage = ""
-            export.finished_at = timezone.now()
-            export.save(update_fields=["status", "error", "stage", "finished_at"])
-        discard_partial(export.out_dir)  # what a killed attempt left beside it
-        failed += 1
-    return failed
+def _discard_partial(export: Export) -> None:
+    discard_partial(export.out_dir)  # what a killed attempt left beside it
 
 
 def exports_fail_stale(*, now: dt.datetime | None = None, stale_after: dt.timedelta = STALE_AFTER) -> int:
     """Fail running exports with no progress for `stale_after` (their worker died); returns how many."""
-    cutoff = (now or timezone.now()) - stale_after
-    stale = Export.objects.filter(status=Export.Status.RUNNING, heartbeat_at__lt=cutoff)
-    return _fail(stale, lambda export: (
+    return len(EXPORT_JOB.lost_mark(after=stale_after, now=now, stage="", on_failed=_discard_partial, reason=lambda export: (
         f"the export stopped without finishing: no progress since "
         f"{export.heartbeat_at.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC on {export.worker or 'its worker'}; "
-        "nothing was written, retry it"))
+        "nothing was written, retry it")))
 
 
 def exports_fail_orphaned(*, worker: str) -> int:
     """A worker that starts holds no export yet: fail the running ones recorded under its name."""
     orphaned = Export.objects.filter(status=Export.Status.RUNNING, worker=worker)
-    return _fail(orphaned, lambda export: (
-        f"the export stopped without finishing: its worker {worker} was restarted; nothing was written, retry it"))
+    return len(EXPORT_JOB.fail_each(orphaned, stage="", on_failed=_discard_partial, reason=lambda export: (
+        f"the export stopped without finishing: its worker {worker} was restarted; nothing was written, retry it")))
 
 
 def export_retry(*, export: Export) -> Export:
@@ -214,5 +187,5 @@ def export_retry(*, export: Export) -> Export:
         export.started_at = export.heartbeat_at = export.finished_at = None
         export.save()
         discard_partial(export.out_dir)  # what a killed attempt left beside it
-        transaction.on_commit(partial(_send, export.pk, export.attempt))
+        transaction.on_commit(partial(EXPORT_JOB.send, export.pk, export.attempt))
     return export

@@ -28,6 +28,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from annotate.errors import UserMistake
+from annotate.jobs import JobKind, JobStatus
 from annotate.limits import share_number, true_or_false
 from annotate.quality.model_agreement import (
     LEFT,
@@ -45,6 +46,17 @@ from training.reward_model_scorer import over_max_length_line
 # A queued or running scoring silent for longer than this counts as failed (its worker was killed, its message
 # lost, the web process running it in a thread restarted): long against the scoring's heartbeat, short against a day.
 STALE_AFTER = timedelta(minutes=10)
+# The scoring task is the runs app's (annotate/runs/tasks.py, where the training process is), sent by the name it had
+# here so that messages queued before it moved still reach it; on the training queue (annotate/runs/queue.py QUEUE).
+SCORE_MODEL_REVIEWER = "annotate.quality.tasks.score_model_reviewer"
+# A scoring on the one job lifecycle (annotate/jobs.py): its stored `scoring` is the lifecycle's running, `done` its
+# succeeded. A detached model reviewer is no longer the lifecycle's to claim or beat for.
+MODEL_REVIEWER_JOB = JobKind(
+    model=ModelReviewer, task=SCORE_MODEL_REVIEWER, noun="the scoring", queue="training",
+    thread_prefix="model-reviewer", attempt_field="attempt", started_field="scoring_started_at", finished_field=None,
+    retry_hint="score again", claimable=Q(detached_at__isnull=True),
+    labels={ModelReviewer.Status.QUEUED: JobStatus.QUEUED, ModelReviewer.Status.SCORING: JobStatus.RUNNING,
+            ModelReviewer.Status.DONE: JobStatus.SUCCEEDED, ModelReviewer.Status.FAILED: JobStatus.FAILED})
 MAX_THRESHOLD = 1000.0
 WRITE_BATCH = 2000
 
@@ -91,11 +103,10 @@ def attachable_checkpoints(project: Project) -> list:
 
 
 def stale_scoring_error(reviewer: ModelReviewer, now: datetime) -> str | None:
-    """The one line of a queued or running scoring silent for longer than STALE_AFTER, else None."""
-    if reviewer.status not in (ModelReviewer.Status.QUEUED, ModelReviewer.Status.SCORING):
-        return None
-    silent = now - (reviewer.heartbeat_at or reviewer.created_at)
-    if silent <= STALE_AFTER:
+    """The one line of a queued or running scoring silent for longer than STALE_AFTER, else None: the lifecycle's
+    lost-after rule, read rather than written (annotate/jobs.py silent_for)."""
+    silent = MODEL_REVIEWER_JOB.silent_for(reviewer, STALE_AFTER, now, states=(JobStatus.QUEUED, JobStatus.RUNNING))
+    if silent is None:
         return None
     minutes = int(silent.total_seconds() // 60)
     if reviewer.status == ModelReviewer.Status.QUEUED:

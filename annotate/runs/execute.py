@@ -21,8 +21,6 @@ from pathlib import Path
 
 import yaml
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
 from annotate.errors import UserMistake
 from annotate.runs.compare import sample_command_args, sample_import
@@ -30,6 +28,7 @@ from annotate.runs.demo_checkpoint import sft_command_args, sft_register
 from annotate.runs.evaluation import eval_command_args, eval_result
 from annotate.runs.folder import FolderReader, last_error_line, sidecar
 from annotate.runs.models import Run
+from annotate.runs.queue import RUN_JOB
 from annotate.runs.services import run_apply_folder, run_finish
 from annotate.runs.training_process import launched_training_command, training_command, training_env
 from training.run_folder import RecordStatus
@@ -46,14 +45,9 @@ STOP_GRACE_S = 10.0  # SIGTERM first, so the trainer can mark its run.json; then
 
 
 def _claim(run_id: int, worker: str) -> Run | None:
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is None or run.status != Run.Status.QUEUED:
-            return None  # cancelled before it started, or a repeated delivery
-        run.status, run.started_at = Run.Status.RUNNING, timezone.now()
-        run.worker, run.host, run.heartbeat_at = worker, socket.gethostname(), run.started_at
-        run.save(update_fields=["status", "started_at", "worker", "host", "heartbeat_at"])
-    return run
+    """The lifecycle's claim (annotate/jobs.py): None when the run was cancelled before it started, or for a repeated
+    delivery."""
+    return RUN_JOB.claim(run_id, worker=worker, host=socket.gethostname())
 
 
 def processes(run: Run) -> int:
@@ -149,7 +143,7 @@ def follow(run: Run, *, exit_code: Callable[[], int | None], process_alive: Call
             if not alive:
                 break
             if beat_at is None or time.monotonic() - beat_at >= HEARTBEAT_S:
-                Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(heartbeat_at=timezone.now())
+                RUN_JOB.heartbeat(run.pk)
                 beat_at = time.monotonic()
             if stop_sent_at is None and Run.objects.filter(pk=run.pk, cancel_requested=True).exists():
                 _signal_group(run.pid, signal.SIGTERM)

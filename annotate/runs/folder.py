@@ -2,21 +2,23 @@
 
 The command rewrites run.json atomically and appends whole lines to metrics.jsonl, so a reader polling
 while it runs sees either the old or the new run.json and skips a last line that is not finished yet.
-Only the standard library and training.run_folder (for the folder's file names), which itself needs only
-the standard library and orjson: web and worker processes never import the training stack.
+Of the training side only training.run_folder (for the folder's file names), which itself needs only the standard
+library and orjson: web and worker processes never import the training stack.
 """
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from annotate.jobs import JobStatus
 from training.json_input import read_json_file
 from training.run_folder import RecordStatus, RunFolder, metrics_rows
 
 LOG_TAIL_CHARS = 6000
 
-# run.json's status -> the Run's status once the command has ended.
-STATUS_OF_RECORD = {RecordStatus.COMPLETED: "succeeded", RecordStatus.FAILED: "failed",
-                    RecordStatus.INTERRUPTED: "cancelled"}
+# run.json's status -> the job lifecycle's state once the command has ended (annotate/jobs.py; a Run's stored labels
+# are the lifecycle's own, docs/design.md "Background work").
+STATUS_OF_RECORD = {RecordStatus.COMPLETED: JobStatus.SUCCEEDED, RecordStatus.FAILED: JobStatus.FAILED,
+                    RecordStatus.INTERRUPTED: JobStatus.CANCELLED}
 
 
 def sidecar(folder: str | Path, suffix: str) -> Path:

@@ -26,10 +26,11 @@ from django.utils import timezone
 
 from annotate.errors import UserMistake
 from annotate.exports.models import Export
+from annotate.jobs import JobFinished, enqueue
 from annotate.runs.checkpoints import checkpoint_resolve, reward_model_resolve, text_model
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import Checkpoint, Run
-from annotate.runs.queue import off_the_request, run_folder_for, send
+from annotate.runs.queue import RUN_JOB, run_folder_for, send
 from annotate.runs.services import snapshot_manifest
 from annotate.runs.task_sets import task_set_for_path, task_set_resolve
 from annotate.runs.training_process import training_command, training_env
@@ -378,7 +379,7 @@ def config_refusal(run_id) -> str | None:
 
 
 def send_config_check(run_id: int) -> None:
-    """Hand a checking run's config check off the request, as send() hands a run (queue.off_the_request): with no
+    """Hand a checking run's config check off the request, as send() hands a run (annotate/jobs.py enqueue): with no
     broker to a thread of this process; with one to the default Celery queue, never the training queue, so a check
     does not wait behind a training run. A broker that cannot be reached fails the run, saying so."""
     def could_not_queue(error: Exception) -> None:
@@ -386,26 +387,19 @@ def send_config_check(run_id: int) -> None:
             status=Run.Status.FAILED, finished_at=timezone.now(),
             error=f"the config check could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL")
 
-    off_the_request(CHECK_RUN_CONFIG, run_id, could_not_queue=could_not_queue)
+    enqueue(CHECK_RUN_CONFIG, run_id, thread_name=f"run-config-check-{run_id}", could_not_queue=could_not_queue)
 
 
 def run_cancel(run: Run) -> Run:
-    """Cancel a run: a queued one at once; a local one by its worker, which stops its process group; a Slurm
-    job with scancel."""
+    """Cancel a run (the lifecycle's cancel, annotate/jobs.py): one checking its config or queued at once; a local
+    one by its worker, which stops its process group; a Slurm job with scancel."""
     from annotate.runs.slurm import slurm_cancel
 
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run.pk)
-        if run.finished:
-            raise UserMistake(f"run {run.pk} has already {run.status}; only a run checking its config, queued or running can be cancelled",
-                              status=409)
-        if run.status in (Run.Status.CHECKING, Run.Status.QUEUED):
-            run.status, run.error, run.finished_at = Run.Status.CANCELLED, "cancelled before it started", timezone.now()
-            run.save(update_fields=["status", "error", "finished_at"])
-            return run
-        run.cancel_requested = True
-        run.save(update_fields=["cancel_requested"])
-    if run.backend == Run.Backend.SLURM:
+    try:
+        run = RUN_JOB.cancel(run.pk, before_start=(Run.Status.CHECKING,))
+    except JobFinished as finished:
+        raise UserMistake(f"run {run.pk} has already {finished.row.status}; only a run checking its config, queued or "
+                          "running can be cancelled", status=409) from None
+    if run.cancel_requested and run.backend == Run.Backend.SLURM:
         slurm_cancel(run)
     return run
-

@@ -2,7 +2,8 @@
 
 An admin attaches a registered reward-model checkpoint (a sequence classifier: annotate/runs/checkpoints.py
 is_reward_model) to a project. Scoring runs as a Celery task on the training queue (in a thread of the web process on
-the embedded defaults): every judged pair's answers, each distinct response once, go to `python -m training reward-score`
+the embedded defaults), a job on the one lifecycle (annotate/jobs.py; MODEL_REVIEWER_JOB in the quality app, which
+owns the row): every judged pair's answers, each distinct response once, go to `python -m training reward-score`
 in a subprocess, as the app runs every training command, so the web process never loads a model. A failed scoring
 keeps the command's one `error:` line; scoring again (after a failure, or after new judgments) is one call.
 
@@ -17,19 +18,19 @@ import logging
 import math
 import subprocess
 import tempfile
-import threading
 import time
 from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from annotate.celery import app as celery_app
+from annotate.jobs import JobStatus
 from annotate.quality.model_agreement import screen_choice
 from annotate.quality.model_reviewers import (
+    MODEL_REVIEWER_JOB,
     WRITE_BATCH,
     ModelReviewerMistake,
     as_read,
@@ -43,15 +44,10 @@ from annotate.quality.services import project_judgment_watermark
 from annotate.review.models import Assignment, Pair, Project, live_assignment
 from annotate.runs.checkpoints import checkpoint_resolve, is_reward_model
 from annotate.runs.models import Checkpoint
-from annotate.runs.queue import QUEUE
 from annotate.runs.training_process import training_command, training_env
 from training.reward_model_scorer import reward_model_identity
 
 logger = logging.getLogger(__name__)
-
-# The scoring task (annotate/runs/tasks.py) is sent by its name, which is the one it had in the quality app so that
-# messages queued before it moved still reach it; this module must not import tasks.py, which imports it.
-SCORE_MODEL_REVIEWER = "annotate.quality.tasks.score_model_reviewer"
 
 SCORE_TIMEOUT_S = 6 * 3600  # thousands of answers on a CPU worker take a while; a hung one must end
 HEARTBEAT_EVERY_S = 30.0  # how often a running scoring says it is alive
@@ -105,7 +101,7 @@ def model_reviewer_attach(*, project: Project, checkpoint, created_by: AbstractB
                 project=project, checkpoint=found, content_hash=found.content_hash,
                 identity=reward_model_identity(found.content_hash), offer_disagreements=offer,
                 disagreement_threshold=threshold, created_by=created_by, heartbeat_at=timezone.now())
-            transaction.on_commit(partial(_send, reviewer.pk, reviewer.attempt))
+            transaction.on_commit(partial(MODEL_REVIEWER_JOB.send, reviewer.pk, reviewer.attempt))
     except IntegrityError:
         raise ModelReviewerMistake(f"checkpoint {found.name!r} was attached to this project just now by someone "
                                    "else; reload the page") from None
@@ -127,7 +123,7 @@ def model_reviewer_score_again(*, reviewer: ModelReviewer) -> ModelReviewer:
         reviewer.error = ""
         reviewer.heartbeat_at = timezone.now()
         reviewer.save(update_fields=["attempt", "status", "error", "heartbeat_at"])
-        transaction.on_commit(partial(_send, reviewer.pk, reviewer.attempt))
+        transaction.on_commit(partial(MODEL_REVIEWER_JOB.send, reviewer.pk, reviewer.attempt))
     reviewer.refresh_from_db()
     return reviewer
 
@@ -135,41 +131,9 @@ def model_reviewer_score_again(*, reviewer: ModelReviewer) -> ModelReviewer:
 # --- scoring -------------------------------------------------------------------------------------------
 
 
-def _score_in_thread(reviewer_id: int, attempt: int) -> None:
-    try:
-        model_reviewer_run(reviewer_id=reviewer_id, attempt=attempt)
-    except Exception:  # the run stores its own failures; this is a last resort, and the row then goes stale
-        logger.exception("model reviewer %s failed in its thread", reviewer_id)
-    finally:
-        connections.close_all()  # this thread's own connections; they would outlive it otherwise
-
-
-def _send(reviewer_id: int, attempt: int) -> None:
-    """Hand the scoring to Celery (after commit) on the training queue: the worker there has the training stack.
-    With no broker (the embedded defaults) it runs in a thread of this process instead, as a training run does
-    (annotate/runs/queue.py send), so the request that attached it returns at once."""
-    if celery_app.conf.task_always_eager:
-        threading.Thread(target=_score_in_thread, args=(reviewer_id, attempt), name=f"model-reviewer-{reviewer_id}",
-                         daemon=True).start()
-        return
-    try:
-        celery_app.tasks[SCORE_MODEL_REVIEWER].apply_async((reviewer_id, attempt), queue=QUEUE)
-    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
-        logger.exception("model reviewer %s could not be queued", reviewer_id)
-        ModelReviewer.objects.filter(pk=reviewer_id, attempt=attempt, status=ModelReviewer.Status.QUEUED).update(
-            status=ModelReviewer.Status.FAILED,
-            error=f"the scoring could not be queued ({type(error).__name__}); check CELERY_BROKER_URL, then score again")
-
-
 def _claim(reviewer_id: int, attempt: int) -> ModelReviewer | None:
-    with transaction.atomic():
-        reviewer = ModelReviewer.objects.select_for_update().filter(pk=reviewer_id).first()
-        if (reviewer is None or reviewer.attempt != attempt or reviewer.status != ModelReviewer.Status.QUEUED
-                or reviewer.detached_at is not None):
-            return None
-        reviewer.status = ModelReviewer.Status.SCORING
-        reviewer.scoring_started_at = reviewer.heartbeat_at = timezone.now()
-        reviewer.save(update_fields=["status", "scoring_started_at", "heartbeat_at"])
+    if MODEL_REVIEWER_JOB.claim(reviewer_id, attempt) is None:
+        return None  # detached, scored again, or a repeated delivery
     return ModelReviewer.objects.select_related("project", "checkpoint").get(pk=reviewer_id)
 
 
@@ -199,9 +163,7 @@ class ScoringSuperseded(Exception):
 
 def _heartbeat(reviewer: ModelReviewer) -> bool:
     """Say the scoring is alive; False when it is no longer this attempt's to finish."""
-    return ModelReviewer.objects.filter(
-        pk=reviewer.pk, attempt=reviewer.attempt, status=ModelReviewer.Status.SCORING, detached_at__isnull=True,
-    ).update(heartbeat_at=timezone.now()) == 1
+    return MODEL_REVIEWER_JOB.heartbeat(reviewer.pk, reviewer.attempt)
 
 
 def _run_with_heartbeat(reviewer: ModelReviewer, command: list[str]) -> tuple[int, str]:
@@ -325,9 +287,9 @@ def model_reviewer_run(*, reviewer_id: int, attempt: int) -> ModelReviewer | Non
             ModelPairScore.objects.bulk_create(
                 rows, batch_size=WRITE_BATCH, update_conflicts=True, unique_fields=["model_reviewer", "pair"],
                 update_fields=["score_a", "score_b", "a_on_left", "choice_shown", "choice_swapped"])
-            ModelReviewer.objects.filter(pk=reviewer.pk, attempt=attempt).update(
-                status=ModelReviewer.Status.DONE, error="", pairs_scored=len(rows), judgment_watermark=watermark,
-                max_length=max_length, pairs_over_max_length=over_max_length,
+            MODEL_REVIEWER_JOB.finish(
+                reviewer.pk, attempt, JobStatus.SUCCEEDED, error="", pairs_scored=len(rows),
+                judgment_watermark=watermark, max_length=max_length, pairs_over_max_length=over_max_length,
                 scored_at=timezone.now(), heartbeat_at=timezone.now())
     except ScoringSuperseded:
         reviewer.refresh_from_db()
@@ -335,8 +297,7 @@ def model_reviewer_run(*, reviewer_id: int, attempt: int) -> ModelReviewer | Non
     except Exception as error:  # whatever stops it, the row must not stay "scoring": its one line is kept
         if not isinstance(error, ScoringFailed):
             logger.exception("scoring model reviewer %s failed", reviewer.pk)
-        ModelReviewer.objects.filter(pk=reviewer.pk, attempt=attempt).update(
-            status=ModelReviewer.Status.FAILED, error=_one_line(error))
+        MODEL_REVIEWER_JOB.finish(reviewer.pk, attempt, JobStatus.FAILED, error=_one_line(error))
         reviewer.refresh_from_db()
         return reviewer
     reviewer.refresh_from_db()

@@ -3,29 +3,31 @@ the "training" Celery queue once its row is committed.
 
 The task that runs a run (annotate/runs/tasks.py) is found by its name in Celery's registry: that module runs
 every kind of run, and the kinds queue their runs here, so this module must not import it. The app's ready()
-imports the task modules, so the name is registered in every process (a worker imports them itself too).
+imports the task modules, so the name is registered in every process (a worker imports them itself too). A run is
+a job on the one lifecycle (annotate/jobs.py, RUN_JOB): sent, claimed, beat for, lost and cancelled there.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connections, transaction
-from django.utils import timezone
+from django.db import transaction
 
-from annotate.celery import app as celery_app
+from annotate.jobs import JobKind, JobStatus, in_this_thread
 from annotate.runs.models import Checkpoint, Run
-
-logger = logging.getLogger(__name__)
 
 QUEUE = "training"  # given at each send: Celery 6 drops the per-task queue attribute
 EXECUTE_RUN = "annotate.runs.tasks.execute_run"
+# A run on the one job lifecycle (annotate/jobs.py): its stored labels are the lifecycle's own. `checking` (its
+# config check, before it is queued) is a step outside it, with a task and a lost-check rule of its own.
+RUN_JOB = JobKind(
+    model=Run, task=EXECUTE_RUN, noun="the run", queue=QUEUE, thread_prefix="run", worker_field="worker",
+    labels={Run.Status.QUEUED: JobStatus.QUEUED, Run.Status.RUNNING: JobStatus.RUNNING,
+            Run.Status.SUCCEEDED: JobStatus.SUCCEEDED, Run.Status.FAILED: JobStatus.FAILED,
+            Run.Status.CANCELLED: JobStatus.CANCELLED})
 
 
 def run_folder_for(run_id: int) -> Path:
@@ -48,44 +50,12 @@ def queue_checkpoints_run(*, kind: str, checkpoints: list[Checkpoint], options: 
     return run
 
 
-def in_this_thread(task_name: str, object_id: int) -> None:
-    """Run a registered task on `object_id` in this thread, as a worker would (called directly, a task's worker
-    name is "in-process"); its failure is logged, never raised into the thread that started it."""
-    try:
-        celery_app.tasks[task_name](object_id)
-    except Exception:
-        logger.exception("%s(%s) failed in its thread", task_name, object_id)
-    finally:
-        connections.close_all()  # this thread's own connections; they would outlive it otherwise
-
-
 def execute_in_thread(run_id: int) -> None:
     """Run the run in this thread, as the task does in a worker."""
     in_this_thread(EXECUTE_RUN, run_id)
 
 
-def off_the_request(task_name: str, object_id: int, *, queue: str | None = None,
-                    could_not_queue: Callable[[Exception], None]) -> None:
-    """Hand a task on `object_id` away from the request: with no broker (the embedded default) to a daemon thread of
-    this process, so the request returns at once (Celery's eager mode would run it inside the request); with one,
-    to the broker (`queue`, else the default queue). A broker that cannot be reached calls `could_not_queue`."""
-    if celery_app.conf.task_always_eager:
-        threading.Thread(target=in_this_thread, args=(task_name, object_id),
-                         name=f"{task_name.rsplit('.', 1)[-1]}-{object_id}", daemon=True).start()
-        return
-    try:
-        celery_app.tasks[task_name].apply_async((object_id,), queue=queue)
-    except Exception as error:  # kombu raises many kinds: connection refused, timeouts, auth
-        logger.exception("%s(%s) could not be queued", task_name, object_id)
-        could_not_queue(error)
-
-
 def send(run_id: int) -> None:
     """Hand the run to the training queue (a thread of this process with no broker); a broker that cannot be
     reached fails it."""
-    def could_not_queue(error: Exception) -> None:
-        Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
-            status=Run.Status.FAILED, finished_at=timezone.now(),
-            error=f"the run could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL")
-
-    off_the_request(EXECUTE_RUN, run_id, queue=QUEUE, could_not_queue=could_not_queue)
+    RUN_JOB.send(run_id)

@@ -15,10 +15,10 @@ import threading
 from django.conf import settings
 from django.db import connections
 from django.db.models import Q
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from annotate.runs.models import Run
+from annotate.runs.queue import RUN_JOB
 from annotate.runs.slurm import slurm_refresh
 
 logger = logging.getLogger(__name__)
@@ -54,22 +54,12 @@ def lost_line(run: Run, last_heard: dt.datetime) -> str:
 
 def lost_runs_mark() -> list[int]:
     """Mark failed every running local run whose worker has not reported (Run.heartbeat_at; the start for a run
-    claimed before heartbeats were kept) for PAIRWISE_RUN_LOST_AFTER_S. Returns the ids of the runs failed.
-
-    The update is conditional on the row still being running with the heartbeat that was read: a run that
-    ends, or whose worker reports, at the same moment keeps what its worker wrote."""
-    cutoff = timezone.now() - dt.timedelta(seconds=settings.PAIRWISE_RUN_LOST_AFTER_S)
-    candidates = (Run.objects.filter(status=Run.Status.RUNNING, backend=Run.Backend.LOCAL)
-                  .annotate(last_heard=Coalesce("heartbeat_at", "started_at")).filter(last_heard__lt=cutoff)
-                  .order_by("pk"))
-    failed = []
-    for run in candidates:
-        marked = Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING, heartbeat_at=run.heartbeat_at).update(
-            status=Run.Status.FAILED, exit_code=None, finished_at=timezone.now(), error=lost_line(run, run.last_heard))
-        if marked:
-            logger.warning("run %s marked lost: no word from %s since %s", run.pk, run.worker, run.last_heard)
-            failed.append(run.pk)
-    return failed
+    claimed before heartbeats were kept) for PAIRWISE_RUN_LOST_AFTER_S: the lifecycle's lost-after rule
+    (annotate/jobs.py), each under its row lock, so a run that ends, or whose worker reports, at the same moment keeps
+    what its worker wrote. Returns the ids of the runs failed."""
+    return RUN_JOB.lost_mark(after=dt.timedelta(seconds=settings.PAIRWISE_RUN_LOST_AFTER_S),
+                             where=Q(backend=Run.Backend.LOCAL), exit_code=None,
+                             reason=lambda run: lost_line(run, run.last_heard))
 
 
 # A check never started (its message lost, or a worker that never came) is failed only this long after the launch:
@@ -87,15 +77,9 @@ def lost_checks_mark() -> list[int]:
     now = timezone.now()
     lost = (Q(heartbeat_at__lt=now - dt.timedelta(seconds=bound_s))
             | Q(heartbeat_at__isnull=True, created_at__lt=now - dt.timedelta(seconds=CHECK_NEVER_STARTED_S)))
-    failed = []
-    for run_id in Run.objects.filter(lost, status=Run.Status.CHECKING).order_by("pk").values_list("pk", flat=True):
-        if Run.objects.filter(pk=run_id, status=Run.Status.CHECKING).update(
-                status=Run.Status.FAILED, finished_at=timezone.now(),
-                error=f"lost: the check of its config did not finish (started over {bound_s} s ago, or never in "
-                      f"{CHECK_NEVER_STARTED_S} s; the process that ran it stopped); launch it again"):
-            logger.warning("run %s marked lost: its config check never ended", run_id)
-            failed.append(run_id)
-    return failed
+    return RUN_JOB.fail_each(Run.objects.filter(lost, status=Run.Status.CHECKING), reason=lambda run: (
+        f"lost: the check of its config did not finish (started over {bound_s} s ago, or never in "
+        f"{CHECK_NEVER_STARTED_S} s; the process that ran it stopped); launch it again"))
 
 
 def runs_sweep() -> None:

@@ -32,11 +32,11 @@ from django.db import IntegrityError, models, transaction
 from annotate.errors import UserMistake
 from annotate.exports.filters import ExportFilters
 from annotate.exports.pipeline import prompt_split
+from annotate.jobs import enqueue
 from annotate.limits import MAX_INT32, share_number, text_within, whole_number
 from annotate.review.models import Project
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import TaskSet
-from annotate.runs.queue import off_the_request
 from annotate.runs.training_process import training_command, training_env
 from training.atomic_write import move_into_place
 from training.errors import PairwiseInputError
@@ -220,11 +220,12 @@ def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBase
 
 
 def _send_check(task_set_id: int) -> None:
-    """Hand the check off the request (after commit; queue.off_the_request: a thread of this process with no
+    """Hand the check off the request (after commit; annotate/jobs.py enqueue: a thread of this process with no
     broker); a broker that cannot be reached refuses the set, saying so."""
-    off_the_request(CHECK_TASK_SET, task_set_id, could_not_queue=lambda error: _refuse(
-        task_set_id, f"the check could not be queued ({type(error).__name__}: {error}); check CELERY_BROKER_URL, "
-                     "then upload the file again"))
+    enqueue(CHECK_TASK_SET, task_set_id, thread_name=f"task-set-check-{task_set_id}",
+            could_not_queue=lambda error: _refuse(task_set_id, f"the check could not be queued "
+                                                  f"({type(error).__name__}: {error}); check CELERY_BROKER_URL, then "
+                                                  "upload the file again"))
 
 
 def _refuse(task_set_id: int, reason: str) -> None:

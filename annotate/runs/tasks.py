@@ -6,6 +6,7 @@ calls it."""
 from celery import shared_task
 from celery.signals import worker_ready
 
+from annotate.quality.model_reviewers import SCORE_MODEL_REVIEWER
 from annotate.runs import execute, launch, model_reviewer_scoring, sweeps, task_sets
 from annotate.runs.queue import EXECUTE_RUN, QUEUE
 
@@ -17,7 +18,7 @@ def execute_run(self, run_id: int) -> str:
     return run.status if run is not None else "skipped"
 
 
-@shared_task(name=model_reviewer_scoring.SCORE_MODEL_REVIEWER)
+@shared_task(name=SCORE_MODEL_REVIEWER)
 def score_model_reviewer(reviewer_id: int, attempt: int) -> str:
     """Score a model reviewer's judged pairs (annotate/runs/model_reviewer_scoring.py); a stale delivery does
     nothing. On the training queue, as a run, since it runs a training command."""

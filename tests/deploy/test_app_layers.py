@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ["review", "quality", "exports", "runs"]  # each app may import those before it
-BELOW_EVERY_APP = {"roles", "limits", "errors", "api_errors", "parsers", "permissions", "celery"}
+BELOW_EVERY_APP = {"roles", "limits", "errors", "api_errors", "parsers", "permissions", "celery", "jobs"}
 
 
 def imported_annotate_modules(path: Path) -> list[tuple[int, str]]:

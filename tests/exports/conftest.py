@@ -24,6 +24,11 @@ VOTES = {
 }
 
 
+@pytest.fixture(autouse=True)
+def exports_run_in_this_thread(jobs_in_this_thread):
+    """An export queued with no broker runs in the test's thread (tests/exports/test_worker.py runs it in a worker)."""
+
+
 def voted_items(count: int = len(VOTES)) -> list[dict]:
     """Prompts p-0000..: even ones tagged math, odd ones code; p-0000 is a gold item."""
     items = []

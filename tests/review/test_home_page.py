@@ -80,7 +80,8 @@ def judge(project, reviewer, winners: list[str]) -> None:
 
 
 @pytest.fixture
-def projects(make_project, make_user, settings, tmp_path, django_capture_on_commit_callbacks):
+def projects(make_project, make_user, settings, tmp_path, django_capture_on_commit_callbacks,
+             jobs_in_this_thread):
     """"speed": 5 pairs, overlap 2; rita judges all five for a, sam three of them, the third for b, so three
     pairs reached their overlap and one of them is split. A finished export, then a queued one.
     "onboard": a qualification round of one item and one attempt, which hal failed."""
