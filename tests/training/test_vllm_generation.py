@@ -101,6 +101,12 @@ def test_a_staged_cycle_generates_with_vllm_and_the_ledger_reports_the_two_engin
     # The same float32 weights in two engines: close, but each figure is there to be read.
     assert 0 <= mismatch["mean_abs"] <= mismatch["max_abs"] < 0.5 and mismatch["kl_k3"] >= 0
 
+    # The update's own forward (TRL's, recomputing the log-probabilities on the same version) finds the same difference.
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trl = next(row for row in logged if "sampling/sampling_logp_difference/max" in row)
+    assert trl["sampling/sampling_logp_difference/max"] == pytest.approx(mismatch["max_abs"], rel=1e-3, abs=1e-9)
+    assert trl["sampling/sampling_logp_difference/mean"] == pytest.approx(mismatch["mean_abs"], rel=1e-3, abs=1e-9)
+
     ledger = json.loads((run / "ledger.json").read_text())["cycle"]
     [row] = ledger["per_cycle"]
     assert row["generation_engine"] == "vllm" and row["sampler_mismatch"] == mismatch
