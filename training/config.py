@@ -154,10 +154,19 @@ def check_run_bounds(values: dict[str, Any], source: str) -> None:
                                          f"setting {variable} where the training command runs")
 
 
+# Set (to 1) by the app for the check of a run it hands to another machine (backend slurm): the machine checking the
+# config is not the one the run starts on, whose CPUs or GPUs bound `processes` there (the app checks the partition's
+# nodes itself; the job's own start checks its node again).
+PROCESSES_BOUNDED_ELSEWHERE_ENV = "PAIRWISE_PROCESSES_BOUNDED_ELSEWHERE"
+
+
 def available_processes(use_cpu: bool) -> tuple[int | None, str]:
     """How many data-parallel processes this machine can give a run, and of what: its CPU cores for a CPU run, its
     GPUs otherwise (None where it sees no GPU: a GPU run checked on a machine without one, such as the app's host
-    for a Slurm run, is bounded where it runs)."""
+    for a Slurm run, is bounded where it runs; None as well when the check is for a run bound for another machine,
+    PROCESSES_BOUNDED_ELSEWHERE_ENV)."""
+    if os.environ.get(PROCESSES_BOUNDED_ELSEWHERE_ENV) == "1":
+        return None, ""
     if use_cpu:
         return os.cpu_count() or 1, "CPU cores"
     import torch

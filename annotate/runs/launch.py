@@ -34,7 +34,13 @@ from annotate.runs.queue import RUN_JOB, run_folder_for, send
 from annotate.runs.services import snapshot_manifest
 from annotate.runs.task_sets import task_set_for_path, task_set_resolve
 from annotate.runs.training_process import training_command, training_env
-from training.config import ConfigError, check_nested_settings, nested_items, yaml_config
+from training.config import (
+    PROCESSES_BOUNDED_ELSEWHERE_ENV,
+    ConfigError,
+    check_nested_settings,
+    nested_items,
+    yaml_config,
+)
 from training.trl_setup import resume_value
 
 logger = logging.getLogger(__name__)
@@ -59,14 +65,14 @@ LOCAL_REPORT_TO = ("tensorboard", "none")
 FILE_KEYS = ("accelerator_config", "deepspeed", "fsdp_config")
 
 
-def check_config(kind: str, config: dict) -> dict:
+def check_config(kind: str, config: dict, *, backend: str = Run.Backend.LOCAL) -> dict:
     """Run the training CLI's own check on the config; return its resolved config or raise UserMistake."""
     with tempfile.TemporaryDirectory(prefix="pairwise-check-") as scratch:
         config_file = Path(scratch) / "config.yaml"
         config_file.write_text(yaml.safe_dump(config, sort_keys=True), encoding="utf-8")
         try:
             done = subprocess.run(training_command(kind, "--config", str(config_file), "--check"),
-                                  capture_output=True, text=True, cwd=settings.BASE_DIR, env=training_env(),
+                                  capture_output=True, text=True, cwd=settings.BASE_DIR, env=check_env(backend),
                                   timeout=CHECK_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise UserMistake(f"checking the config took over {CHECK_TIMEOUT_S} s; is the snapshot or checkpoint "
@@ -81,6 +87,16 @@ def check_config(kind: str, config: dict) -> dict:
         raise UserMistake(f"the training command's check failed (exit code {done.returncode}): "
                           f"{lines[-1] if lines else 'no output'}", status=500)
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def check_env(backend: str) -> dict[str, str]:
+    """The check's environment: a local run starts on this machine, whose cores or GPUs bound its `processes`; a
+    Slurm run starts on a node of its partition, which checked_overrides (annotate/runs/slurm.py) holds it to, so
+    the training command's check leaves that bound to it."""
+    env = training_env()
+    if backend == Run.Backend.SLURM:
+        env[PROCESSES_BOUNDED_ELSEWHERE_ENV] = "1"
+    return env
 
 
 def parse_config(raw) -> dict:
@@ -252,7 +268,7 @@ def config_checked(kind: str, backend: str, config: dict) -> dict:
     from annotate.runs.slurm import STAGED_MODES, checked_overrides, template_path, without_slurm
 
     checked_overrides(config, backend)
-    resolved = check_config(kind, without_slurm(config))
+    resolved = check_config(kind, without_slurm(config), backend=backend)
     mode = resolved.get("mode") if kind == Run.Kind.GRPO else None
     if backend == Run.Backend.SLURM and mode in STAGED_MODES and not template_path(kind, mode).is_file():
         raise UserMistake(f"backend slurm has no job script for grpo runs in mode {mode} (deploy/slurm/grpo_staged.sh); "

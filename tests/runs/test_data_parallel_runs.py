@@ -31,6 +31,21 @@ def test_more_processes_than_cores_is_refused_in_one_line(base_checkpoint, tiny_
 
 
 @pytest.mark.django_db
+def test_a_slurm_run_is_not_held_to_this_machines_cores(base_checkpoint, tiny_snapshot, settings, monkeypatch,
+                                                        tmp_path):
+    """A Slurm run starts on a node of its partition, not here: the launch holds `processes` to that node's CPUs
+    (sinfo; test_slurm_cluster.py refuses one more than the node has), never to this machine's cores. With no
+    cluster to ask, nothing here bounds it, and the run is queued as asked."""
+    settings.PAIRWISE_SLURM_GPUS_PER_NODE = 0
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))  # no cluster: sinfo cannot say
+    cores = os.cpu_count()
+    run = run_launch(kind="dpo", base_checkpoint="tiny-sft", snapshot=str(tiny_snapshot), enqueue=False,
+                     backend="slurm", config={**THREE_STEPS, "processes": cores + 1})
+    assert run.status == Run.Status.QUEUED
+    assert run.resolved_config["processes"] == cores + 1
+
+
+@pytest.mark.django_db
 def test_a_two_process_run_trains_as_two_and_says_so(base_checkpoint, tiny_snapshot, make_user, client):
     launched = run_launch(kind="dpo", base_checkpoint="tiny-sft", snapshot=str(tiny_snapshot), enqueue=False,
                           config={**THREE_STEPS, "processes": 2})
