@@ -320,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     sample.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default 0.7)")
     sample.add_argument("--max-new-tokens", type=int, default=256, help="length limit per answer (default 256)")
     sample.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every checkpoint")
+    sample.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
+                        help="what samples the answers: transformers (the default) or vLLM's offline engine in the "
+                             "generation environment (scripts/install_vllm.sh, or PAIRWISE_VLLM_PYTHON)")
     sample.set_defaults(handler=_sample)
     return parser
 

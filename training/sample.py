@@ -3,7 +3,8 @@ import file (docs/formats.md, "Import"), so reviewers compare the checkpoints bl
 
 Each prompt gets one answer per checkpoint (or `--samples` each); the checkpoint's name is the response's
 `model` and its content hash the `model_version`, which reviewers never see. Every checkpoint samples from
-the same seed, so the order of --checkpoint changes nothing.
+the same seed, so the order of --checkpoint changes nothing. `--engine vllm` samples with vLLM's offline engine in
+the generation environment, as `eval --engine vllm` does.
 """
 
 from __future__ import annotations
@@ -61,7 +62,10 @@ def sample_main(args) -> int:
     from training.evaluate import generate_attempts
     from training.run_folder import check_causal_lm_checkpoint, checkpoint_content_hash
     from training.tasks import write_jsonl_atomically
+    from training.vllm_generation import check_engine
 
+    engine = getattr(args, "engine", "transformers")
+    check_engine(engine, where="--engine")
     checkpoints = parse_checkpoints(args.checkpoint)
     for _, path in checkpoints:
         check_causal_lm_checkpoint(path, key="--checkpoint")
@@ -73,7 +77,7 @@ def sample_main(args) -> int:
     for name, path in checkpoints:
         version = checkpoint_content_hash(path)
         for attempt in generate_attempts(path, prompts, samples=args.samples, temperature=args.temperature,
-                                         max_new_tokens=args.max_new_tokens, seed=args.seed):
+                                         max_new_tokens=args.max_new_tokens, seed=args.seed, engine=engine):
             if attempt.text.strip():
                 answers[attempt.task["prompt_id"]].append({"text": attempt.text, "model": name,
                                                            "model_version": version})
