@@ -74,10 +74,6 @@ TOUCH_POINTS = (
                ("training.grpo.stages:StageTrainer._generate",),
                "with use_vllm on, TRL syncs weights into a vLLM engine unless this says the step's weights are loaded; "
                "a stage trainer has no engine"),
-    TouchPoint("trl.GRPOTrainer", "_metrics", (READ,),
-               ("training.grpo.trainer:PairwiseGRPOTrainer._log_group_metrics",),
-               "per-step figures (zero-variance groups, dynamic sampling, the correction's statistics) averaged and "
-               "logged with TRL's own at each step; Trainer.log would write rows of their own"),
     TouchPoint("trl.generation.vllm_generation.VLLMGeneration", "sync_weights", (PATCH,),
                ("training.grpo.trainer:PairwiseGRPOTrainer._time_weight_sync",),
                "the ledger's switching time: TRL calls it from inside _generate, with no hook around it"),

@@ -9,7 +9,8 @@ is imported. Here:
 - `_generate_and_score_completions` (overridden and called: one generation batch sampled, scored, with advantages)
   is followed by building one rollout row per completion and counting the groups whose rewards are all equal; with
   dynamic sampling, such groups are dropped and more rounds of fresh prompts fill the batch before TRL splits it into
-  micro-batches. The counts join TRL's own step metrics through `_metrics`;
+  micro-batches. The counts join each training log beside TRL's own step metrics through `log` (Trainer.log,
+  public), averaged by TRL's rule;
 - `_get_per_token_logps_and_entropies` (overridden) keeps the per-token log-probabilities of the policy's forward
   pass in `compute_loss` (public). When generation and update are aligned (TRL's default: one generation batch per
   optimizer step, num_iterations 1), TRL uses exactly these as the "old" log-probabilities, because the weights that
@@ -26,6 +27,7 @@ import hashlib
 import math
 import random
 import time
+from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,6 +167,7 @@ class PairwiseGRPOTrainer(GRPOTrainer):
         self.dynamic_sampling = dynamic_sampling
         self.dynamic_sampling_max_rounds = dynamic_sampling_max_rounds
         self.append_metrics = append_metrics
+        self._step_figures: defaultdict[str, list[float]] = defaultdict(list)  # until the next training log
         self._next_batch = first_batch
         self._next_row = 0
         self._rows: dict[int, dict] = {}                 # row key -> rollout row (until its batch is written)
@@ -243,7 +246,7 @@ class PairwiseGRPOTrainer(GRPOTrainer):
 
     def _log_group_metrics(self, counts: GroupCounts, output: dict) -> None:
         """The step's group counts and importance-sampling figures, logged (averaged) with TRL's own metrics."""
-        metrics = self._metrics["train"]
+        metrics = self._step_figures
         metrics["zero_variance/groups"].append(counts.zero_variance)
         metrics["zero_variance/share"].append(counts.zero_variance / counts.groups if counts.groups else 0.0)
         metrics["zero_variance/all_correct"].append(counts.all_correct)
@@ -255,6 +258,17 @@ class PairwiseGRPOTrainer(GRPOTrainer):
             for key, value in correction_statistics(output["importance_sampling_ratio"],
                                                     output["completion_mask"]).items():
                 metrics[f"sampling/importance_sampling_ratio/{key}"].append(value)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Each training log carries the mean of every figure _log_group_metrics kept since the last one, as TRL
+        averages its own (NaN left out; None when nothing else is left); an evaluation's log carries none."""
+        if self.model.training:
+            for key, values in self._step_figures.items():
+                valid = [value for value in values if not math.isnan(value)]
+                logs[key] = sum(valid) / len(valid) if valid else None
+        super().log(logs, start_time)
+        if self.model.training:
+            self._step_figures.clear()
 
     def _scored_round(self, inputs: list[dict]) -> _Round:
         """TRL's generate-and-score for `inputs`, then one rollout row per completion."""
