@@ -211,15 +211,20 @@ def is_zero3(trainer) -> bool:
 
 
 def start_run_record(run, config, *, kind: str, base_path: Path, base_hash: str | None, resume_from: str | None,
-                     **fields) -> dict | None:
+                     launches_its_processes: bool = False, **fields) -> dict | None:
     """Create the run folder and write run.json as running (main process only). A resumed run keeps its
     record and start time and notes the resume. `fields` are the recipe's own (snapshot, tasks, ...).
-    Returns the record the run had before, if it is resumed."""
+    `launches_its_processes`: the command runs as one process and starts its `processes` itself (the staged GRPO
+    cycle's update), so it is not refused for running as one. Returns the record the run had before, if it is
+    resumed."""
     from training.config import config_record
     from training.run_folder import RUN_FORMAT, RecordStatus, hardware, library_versions, utc_now
     from training.snapshot import code_version
 
-    check_launched(config, kind)
+    if launches_its_processes:
+        check_not_fsdp_on_cpu(config)
+    else:
+        check_launched(config, kind)
     run.create()
     previous = run.read_record() if resume_from is not None else None
     run.record = previous or {}

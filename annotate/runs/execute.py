@@ -60,6 +60,14 @@ def processes(run: Run) -> int:
         return 1
 
 
+def launched_processes(run: Run) -> int:
+    """The processes the worker starts the training command as: a staged or overlapped GRPO run's cycle is one
+    process, which starts its update stage as `processes` itself (training/grpo/cycle.py)."""
+    if run.kind == Run.Kind.GRPO and (run.resolved_config or {}).get("mode", "in_process") != "in_process":
+        return 1
+    return processes(run)
+
+
 def write_config(run: Run) -> Path:
     config_file = sidecar(run.folder, ".yaml")
     config_file.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +122,7 @@ def run_execute(*, run_id: int, worker: str) -> Run | None:
             return slurm_submit(run, config_file)
         log = sidecar(run.folder, ".log")
         with open(log, "ab") as output:
-            args, count = command_args(run, config_file), processes(run)
+            args, count = command_args(run, config_file), launched_processes(run)
             command = training_command(*args) if count == 1 else launched_training_command(count, *args)
             process = subprocess.Popen(command,
                                        cwd=settings.BASE_DIR, env=training_env(), stdout=output,

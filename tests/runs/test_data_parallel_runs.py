@@ -88,3 +88,12 @@ def test_cancel_stops_every_process_of_a_two_process_run(base_checkpoint, tiny_s
         follower.join(timeout=60)
     assert Run.objects.get(pk=launched.pk).status == Run.Status.CANCELLED
     wait_for(lambda: not processes_reading(config_file), "every process of the run to end", timeout=30)
+
+
+def test_a_staged_grpo_run_is_started_as_one_process_that_launches_its_update():
+    """The worker starts a staged or overlapped GRPO run's cycle as one process (it starts its update as `processes`
+    itself: tests/training/test_data_parallel.py); an in-process GRPO run is launched as its processes."""
+    config = {"processes": 2}
+    for mode, launched in (("staged", 1), ("overlapped", 1), ("in_process", 2)):
+        run = Run(kind=Run.Kind.GRPO, config=config, resolved_config={"mode": mode, "processes": 2})
+        assert execute.launched_processes(run) == launched, mode

@@ -215,3 +215,37 @@ def test_a_staged_batch_that_does_not_split_over_the_processes_is_one_line():
                                   "do not split into 4 processes; launch the update with a process count that divides 6")
     with pytest.raises(PairwiseInputError, match="5 records, but a step of this run trains on 6"):
         per_process_batch(config, [{}] * 5, 2, source=source)
+
+
+def test_a_staged_cycle_of_two_processes_starts_its_update_as_two(tmp_path, grpo_checkpoint, speed_tasks):
+    """`processes: 2` in a staged config, run as a user runs it (`python -m training cycle --config F`, one
+    process): the cycle generates and scores in one process each and starts the update with accelerate as two
+    (the launcher and the tiny checkpoint as above), and its ledger and the version's update.json say so."""
+    from tests.training.conftest import run_training_cli
+    from tests.training.helpers import write_grpo_config
+
+    config = write_grpo_config(tmp_path, grpo_checkpoint, speed_tasks, mode="staged", max_steps=1, torch_threads=1,
+                               processes=2)
+    result = run_training_cli("cycle", "--config", str(config))
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "grpo"
+    ledger = json.loads((run / "ledger.json").read_text())["cycle"]
+    assert [row["update_world_size"] for row in ledger["per_cycle"]] == [2]
+    assert json.loads((run / "batches" / "000000" / "update.json").read_text())["world_size"] == 2
+    assert json.loads((run / "run.json").read_text())["status"] == "completed"
+    assert sorted(path.name for path in (run / "rollouts").glob("*.parquet")) == [
+        "batch-000000-rank0.parquet", "batch-000000-rank1.parquet"]
+
+
+
+def test_a_staged_cycle_started_under_a_launcher_is_one_line(tmp_path, grpo_checkpoint, speed_tasks):
+    """The cycle is one process that launches its update: started as two processes, each refuses in one line before
+    the run folder exists."""
+    from tests.training.helpers import write_grpo_config
+
+    config = write_grpo_config(tmp_path, grpo_checkpoint, speed_tasks, mode="staged", max_steps=1, processes=2)
+    result = launch_training(2, "cycle", "--config", str(config))
+    assert result.returncode != 0
+    assert ("error: mode staged runs its cycle as one process and starts the update as processes: 2 itself; start it "
+            "with `python -m training cycle --config FILE`, not under accelerate launch") in result.stderr
+    assert not (tmp_path / "grpo").exists()

@@ -48,6 +48,20 @@ STAGE_RETRIES = 3
 WEDGE_GRACE_S = 2.0
 
 
+# The launcher config an update of several data-parallel processes (`processes` above 1) starts with: on CPU they
+# join over gloo, one process per GPU otherwise (docs/deploy.md, "More than one process").
+DATA_PARALLEL_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "accelerate" / "cpu_ddp.yaml"
+
+
+def stage_command(stage: str, run: Path, args, processes: int = 1) -> list[str]:
+    """`python -m training STAGE --run R ARGS`; the update of a run with `processes` above 1 as that many
+    data-parallel processes under accelerate's launcher (generate and score stay one process each)."""
+    if stage == "update" and processes > 1:
+        return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(DATA_PARALLEL_CONFIG),
+                "--num_processes", str(processes), "-m", "training", stage, "--run", str(run), *args]
+    return [sys.executable, "-m", "training", stage, "--run", str(run), *args]
+
+
 # What switching is made of, as the stages time it: process start to the stage's first line, loading a version (and
 # the trainer, optimizer state), hashing its weights against version.json, the trainer's checkpoint and records
 # written, and the next version's folder (tokenizer, hash, rename).
@@ -188,10 +202,14 @@ class StageLauncher:
     launcher "python": a fresh interpreter per stage (`python -m training <stage>`), as a Slurm job pays it.
     launcher "forkserver": each stage is still its own process that loads its version, does its stage, writes and
     exits, but it is forked from a server that imported torch, transformers and TRL once, so the interpreter start
-    and imports (seconds on a small model) are not paid again in every cycle; loading and saving still are."""
+    and imports (seconds on a small model) are not paid again in every cycle; loading and saving still are.
+    An update of `processes` above 1 is a fresh `accelerate launch` whatever the launcher: its processes join one
+    process group, which a fork of this process cannot be."""
 
-    def __init__(self, run: Path, *, threads: int | None, launcher: str, watchdog: Watchdog, on_lane_start=None):
+    def __init__(self, run: Path, *, threads: int | None, launcher: str, watchdog: Watchdog, on_lane_start=None,
+                 processes: int = 1):
         self.run = run
+        self.processes = processes
         self.watchdog = watchdog
         self.threads = threads
         self.launcher = launcher
@@ -212,7 +230,9 @@ class StageLauncher:
         for attempt in range(STAGE_RETRIES + 1):
             began = time.perf_counter()
             with self.watchdog.waiting(f"stage {stage} {' '.join(args)} to finish"):
-                if self.launcher == "lanes" and stage in ("generate", "update"):
+                if stage == "update" and self.processes > 1:
+                    code, message = self._fresh(stage, args)
+                elif self.launcher == "lanes" and stage in ("generate", "update"):
                     code, message = self._lane(stage, args)
                 else:
                     code, message = (self._forked if self._context is not None else self._fresh)(stage, args)
@@ -257,7 +277,7 @@ class StageLauncher:
         return env
 
     def _fresh(self, stage: str, args: tuple) -> tuple[int, str]:
-        command = [sys.executable, "-m", "training", stage, "--run", str(self.run), *args]
+        command = stage_command(stage, self.run, args, self.processes)
         process = subprocess.Popen(command, env={**os.environ, **self._environment()}, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         with _killed_unless_waited_for(process):
@@ -382,7 +402,8 @@ class Cycle:
         self.watchdog = Watchdog(config.stage_timeout_s,
                                  ("generation", "update") if config.mode == "overlapped" else ("update",))
         self.launch = StageLauncher(self.path, threads=config.torch_threads, launcher=config.stage_launcher,
-                                    watchdog=self.watchdog, on_lane_start=self._lane_started)
+                                    watchdog=self.watchdog, on_lane_start=self._lane_started,
+                                    processes=config.processes)
         self.stale_dropped = 0
         self.batch_lock = threading.Lock()  # a batch's staleness check and its drop, one lane at a time
         self.regenerate: set[int] = set()   # batches dropped as stale after the generation lane passed them
@@ -619,8 +640,12 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
     )
     from training.snapshot import file_sha256
     from training.tasks import write_tasks
-    from training.trl_setup import resume_setting, start_run_record
+    from training.trl_setup import resume_setting, start_run_record, world_size
 
+    if world_size() > 1:  # N cycles would each start every stage, all writing one run folder
+        raise PairwiseInputError(
+            f"mode {config.mode} runs its cycle as one process and starts the update as processes: {config.processes} "
+            "itself; start it with `python -m training cycle --config FILE`, not under accelerate launch")
     started = time.perf_counter()
     run = RunFolder(config.output_dir)
     resuming = run.path.exists() and any(run.path.iterdir())
@@ -647,7 +672,7 @@ def run_cycle(config, config_path: Path, *, prepare_only: bool = False, resume: 
 
     previous = run.read_record() if resuming else None
     check_kl_reference_kept(previous, reference, config.output_dir)
-    start_run_record(run, config, kind="grpo", base_path=base_path, base_hash=base_hash,
+    start_run_record(run, config, kind="grpo", base_path=base_path, base_hash=base_hash, launches_its_processes=True,
                      resume_from=str(run.path) if resuming else None, snapshot=None,
                      tasks={"path": str(Path(config.tasks).resolve()), "sha256": tasks_hash, "count": len(tasks),
                             "trained_on": len(tasks), "copy": "tasks.jsonl"},
