@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PYTHON_ENV = "PAIRWISE_VLLM_PYTHON"
+DEFAULT_STEP_TOKENS = 4096  # vLLM's token budget of a step on a CPU (its engine arguments' default)
 REPOSITORY = Path(__file__).resolve().parent.parent
 DEFAULT_PYTHON = REPOSITORY / ".venv-vllm" / "bin" / "python"
 ENGINES = ("transformers", "vllm")
@@ -121,6 +122,15 @@ def vllm_generate(model: Path, prompt_ids: list[list[int]], seeds: list[int], sa
                        vllm_version=answers["vllm_version"])
 
 
+def whole_prompt_limits(prompt_ids: list[list[int]]) -> dict:
+    """Engine limits under which every prompt is read in one step: a prompt split over steps (chunked prefill)
+    rewinds its seeded sampler, which vLLM's CPU backend cannot do ("CPU Generator does not use offset"), and the
+    default token budget of a step there is 4,096. All the batch's prompts are read at once, as transformers'
+    generate does with a padded batch."""
+    return {"max_num_seqs": max(len(prompt_ids), 1),
+            "max_num_batched_tokens": max(DEFAULT_STEP_TOKENS, sum(map(len, prompt_ids)) + len(prompt_ids))}
+
+
 def _answer(request_path: str, answer_path: str) -> None:
     """The child: load the checkpoint in vLLM's offline engine, sample every prompt, write the answers."""
     began = time.perf_counter()
@@ -135,7 +145,7 @@ def _answer(request_path: str, answer_path: str) -> None:
     # TRL's importance-sampling correction expects.
     engine = LLM(model=request["model"], dtype="float32", gpu_memory_utilization=MEMORY_SHARE, skip_tokenizer_init=True,
                  logprobs_mode="processed_logprobs", seed=0, enable_prefix_caching=False,
-                 enforce_eager=True)
+                 enforce_eager=True, **whole_prompt_limits(request["prompt_ids"]))
     started = time.perf_counter()
     greedy = sampling["temperature"] == 0
     params = [SamplingParams(n=1, temperature=sampling["temperature"], top_p=1.0 if greedy else sampling["top_p"],

@@ -5,7 +5,6 @@ the same seed gives the same answers; without the environment every vLLM setting
 Every test but the refusals needs the generation environment, and fails (never skips) when it is missing."""
 
 import json
-import shutil
 import subprocess
 import sys
 
@@ -126,14 +125,26 @@ def test_a_staged_cycle_generates_with_vllm_and_the_ledger_reports_the_two_engin
     assert len(shown["per_cycle"][0]) == 12
 
 
-def test_a_rerun_vllm_generation_writes_the_same_records(vllm_staged_run, tmp_path):
-    run, _ = vllm_staged_run
-    copy = tmp_path / "copy"
-    shutil.copytree(run, copy)
-    before = records(copy, 0, "generated.parquet")
-    result = run_training_cli("generate", "--run", str(copy), "--batch", "0", "--version", "v0000", timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert records(copy, 0, "generated.parquet") == before
+def test_a_batch_longer_than_vllms_step_budget_is_sampled_whole_and_each_seed_gives_its_own_answer(
+        generation_environment, grpo_checkpoint):
+    """48 prompts of 100 tokens are more than the 4,096 tokens vLLM reads in a step on a CPU by default; split over
+    steps, a seeded prompt failed ("CPU Generator does not use offset"). A prompt under the same seed gets the same
+    answer wherever it stands in the batch."""
+    from transformers import AutoTokenizer
+
+    from training.vllm_generation import Sampling, vllm_generate
+
+    tokenizer = AutoTokenizer.from_pretrained(grpo_checkpoint)
+    prompts = [tokenizer(f"A train goes {n} km in {n % 7 + 2} hours. " * 3, add_special_tokens=False)["input_ids"][:100]
+               for n in range(48)]
+    assert sum(map(len, prompts)) > 4096
+    seeds = list(range(48))
+    prompts[47], seeds[47] = prompts[0], seeds[0]  # the first prompt again, under its seed, at the other end
+    answers = vllm_generate(grpo_checkpoint, prompts, seeds, Sampling(temperature=1.0, max_tokens=24), eos_token_ids=[],
+                            threads=2)
+    assert len(answers.token_ids) == 48 and all(1 <= len(ids) <= 24 for ids in answers.token_ids)
+    assert answers.token_ids[47] == answers.token_ids[0] and answers.logprobs[47] == answers.logprobs[0]
+    assert len({tuple(ids) for ids in answers.token_ids}) > 1
 
 
 def test_the_small_bpe_model_generates_with_vllm_the_same_records_twice(generation_environment, bpe_checkpoint,
