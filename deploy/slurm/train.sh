@@ -18,7 +18,11 @@ export HF_HUB_OFFLINE=1   # nothing is downloaded at run time: checkpoints are l
 echo "${SLURM_JOB_NAME:-job} (job ${SLURM_JOB_ID:-?} on ${SLURM_JOB_NODELIST:-$(hostname)}, $GPUS_PER_NODE GPUs per node):" \
      "$PYTHON -m training $KIND --config $CONFIG"
 if (( GPUS_PER_NODE == 0 )); then
-  PROCESSES=$("$PYTHON" -c 'import sys, yaml; print(int((yaml.safe_load(open(sys.argv[1])) or {}).get("processes") or 1))' "$CONFIG")
+  PROCESSES=1
+  # An interpreter missing on the node is left to srun, whose execve() error is the log's last line.
+  if command -v "$PYTHON" >/dev/null 2>&1; then
+    PROCESSES=$("$PYTHON" -c 'import sys, yaml; print(int((yaml.safe_load(open(sys.argv[1])) or {}).get("processes") or 1))' "$CONFIG")
+  fi
   if (( PROCESSES > 1 )); then
     echo "$PROCESSES processes: accelerate launch --config_file deploy/accelerate/cpu_ddp.yaml --num_processes $PROCESSES"
     exec srun --nodes=1 --ntasks=1 --cpus-per-task="$CPUS" --kill-on-bad-exit=1 \

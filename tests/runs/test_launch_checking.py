@@ -78,7 +78,7 @@ def test_a_check_that_breaks_on_the_server_is_not_called_a_refused_config(base_c
     server's fault: the run says the check failed, not that the config was refused."""
     from annotate.errors import UserMistake
 
-    def broken_check(kind, config):
+    def broken_check(kind, config, **_):
         raise UserMistake("the training command's check failed (exit code 1): ModuleNotFoundError: No module named "
                           "'transformers'", status=500)
 

@@ -94,6 +94,7 @@ EXPECTED: dict[str, tuple[str, str, dict | None, dict[str, int]]] = {
     "demo-checkpoint-page": ("POST", "/runs/demo-checkpoint", {}, _row(LOGIN, 403, 403, 302, 302, 403)),
     "run-page": ("GET", "/runs/{missing}/", None, _row(LOGIN, 403, 403, 404, 404, 403)),
     "run-cancel-page": ("POST", "/runs/{missing}/cancel", {}, _row(LOGIN, 403, 403, 404, 404, 403)),
+    "run-resume-page": ("POST", "/runs/{missing}/resume", {}, _row(LOGIN, 403, 403, 404, 404, 403)),
     "run-audit-create-page": ("POST", "/runs/{missing}/audits", {}, _row(LOGIN, 403, 403, 404, 404, 403)),
     "audit-page": ("GET", "/audit/", None, _row(LOGIN, 200, 403, 403, 200, 200)),
     "checkpoint-page": ("GET", "/checkpoints/{missing}/", None, _row(LOGIN, 403, 403, 404, 404, 403)),
