@@ -30,7 +30,6 @@ not depend on what the weights learned). Prints a table and writes bench/results
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
@@ -135,8 +134,8 @@ def prompt_token_ids(model_dir: Path, n: int, seed: int) -> list[list[int]]:
     for task in tasks:
         prompt = task["prompt"]
         messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-        rendered = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True)
-        ids.append(list(rendered["input_ids"] if isinstance(rendered, dict) or hasattr(rendered, "keys") else rendered))
+        ids.append(list(tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
+                                                      return_dict=True)["input_ids"]))
     return ids
 
 
@@ -163,14 +162,6 @@ def training_logprobs(model_dir: Path, prompts: list[list[int]], rows: list[dict
     return result
 
 
-def mismatch(engine_logprobs: list[list[float]], train_logprobs: list[list[float]]) -> dict:
-    differences = [t - e for engine, train in zip(engine_logprobs, train_logprobs, strict=True)
-                   for e, t in zip(engine, train, strict=True)]
-    absolute = [abs(d) for d in differences]
-    return {"tokens": len(differences), "mean_abs": sum(absolute) / len(absolute), "max_abs": max(absolute),
-            "kl_k3": sum(math.exp(d) - 1 - d for d in differences) / len(differences)}
-
-
 def ensure_checkpoint(folder: Path, size: str) -> Path:
     if not (folder / "config.json").is_file():
         print(f"building bpe-sft {size} (random weights) in {folder} ...", flush=True)
@@ -190,10 +181,13 @@ def one_measurement(python: str, model_dir: Path, engine: str, prompts_file: Pat
     if run.exit_code != 0:
         tail = run.output.strip().splitlines()[-3:]
         return {"engine": engine, "error": f"exit {run.exit_code}: " + " | ".join(tail)}
+    # The staged cycle's own figure; imported here, in the training environment, as the child has no need of it.
+    from training.grpo.vllm_answers import sampler_mismatch
+
     result = json.loads(out.read_text())
     rows = result["rows"]
     tokens = sum(len(row["completion_ids"]) for row in rows)
-    compared = mismatch([row["logprobs"] for row in rows], training_logprobs(model_dir, prompts, rows, threads))
+    compared = sampler_mismatch([row["logprobs"] for row in rows], training_logprobs(model_dir, prompts, rows, threads))
     return {"engine": engine, "sequences": len(prompts), "tokens": tokens, "load_s": round(result["load_s"], 2),
             "generate_s": round(result["generate_s"], 2), "tokens_per_s": round(tokens / result["generate_s"], 1),
             "peak_rss_gb": round(run.peak_rss_bytes / 2**30, 2), "wall_s": round(run.wall_s, 1),
@@ -208,11 +202,19 @@ def hash_rows(rows: list[dict]) -> str:
 
 
 def generation_python(given: str | None) -> str:
-    candidate = given or os.environ.get("PAIRWISE_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
-    if not Path(candidate).is_file():
-        sys.exit(f"bench/generation.py: no generation environment at {candidate}: run scripts/install_vllm.sh, "
-                 "or pass --generation-python (or set PAIRWISE_VLLM_PYTHON)")
-    return candidate
+    """--generation-python, else the generation environment Pairwise itself finds (PAIRWISE_VLLM_PYTHON or
+    .venv-vllm), refused in one line when there is none."""
+    from training.errors import PairwiseInputError
+    from training.vllm_generation import vllm_python
+
+    if given:
+        if not Path(given).is_file():
+            sys.exit(f"bench/generation.py: --generation-python {given} is not a file; run scripts/install_vllm.sh")
+        return given
+    try:
+        return str(vllm_python())
+    except PairwiseInputError as refused:
+        sys.exit(f"bench/generation.py: {refused}")
 
 
 def format_table(rows: list[dict]) -> str:
