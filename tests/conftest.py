@@ -270,6 +270,19 @@ def on_postgres() -> bool:
     return connection.vendor == "postgresql"
 
 
+@pytest.fixture
+def own_data_folders(settings, tmp_path):
+    """Snapshot, run and input folders of this test's own. Database rows roll back after each test but folders
+    stay, and export folders are numbered per project: a test that seeds the demo (whose judged project is
+    exported at once) would otherwise find the folder an earlier test on the same worker left."""
+    data_dir = tmp_path / "data"
+    settings.DATA_DIR = data_dir
+    settings.SNAPSHOT_ROOT, settings.RUN_ROOT = data_dir / "snapshots", data_dir / "runs"
+    settings.INPUTS_ROOT = data_dir / "inputs"
+    settings.PAIRWISE_RUN_INPUT_ROOTS = [settings.SNAPSHOT_ROOT, settings.RUN_ROOT, settings.INPUTS_ROOT]
+    return data_dir
+
+
 @pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     """Tests make many users; the production hasher is slow on purpose."""

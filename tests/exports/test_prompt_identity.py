@@ -106,7 +106,7 @@ def test_max_pairs_per_prompt_and_the_prompt_counts_count_texts_not_ids(make_pro
 
 
 @pytest.mark.slow  # seeds and exports the whole demo once per seed
-def test_the_demo_exports_with_every_seed(tmp_path):
+def test_the_demo_exports_with_every_seed(tmp_path, own_data_folders):
     call_command("seed_demo", stdout=io.StringIO())
     prompts = Prompt.objects.filter(project__slug="demo")
     keys = list(prompts.values_list("content_key", flat=True))

@@ -79,7 +79,7 @@ def test_add_user_gives_one_role_and_a_password_that_works():
 
 @pytest.mark.slow  # seeds the whole demo
 @pytest.mark.django_db
-def test_seed_demo_loads_thirty_prompts_and_prints_working_accounts():
+def test_seed_demo_loads_thirty_prompts_and_prints_working_accounts(own_data_folders):
     out = run("seed_demo")
     assert Pair.objects.filter(project__slug="demo").count() == 30
     accounts = {line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("  ")}

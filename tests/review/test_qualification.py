@@ -390,7 +390,7 @@ def test_qualification_settings_the_gold_cannot_fill_are_refused_in_one_line(mak
 
 
 @pytest.mark.slow  # seeds the whole demo
-def test_the_demo_onboarding_settings_fit_the_demo_gold(db):
+def test_the_demo_onboarding_settings_fit_the_demo_gold(db, own_data_folders):
     from annotate.review.models import Project, gold_pairs, qualification_gold_short
 
     call_command("seed_demo", stdout=io.StringIO())

@@ -30,8 +30,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def own_data_folder(settings, tmp_path):
-    settings.DATA_DIR = tmp_path / "data"  # where the demo checkpoint's copy goes, new for each test
+def own_data_folder(own_data_folders):
+    return own_data_folders  # where the demo checkpoint's copy and the judged demo's export go, new for each test
 
 
 def test_the_manifest_names_every_shipped_file_and_the_recipe_of_today():
