@@ -155,3 +155,30 @@ def test_a_stage_of_a_folder_that_is_no_staged_run_is_one_line(tmp_path, capsys)
     assert main(["update", "--run", str(tmp_path), "--version", "v0000"]) == 2
     assert capsys.readouterr().err.strip() == (f"error: {tmp_path} is not a staged GRPO run folder (no config.yaml); "
                                                "start one with python -m training cycle --config F")
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("mode: staged\nmax_steps: 3\nprocesses: 2\nper_device_train_batch_size: 5\nnum_generations: 5\n",
+     "per_device_train_batch_size is 5, which does not split into processes: 2 (mode staged's update shares one "
+     "step's 5 answers among its processes); set it to a multiple of 2"),
+    ("processes: 2\nper_device_train_batch_size: 3\nnum_generations: 4\n",
+     "num_generations is 4, but with processes: 2 a generation batch holds 6 answers (per_device_train_batch_size 3 "
+     "x processes 2 x 1 step), which are not whole groups of 4"),
+    ("processes: 2\nper_device_train_batch_size: 4\nnum_generations: 4\ngeneration_batch_size: 12\n",
+     "generation_batch_size is 12, which is not a multiple of the global batch 8"),
+])
+def test_a_batch_the_processes_cannot_share_is_refused_before_anything_runs(tmp_path, text, message):
+    """TRL checks its generation batch only once the processes have started, and the staged update only after
+    generating and scoring; the config check does it first, with the process count the launch will have."""
+    with pytest.raises(ConfigError) as refused:
+        load_grpo_config(write(tmp_path, text))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_batch_that_splits_over_the_processes_is_accepted(tmp_path):
+    staged = load_grpo_config(write(tmp_path, "mode: staged\nmax_steps: 3\nprocesses: 2\n"
+                                              "per_device_train_batch_size: 8\nnum_generations: 4\n"))
+    assert (staged.processes, staged.per_device_train_batch_size) == (2, 8)
+    in_process = load_grpo_config(write(tmp_path, "processes: 2\nper_device_train_batch_size: 4\nnum_generations: 8\n"
+                                                  "generation_batch_size: 16\n"))
+    assert in_process.generation_batch_size == 16

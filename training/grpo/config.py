@@ -199,6 +199,7 @@ def _check_cycle_values(values: dict, source: str) -> None:
     if values["max_staleness"] < 0:
         raise key_error(source, "max_staleness", f"must be 0 or more, got {values['max_staleness']}")
     _check_generation_engine(values, source)
+    _check_batch_splits_over_processes(values, source)
     if mode == "in_process":
         return
     if mode == "staged" and values["max_staleness"] != 0:
@@ -227,6 +228,40 @@ def _check_cycle_values(values: dict, source: str) -> None:
             raise key_error(source, key, f"is {values[key]!r}, but mode {mode} runs one generation batch per optimizer "
                                          "step with full weights; leave it at its default, or use mode: in_process "
                                          "(run python -m training grpo-filter first for a difficulty filter)")
+
+
+def _check_batch_splits_over_processes(values: dict, source: str) -> None:
+    """A batch that `processes` cannot share is refused before anything runs: TRL checks its generation batch only
+    once the processes have started (the config check runs as one process), and the staged update only after the
+    generate and score stages have spent their time."""
+    processes, rows = values["processes"], values["per_device_train_batch_size"]
+    if processes <= 1:
+        return
+    if values["mode"] != "in_process":
+        if rows % processes:
+            raise key_error(source, "per_device_train_batch_size",
+                            f"is {rows}, which does not split into processes: {processes} (mode {values['mode']}'s "
+                            f"update shares one step's {rows} answers among its processes); set it to a multiple of "
+                            f"{processes}")
+        return
+    # TRL's GRPOConfig.__post_init__, with the world size the launch will have.
+    global_batch = rows * processes
+    generation_batch = values["generation_batch_size"]
+    if generation_batch is not None and generation_batch % global_batch:
+        raise key_error(source, "generation_batch_size",
+                        f"is {generation_batch}, which is not a multiple of the global batch {global_batch} "
+                        f"(per_device_train_batch_size {rows} x processes {processes})")
+    made_of = "generation_batch_size"
+    if generation_batch is None:
+        steps = values["steps_per_generation"] or values["gradient_accumulation_steps"]
+        generation_batch = global_batch * steps
+        made_of = f"per_device_train_batch_size {rows} x processes {processes} x {steps} step{'s' * (steps != 1)}"
+    generations = values["num_generations"]
+    if generations is not None and generation_batch % generations:
+        raise key_error(source, "num_generations",
+                        f"is {generations}, but with processes: {processes} a generation batch holds "
+                        f"{generation_batch} answers ({made_of}), which are not whole groups of {generations}; "
+                        f"make that batch a multiple of {generations}")
 
 
 def _check_generation_engine(values: dict, source: str) -> None:
