@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh
-# The generation environment (.venv-vllm) that tests/training/test_vllm_generation.py samples with.
+# The generation environment (.venv-vllm) that tests/training/test_vllm_generation.py samples with, and the
+# sharded-training one (.venv-deepspeed) that tests/training/test_deepspeed_zero.py trains in.
 scripts/install_vllm.sh
+scripts/install_deepspeed.sh
 
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
   if [ "$(id -u)" = 0 ]; then

@@ -37,12 +37,12 @@ def launch(kind: str, config: Path, processes: int, *, accelerate_config: Path =
                            timeout=timeout)
 
 
-def launch_training(processes: int, *args: str, accelerate_config: Path = CPU_DDP,
-                    timeout: int = 300) -> subprocess.CompletedProcess:
+def launch_training(processes: int, *args: str, accelerate_config: Path = CPU_DDP, timeout: int = 300,
+                    python: str = sys.executable) -> subprocess.CompletedProcess:
     """`accelerate launch --config_file CONFIG --num_processes N -m training ARGS`; one thread per process, so two
     processes use the two cores one process would."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
+    command = [python, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
                "--num_processes", str(processes), "-m", "training", *args]
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=timeout)
 
