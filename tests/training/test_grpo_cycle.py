@@ -43,7 +43,7 @@ def test_staged_mode_trains_the_same_weights_on_the_same_answers_as_in_process(g
     assert all(r["logprobs"] == s["logprobs"] for r, s in zip(left, right, strict=True))
     assert {r["policy_version"] for r in right if r["batch"] == 1} == {"v0001"}
     assert {r["policy_version"] for r in left if r["batch"] == 1} == {"v0001"}
-    assert right[-1]["logprobs_source"] == "recorded at generation (v0001)"
+    assert right[-1]["logprobs_source"] == "recorded at generation (v0001, policy forward after generation)"
 
     # Versions: v0000 is the base, each later one names its parent and the batch that trained it.
     assert version_record(staged, 0)["content_hash"] == checkpoint_content_hash(grpo_checkpoint)

@@ -37,7 +37,7 @@ def test_overlapped_mode_trains_on_answers_one_version_old_with_the_sampling_cor
         assert 0 <= lag <= 1
     rows = rollout_rows(run)
     assert len(rows) == 24 and len({r["rollout_id"] for r in rows}) == 24
-    assert {r["logprobs_source"] for r in rows if r["batch"] == 1} == {"recorded at generation (v0000)"}
+    assert {r["logprobs_source"] for r in rows if r["batch"] == 1} == {"recorded at generation (v0000, policy forward after generation)"}
     # TRL's truncated importance sampling ran on the stale batch (it logs the ratio), and only there.
     steps = {row["step"]: row for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
              if row.get("event") == "train" and "loss" in row}

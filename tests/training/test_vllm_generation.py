@@ -114,6 +114,8 @@ def test_a_staged_cycle_generates_with_vllm_and_the_ledger_reports_the_two_engin
     assert ledger["sampler_correction"]["updates"] == 1 and ledger["stale_correction"]["updates"] == 0
     assert "vLLM against the training forward over 1 batches" in printed
     assert {r["policy_version"] for r in rollout_rows(run)} == {"v0000"}
+    # The rollouts say which engine's log-probabilities they carry, as generated.parquet does.
+    assert {r["logprobs_source"] for r in rollout_rows(run)} == {"recorded at generation (v0000, vllm sampler)"}
     assert (run / "versions" / "v0001").is_dir()
 
     from annotate.runs.present import cycle_ledger
