@@ -14,7 +14,12 @@ from annotate.errors import UserMistake
 from annotate.parsers import JSONParser
 from annotate.permissions import IsAdminOrEngineer
 from annotate.runs.models import TaskSet
-from annotate.runs.task_sets import task_set_forget, task_set_from_prompts, task_set_make, task_set_upload
+from annotate.runs.task_sets import (
+    task_set_forget,
+    task_set_from_prompts,
+    task_set_make_checked_later,
+    task_set_upload,
+)
 
 MAKE_FIELDS = {"families", "variant", "n", "seed", "name"}
 PROMPTS_FIELDS = {"prompts_project", "variant", "seed", "test_ratio", "name"}
@@ -29,7 +34,7 @@ def task_set_payload(task_set: TaskSet) -> dict:
 
 
 class TaskSetMakeSerializer(serializers.Serializer):
-    """The request body, for the schema; task_set_make checks it."""
+    """The request body, for the schema; task_set_make_checked_later checks it."""
 
     families = serializers.ListField(child=serializers.CharField(), help_text="task families, drawn in turn")
     variant = serializers.ChoiceField(["train", "heldout"], required=False, default="train")
@@ -53,8 +58,9 @@ class TaskSetsView(APIView):
         request={"application/json": TaskSetMakeSerializer,
                  "multipart/form-data": inline_serializer("TaskSetUpload", {"file": serializers.FileField(),
                                                                              "name": serializers.CharField()})},
-        responses={201: OpenApiResponse(description="the task set, made and checked"),
-                   202: OpenApiResponse(description="the uploaded task set, status checking"),
+        responses={201: OpenApiResponse(description="the task set made from a project's prompts, checked"),
+                   202: OpenApiResponse(description="the task set made from the families or uploaded, status checking "
+                                                    "until the training command's loader has checked it (GET it)"),
                    400: OpenApiResponse(description='{"detail": "FILE: line N: reason; ..."}')})
     def post(self, request):
         if "file" in request.FILES:
@@ -83,10 +89,11 @@ class TaskSetsView(APIView):
         families = data.get("families")
         if not isinstance(families, list):
             raise UserMistake('families must be a list of task families, such as ["speed", "code"]')
-        task_set = task_set_make(families=[str(f) for f in families], variant=str(data.get("variant") or "train"),
-                                 n=data.get("n"), seed=data.get("seed", 0), name=data.get("name"),
-                                 created_by=request.user)
-        return Response(task_set_payload(task_set), status=status.HTTP_201_CREATED)
+        task_set = task_set_make_checked_later(families=[str(f) for f in families],
+                                               variant=str(data.get("variant") or "train"), n=data.get("n"),
+                                               seed=data.get("seed", 0), name=data.get("name"), created_by=request.user)
+        task_set.refresh_from_db()  # checked already where its check runs in-process
+        return Response(task_set_payload(task_set), status=status.HTTP_202_ACCEPTED)
 
 
 class TaskSetView(APIView):

@@ -5,8 +5,9 @@ made from a project's prompts as open tasks (no verifier: a GRPO run's reward mo
 JSONL. Either way the file is checked by the training command's own loader in a subprocess
 (`python -m training tasks describe`: every row, reference solutions run, errors as `line N: reason`), so the
 web process never imports the verifiers and a set the app lists is one a run can load. An upload's reference
-solutions are the uploader's code and may take as long as their limits allow, so an upload is checked off the
-request: it is recorded as `checking` and a Celery task (sent once the row is committed, run in-process in the
+solutions are the uploader's code and may take as long as their limits allow, and a made set of thousands runs as
+many reference solutions, so both are checked off the request (seed_demo's sets and tests' fixtures use the
+checking-in-place task_sets_make): each is recorded as `checking` and a Celery task (sent once the row is committed, run in-process in the
 embedded default, as exports are) makes it `ready` or `refused` with its one line. Every check is bounded in total
 by PAIRWISE_TASK_SET_CHECK_S. The file is stored once
 under PAIRWISE_INPUTS_ROOT/task-sets (a run input folder), named by its content hash, and never changed: the
@@ -202,20 +203,53 @@ def task_set_upload(*, upload, name: str | None = None, created_by: AbstractBase
             for chunk in upload.chunks():
                 digest.update(chunk)
                 out.write(chunk)
-        _same_tasks(digest.hexdigest(), shown_as)
-        with transaction.atomic():
-            _forget_refused(name=name, sha256=digest.hexdigest())
-            task_set = TaskSet.records.create(
-                name=name, path=str(scratch), sha256=digest.hexdigest(), count=0, source=TaskSet.Source.UPLOADED,
-                recipe={"file": shown_as}, created_by=created_by, status=TaskSet.Status.CHECKING)
-            transaction.on_commit(partial(_send_check, task_set.pk))
-    except IntegrityError:  # the same name or bytes recorded by someone else meanwhile
-        scratch.unlink(missing_ok=True)
-        raise UserMistake(f"task set {name!r} or the same tasks were uploaded just now by someone else; reload the "
-                          "list") from None
+        return _record_for_check(scratch=scratch, sha256=digest.hexdigest(), name=name, shown_as=shown_as,
+                                 source=TaskSet.Source.UPLOADED, recipe={"file": shown_as}, created_by=created_by)
     except BaseException:
         scratch.unlink(missing_ok=True)
         raise
+
+
+def task_set_make_checked_later(*, families: list[str], variant: str = "train", n, seed, name: str | None = None,
+                                created_by: AbstractBaseUser | None = None) -> TaskSet:
+    """What the runs page and the API make: the recipe and the name are checked and the tasks drawn here (a mistake
+    is refused at once, in one line), and the set is recorded as `checking` while the training command's loader
+    checks it off the request, as an upload is (`task_set_check`), since the check runs every reference solution."""
+    made = _recipe(families=families, variant=variant, n=n, seed=seed)
+    name = _checked_name(name, _recipe_name(made))
+    try:
+        rows = make_tasks(",".join(made["families"]), n=made["n"], seed=made["seed"], variant=made["variant"])
+    except PairwiseInputError as error:
+        raise UserMistake(str(error)) from None
+    scratch = _scratch_file()
+    try:
+        write_jsonl_atomically(scratch, rows)
+        return _record_for_check(scratch=scratch, sha256=hashlib.sha256(scratch.read_bytes()).hexdigest(), name=name,
+                                 shown_as=_made_shown_as(made), source=TaskSet.Source.MADE, recipe=made,
+                                 created_by=created_by)
+    except BaseException:
+        scratch.unlink(missing_ok=True)
+        raise
+
+
+def _made_shown_as(recipe: dict) -> str:
+    return f"the {','.join(recipe['families'])} tasks"
+
+
+def _record_for_check(*, scratch: Path, sha256: str, name: str, shown_as: str, source: str, recipe: dict,
+                      created_by: AbstractBaseUser | None) -> TaskSet:
+    """Record the scratch file's set as `checking` and send its check once the row is committed; the same tasks as
+    a set kept or being checked are refused here."""
+    _same_tasks(sha256, shown_as)
+    try:
+        with transaction.atomic():
+            _forget_refused(name=name, sha256=sha256)
+            task_set = TaskSet.records.create(name=name, path=str(scratch), sha256=sha256, count=0, source=source,
+                                              recipe=recipe, created_by=created_by, status=TaskSet.Status.CHECKING)
+            transaction.on_commit(partial(_send_check, task_set.pk))
+    except IntegrityError:  # the same name or bytes recorded by someone else meanwhile
+        raise UserMistake(f"task set {name!r} or the same tasks were recorded just now by someone else; reload the "
+                          "list") from None
     return task_set
 
 
@@ -225,7 +259,7 @@ def _send_check(task_set_id: int) -> None:
     enqueue(CHECK_TASK_SET, task_set_id, thread_name=f"task-set-check-{task_set_id}",
             could_not_queue=lambda error: _refuse(task_set_id, f"the check could not be queued "
                                                   f"({type(error).__name__}: {error}); check CELERY_BROKER_URL, then "
-                                                  "upload the file again"))
+                                                  "upload or make the set again"))
 
 
 def _refuse(task_set_id: int, reason: str) -> None:
@@ -236,13 +270,15 @@ def _refuse(task_set_id: int, reason: str) -> None:
 
 
 def task_set_check(task_set_id: int) -> TaskSet | None:
-    """Check an uploaded set being checked with the training command's loader, then keep its file under its hash
+    """Check a set being checked (uploaded, or made off the request) with the training command's loader, then keep its file under its hash
     (`ready`) or refuse it with its one line (`refused`); None when the set is gone or no longer being checked (it
     was forgotten, or this is a repeated delivery)."""
     task_set = TaskSet.records.filter(pk=task_set_id, status=TaskSet.Status.CHECKING).first()
     if task_set is None:
         return None
-    scratch, shown_as = Path(task_set.path), (task_set.recipe or {}).get("file") or task_set.name
+    recipe = task_set.recipe or {}
+    scratch = Path(task_set.path)
+    shown_as = _made_shown_as(recipe) if task_set.source == TaskSet.Source.MADE else recipe.get("file") or task_set.name
     try:
         [summary] = describe_task_files([scratch], shown_as=[shown_as])
         _same_tasks(summary["sha256"], shown_as, other_than=task_set.pk)
@@ -253,7 +289,8 @@ def task_set_check(task_set_id: int) -> TaskSet | None:
         _refuse(task_set.pk, str(mistake))
     except Exception as error:
         logger.exception("task set %s: the check failed", task_set.pk)
-        _refuse(task_set.pk, f"the check failed ({type(error).__name__}: {error}); upload the file again")
+        again = "make it again" if task_set.source == TaskSet.Source.MADE else "upload the file again"
+        _refuse(task_set.pk, f"the check failed ({type(error).__name__}: {error}); {again}")
     else:
         TaskSet.records.filter(pk=task_set.pk, status=TaskSet.Status.CHECKING).update(
             status=TaskSet.Status.READY, path=str(target), sha256=summary["sha256"], count=summary["count"],

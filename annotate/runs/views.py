@@ -62,7 +62,7 @@ from annotate.runs.task_sets import (
     OPEN_VARIANTS,
     task_set_forget,
     task_set_from_prompts,
-    task_set_make,
+    task_set_make_checked_later,
     task_set_upload,
 )
 
@@ -115,7 +115,8 @@ def runs_page(request):
         "evaluation_task_sets": task_set_choices(for_training=False), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,
         "sft_build": sft_progress(building) if building else None, "demo_checkpoint": DEMO_CHECKPOINT,
         "demo_steps": DEMO_STEPS, "build_estimate": None if text_models or building else sft_build_estimate(),
-        "busy": building is not None or any(not run.finished for run in runs),
+        "busy": building is not None or any(not run.finished for run in runs)
+        or TaskSet.records.filter(status=TaskSet.Status.CHECKING).exists(),
         "checkpoint_rows": Checkpoint.objects.select_related("parent", "run").order_by("-id")[:50],
         # The form is open when asked for (a link that picks an input, Launch again, the Launch button), after a
         # refused launch, and while there is no run at all to come back for.
@@ -137,13 +138,14 @@ def task_set_make_page(request):
             task_set = task_set_upload(upload=request.FILES.get("file"), name=form.get("name"),
                                        created_by=request.user)
         else:
-            task_set = task_set_make(families=form.getlist("families"), variant=form.get("variant", "train"),
-                                     n=form.get("n") or 0, seed=form.get("seed") or 0, name=form.get("name"),
-                                     created_by=request.user)
+            task_set = task_set_make_checked_later(families=form.getlist("families"),
+                                                   variant=form.get("variant", "train"), n=form.get("n") or 0,
+                                                   seed=form.get("seed") or 0, name=form.get("name"),
+                                                   created_by=request.user)
     except UserMistake as mistake:
         messages.error(request, f"Task set: {mistake}")
         return redirect(reverse("runs-page") + "#task-sets")
-    task_set.refresh_from_db()  # an upload is checked already where its check runs in-process
+    task_set.refresh_from_db()  # an upload or a made set is checked already where its check runs in-process
     if task_set.status == TaskSet.Status.CHECKING:
         messages.success(request, f"Task set {task_set.name!r} is being checked; the list below shows its result.")
     elif task_set.status == TaskSet.Status.REFUSED:

@@ -203,6 +203,8 @@ def test_the_whole_loop_on_a_fresh_demo(live_server, fresh_demo, browser, artifa
     make.get_by_label("Name (empty: from the recipe)").fill("speed · heldout · for reviewers")
     make.get_by_role("button", name="Make task set").click()
     expect(admin.locator("#task-set-list")).to_contain_text("speed · heldout · for reviewers")
+    # Checked off the request: the page reloads by itself until the set is ready and offered to comparisons.
+    expect(admin.locator("#task-set-list")).not_to_contain_text("checking:", timeout=60_000)
     compare = admin.locator("#compare")
     compare.get_by_label("Checkpoints (two or more)").select_option(names)
     compare.get_by_label("Prompts from").select_option(option_value(compare.get_by_label("Prompts from"),

@@ -84,10 +84,14 @@ def test_the_runs_page_makes_and_uploads_task_sets_and_says_what_went_wrong(make
                                                                             django_capture_on_commit_callbacks,
                                                                             task_set_checks_in_this_thread):
     client.force_login(make_user("eve", "engineer"))
-    made = client.post("/runs/task-sets", {"source": "make", "families": ["arithmetic"], "variant": "train",
-                                           "n": "4", "seed": "1", "name": "sums"}, follow=True)
-    page = made.content.decode()
-    assert "Task set &#x27;sums&#x27;: 4 tasks kept." in page and "Train GRPO on this task set" in page
+    with django_capture_on_commit_callbacks(execute=True):  # a made set is checked off the request, as an upload
+        made = client.post("/runs/task-sets", {"source": "make", "families": ["arithmetic"], "variant": "train",
+                                               "n": "4", "seed": "1", "name": "sums"}, follow=True)
+    assert "Task set &#x27;sums&#x27; is being checked; the list below shows its result." in made.content.decode()
+    page = client.get("/runs/").content.decode()
+    row = page.split('id="task-set-list"')[1].split("</table>")[0]
+    assert "sums" in row and "Train GRPO on this task set" in row and "checking" not in row
+    assert TaskSet.records.get(name="sums").count == 4
     with django_capture_on_commit_callbacks(execute=True):
         client.post("/runs/task-sets", {"source": "upload", "file": SimpleUploadedFile("x.jsonl", b"[1]\n")})
     refused = client.get("/runs/").content.decode()
@@ -236,10 +240,12 @@ def test_a_link_to_a_snapshot_the_form_leaves_out_says_why(base_checkpoint, fini
 def test_task_sets_over_the_api_made_uploaded_listed_and_refused_by_line(engineer_api,
                                                                         django_capture_on_commit_callbacks,
                                                                         task_set_checks_in_this_thread):
-    made = engineer_api.post("/api/v1/task-sets", {"families": ["convert"], "variant": "heldout", "n": 3, "seed": 4},
-                             format="json")
-    assert made.status_code == 201, made.json()
-    body = made.json()
+    with django_capture_on_commit_callbacks(execute=True):  # checked off the request once the row is committed
+        made = engineer_api.post("/api/v1/task-sets", {"families": ["convert"], "variant": "heldout", "n": 3,
+                                                       "seed": 4}, format="json")
+    assert made.status_code == 202 and made.json()["status"] == "checking", made.json()
+    body = engineer_api.get(f"/api/v1/task-sets/{made.json()['id']}").json()
+    assert body["status"] == "ready"
     assert (body["name"], body["count"], body["families"], body["variant"]) == (
         "convert · heldout · 3 · seed 4", 3, {"convert": 3}, "heldout")
     upload = {"file": SimpleUploadedFile("bad.jsonl", b'{"kind": "math"}\n')}
