@@ -81,7 +81,8 @@ def sample_main(args) -> int:
             if attempt.text.strip():
                 answers[attempt.task["prompt_id"]].append({"text": attempt.text, "model": name,
                                                            "model_version": version})
-        print(f"sampled {len(prompts)} prompts x {args.samples} from {name}", flush=True)
+        print(f"sampled {len(prompts)} prompts x {args.samples} from {name}{' by vLLM' * (engine == 'vllm')}",
+              flush=True)
     rows = [{"prompt_id": prompt["prompt_id"], "prompt": prompt["prompt"], "tags": prompt["tags"],
              "responses": answers[prompt["prompt_id"]]} for prompt in prompts
             if len({r["text"] for r in answers[prompt["prompt_id"]]}) >= 2]  # identical answers compare nothing

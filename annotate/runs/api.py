@@ -113,6 +113,8 @@ class CompareSerializer(serializers.Serializer):
     temperature = serializers.FloatField(required=False, default=0.7)
     max_new_tokens = serializers.IntegerField(required=False, default=256)
     seed = serializers.IntegerField(required=False, default=0)
+    engine = serializers.CharField(required=False, default="transformers", help_text="transformers, or vllm: vLLM's "
+                                   "offline engine in the generation environment (scripts/install_vllm.sh)")
 
 
 class CompareView(APIView):
@@ -200,6 +202,8 @@ class EvaluateSerializer(serializers.Serializer):
     temperature = serializers.FloatField(required=False, default=0.0)
     max_new_tokens = serializers.IntegerField(required=False, default=128)
     seed = serializers.IntegerField(required=False, default=0)
+    engine = serializers.CharField(required=False, default="transformers", help_text="transformers, or vllm: vLLM's "
+                                   "offline engine in the generation environment (scripts/install_vllm.sh)")
 
 
 class EvaluateView(APIView):

@@ -24,7 +24,7 @@ from annotate.review.models import Project
 from annotate.runs.checkpoints import local_checkpoints
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import Run
-from annotate.runs.queue import queue_checkpoints_run
+from annotate.runs.queue import generation_engine_checked, queue_checkpoints_run
 from annotate.runs.task_sets import task_set_resolve
 from training.atomic_write import write_text_atomic
 
@@ -69,8 +69,9 @@ def _prompts_path(*, prompts: str | None, task_set, prompts_project: str | None)
 
 def compare_launch(*, checkpoints: list, project: str, prompts: str | None = None, task_set=None,
                    prompts_project: str | None = None, temperature: float = 0.7, max_new_tokens: int = 256,
-                   seed: int = 0, launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
-    """Check a comparison and queue it as a sample run."""
+                   seed: int = 0, engine: str = "transformers", launched_by: AbstractBaseUser | None = None,
+                   enqueue: bool = True) -> Run:
+    """Check a comparison and queue it as a sample run; `engine` samples with transformers or vLLM."""
     chosen = local_checkpoints(checkpoints, at_least=2, purpose="compare")
     target = Project.objects.filter(slug=project).first()
     if target is None:
@@ -80,17 +81,18 @@ def compare_launch(*, checkpoints: list, project: str, prompts: str | None = Non
     seed = whole_number("seed", seed, low=0, high=MAX_INT32)
     if not 0 <= float(temperature) <= 5:
         raise UserMistake("temperature must be 0-5")
+    engine = generation_engine_checked(engine)
     return queue_checkpoints_run(kind=Run.Kind.SAMPLE, checkpoints=chosen, launched_by=launched_by, enqueue=enqueue,
                                  options={"prompts": str(prompts_path), "project": target.slug,
                                           "temperature": float(temperature), "max_new_tokens": int(max_new_tokens),
-                                          "seed": int(seed)})
+                                          "seed": int(seed), "engine": engine})
 
 
 def sample_command_args(run: Run) -> list[str]:
     config = run.config
     args = ["sample", "--prompts", config["prompts"], "--out", str(Path(run.folder) / ITEMS_FILE),
             "--temperature", str(config["temperature"]), "--max-new-tokens", str(config["max_new_tokens"]),
-            "--seed", str(config["seed"])]
+            "--seed", str(config["seed"]), "--engine", config.get("engine", "transformers")]
     for checkpoint in config["checkpoints"]:
         args += ["--checkpoint", f"{checkpoint['name']}={checkpoint['path']}"]
     return args

@@ -15,7 +15,7 @@ from annotate.limits import MAX_INT32, whole_number
 from annotate.runs.checkpoints import local_checkpoints
 from annotate.runs.input_paths import input_path
 from annotate.runs.models import Checkpoint, Run
-from annotate.runs.queue import queue_checkpoints_run
+from annotate.runs.queue import generation_engine_checked, queue_checkpoints_run
 from annotate.runs.task_sets import task_set_for_path, task_set_resolve
 from training.evaluate import change_sentence, paired_change
 from training.json_input import read_json_file
@@ -34,7 +34,7 @@ def too_few_to_judge(rows: int | None) -> bool:
 
 
 def eval_launch(*, checkpoints: list, tasks: str | None = None, task_set=None, samples: int = 1,
-                temperature: float = 0.0, max_new_tokens: int = 128, seed: int = 0,
+                temperature: float = 0.0, max_new_tokens: int = 128, seed: int = 0, engine: str = "transformers",
                 launched_by: AbstractBaseUser | None = None, enqueue: bool = True) -> Run:
     """Check an evaluation and queue it; the first checkpoint is the base the others are read against. The tasks
     are a task set of the app or, through the API, a task file's path."""
@@ -53,11 +53,12 @@ def eval_launch(*, checkpoints: list, tasks: str | None = None, task_set=None, s
         raise UserMistake("temperature must be 0-5")
     if float(temperature) == 0 and int(samples) != 1:
         raise UserMistake("temperature 0 is greedy and gives one answer per task; set samples to 1 or raise it")
+    engine = generation_engine_checked(engine)
     return queue_checkpoints_run(kind=Run.Kind.EVAL, checkpoints=chosen, launched_by=launched_by, enqueue=enqueue,
                                  tasks_path=str(tasks_path), task_set=picked,
                                  options={"tasks": str(tasks_path), "samples": int(samples),
                                           "temperature": float(temperature), "max_new_tokens": int(max_new_tokens),
-                                          "seed": int(seed)})
+                                          "seed": int(seed), "engine": engine})
 
 
 def eval_command_args(run: Run) -> list[str]:
@@ -65,7 +66,8 @@ def eval_command_args(run: Run) -> list[str]:
     config = run.config
     args = ["eval", "--tasks", config["tasks"], "--out", str(Path(run.folder) / EVAL_FILE),
             "--samples", str(config["samples"]), "--temperature", str(config["temperature"]),
-            "--max-new-tokens", str(config["max_new_tokens"]), "--seed", str(config["seed"])]
+            "--max-new-tokens", str(config["max_new_tokens"]), "--seed", str(config["seed"]),
+            "--engine", config.get("engine", "transformers")]
     for checkpoint in config["checkpoints"]:
         args += ["--checkpoint", checkpoint["path"]]
     return args

@@ -34,6 +34,30 @@ def run_folder_for(run_id: int) -> Path:
     return Path(settings.RUN_ROOT) / f"run-{run_id:06d}"
 
 
+def generation_engine_checked(engine) -> str:
+    """A comparison's or an evaluation's generation engine (transformers, or vllm in the generation environment:
+    training/vllm_generation.py), refused in one line when unknown or when vllm has no environment here."""
+    from annotate.errors import UserMistake
+    from training.errors import PairwiseInputError
+    from training.vllm_generation import check_engine
+
+    engine = str(engine or "transformers")
+    try:
+        check_engine(engine, where="engine")
+    except PairwiseInputError as error:
+        raise UserMistake(str(error)) from None
+    return engine
+
+
+def vllm_ready() -> bool:
+    """Whether this machine has the generation environment that engine vllm samples in."""
+    try:
+        generation_engine_checked("vllm")
+    except Exception:  # UserMistake: what the launch would say, shown beside the choice instead
+        return False
+    return True
+
+
 def queue_checkpoints_run(*, kind: str, checkpoints: list[Checkpoint], options: dict,
                           launched_by: AbstractBaseUser | None, enqueue: bool, **fields) -> Run:
     """Record a run over registered checkpoints (an evaluation, a comparison) and queue it after commit; the

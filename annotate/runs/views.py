@@ -58,6 +58,7 @@ from annotate.runs.present import (
     ledger_rows,
     run_payload,
 )
+from annotate.runs.queue import vllm_ready
 from annotate.runs.task_sets import (
     OPEN_VARIANTS,
     task_set_forget,
@@ -109,7 +110,7 @@ def runs_page(request):
         "runs": runs, "run_filters": run_filters, "checkpoints": text_models, "values": values, "error": error,
         "projects": Project.objects.order_by("slug"), "can_compare": has_role(request.user, ADMIN_ROLES),
         "kinds": LAUNCH_KINDS, "backends": Run.Backend.values, "reward_models": reward_models,
-        "open_variants": OPEN_VARIANTS,
+        "open_variants": OPEN_VARIANTS, "vllm_ready": vllm_ready(),
         "snapshots": snapshots, "snapshot_note": unlisted if unlisted != error else None, "task_sets": TaskSet.records.order_by("name"),
         "training_task_sets": task_set_choices(for_training=True),
         "evaluation_task_sets": task_set_choices(for_training=False), "families": FAMILY_CHOICES, "variants": VARIANT_CHOICES,
@@ -204,7 +205,7 @@ def compare_page(request):
         checkpoints=form.getlist("checkpoints"), project=form.get("project", ""),
         **compare_prompts_source(form.get("prompts_from", "")),
         temperature=float(form.get("temperature") or 0.7), max_new_tokens=form.get("max_new_tokens") or 256,
-        launched_by=request.user), "samples the answers")
+        engine=form.get("engine") or "transformers", launched_by=request.user), "samples the answers")
 
 
 @require_POST
@@ -213,7 +214,7 @@ def evaluate_page(request):
     return _launch_from_form(request, "Evaluate checkpoints", lambda: eval_launch(
         checkpoints=form.getlist("checkpoints"), task_set=form.get("task_set") or None, samples=form.get("samples") or 1,
         temperature=float(form.get("temperature") or 0), max_new_tokens=form.get("max_new_tokens") or 128,
-        launched_by=request.user), "evaluates the checkpoints")
+        engine=form.get("engine") or "transformers", launched_by=request.user), "evaluates the checkpoints")
 
 
 def run_page(request, run_id: int):

@@ -1,6 +1,7 @@
 """vLLM's offline engine in the generation environment (scripts/install_vllm.sh): the staged cycle's generate stage
 (`generation_engine: vllm`) on the tiny and the small BPE checkpoints, and `python -m training eval --engine vllm`;
-the same seed gives the same answers; without the environment every vLLM setting is refused in one line.
+the same seed gives the same answers; without the environment every vLLM setting is refused in one line. The app's
+comparison sampling with vLLM (`python -m training sample --engine vllm` in a run) is tests/runs/test_compare.py's.
 
 Every test but the refusals needs the generation environment, and fails (never skips) when it is missing."""
 
@@ -181,17 +182,6 @@ def test_eval_with_vllm_gives_the_same_answers_for_the_same_seed(generation_envi
     assert first["settings"]["engine"] == "vllm"
     assert first["checkpoints"] == second["checkpoints"]
     assert first["checkpoints"][0]["families"] and first == second
-
-
-def test_sample_with_vllm_writes_a_review_file_of_both_checkpoints_answers(generation_environment, grpo_checkpoint,
-                                                                          bpe_checkpoint, speed_tasks, tmp_path):
-    out = tmp_path / "compare.jsonl"
-    result = run_training_cli("sample", "--checkpoint", f"tiny={grpo_checkpoint}", "--checkpoint", f"bpe={bpe_checkpoint}",
-                              "--prompts", str(speed_tasks), "--out", str(out), "--engine", "vllm", "--temperature", "1",
-                              "--max-new-tokens", "8", timeout=600)
-    assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert rows and all({r["model"] for r in row["responses"]} == {"tiny", "bpe"} for row in rows)
 
 
 def test_the_generation_environment_imports_pairwise(generation_environment):
