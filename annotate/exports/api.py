@@ -1,4 +1,4 @@
-"""Snapshot exports over the API (admins and engineers): start, preview, poll, retry, download."""
+"""Snapshot exports over the API (admins and engineers): start, preview, poll, cancel, retry, download."""
 
 from pathlib import Path
 
@@ -77,6 +77,8 @@ def export_payload(export: Export, request) -> dict:
         "path": export.out_dir,
         "counts": export.counts,
         "error": export.error or None,
+        "cancel_requested": export.cancel_requested,
+        "cancelled_by": export.cancelled_by.get_username() if export.cancelled_by else None,
         "attempt": export.attempt,
         "created_by": export.created_by.get_username() if export.created_by else None,
         "created_at": export.created_at,
@@ -121,9 +123,23 @@ class ExportDetailView(APIView):
     permission_classes = [IsAdminOrEngineer]
 
     @extend_schema(summary="An export's status and progress",
-                   responses={200: OpenApiResponse(description="status queued|running|done|failed, progress, files")})
+                   responses={200: OpenApiResponse(
+                       description="status queued|running|done|failed|cancelled, progress, files")})
     def get(self, request, export_id: int):
         return Response(export_payload(_export_or_404(export_id), request))
+
+
+class ExportCancelView(APIView):
+    # Whoever may start an export may stop one (the wrong filters are noticed once it runs).
+    permission_classes = [IsAdminOrEngineer]
+
+    @extend_schema(summary="Cancel a queued or running export", request=None,
+                   responses={202: OpenApiResponse(description="the export: a queued one cancelled, a running one "
+                                                               "stops at its next heartbeat and leaves no folder"),
+                              409: OpenApiResponse(description="the export has already ended")})
+    def post(self, request, export_id: int):
+        export = services.export_cancel(export=_export_or_404(export_id), by=request.user)
+        return Response(export_payload(export, request), status=status.HTTP_202_ACCEPTED)
 
 
 class ExportRetryView(APIView):

@@ -436,11 +436,11 @@ def reviewer_ids_by_username(*, usernames: list[str]) -> frozenset[int]:
 
 
 def exports_for_project(*, project: Project) -> QuerySet[Export]:
-    return Export.objects.filter(project=project).select_related("created_by").order_by("-id")
+    return Export.objects.filter(project=project).select_related("created_by", "cancelled_by").order_by("-id")
 
 
 def export_get(*, export_id: int) -> Export | None:
-    return Export.objects.select_related("project", "created_by").filter(pk=export_id).first()
+    return Export.objects.select_related("project", "created_by", "cancelled_by").filter(pk=export_id).first()
 
 
 def latest_done_exports() -> dict[int, dict]:

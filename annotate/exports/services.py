@@ -1,4 +1,4 @@
-"""Writes of the export workflow: create an export, run it, retry it, and fail the ones a dead worker left.
+"""Writes of the export workflow: create an export, run it, cancel it, retry it, and fail the ones a dead worker left.
 
 An export is a job on the one lifecycle (annotate/jobs.py, EXPORT_JOB): sent, claimed, beat for and failed when lost
 there; its stored `done` is the lifecycle's succeeded.
@@ -10,6 +10,10 @@ it: a restarted worker fails the exports it held (`exports_fail_orphaned`), and 
 fails running exports with no sign of life for STALE_AFTER. Either way the snapshot folder never
 appeared (the writer renames it into place only when complete) and the half-written hidden folder is
 removed.
+
+`export_cancel` is the lifecycle's cancel: a queued export is cancelled at once (its task then finds nothing to
+claim); a running one is asked (`cancel_requested`) and stops at its next heartbeat, inside the writer, which
+removes its hidden folder: a cancelled export leaves no snapshot, whole or half.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from django.utils import timezone
 from annotate.exports.filters import ExportError, ExportFilters, filters_parse
 from annotate.exports.models import Export
 from annotate.exports.pipeline import snapshot_write
-from annotate.jobs import JobKind, JobStatus
+from annotate.jobs import JobFinished, JobKind, JobStatus
 from annotate.review.models import Project
 from training.atomic_write import discard_partial
 from training.snapshot import code_version
@@ -45,7 +49,13 @@ EXPORT_JOB = JobKind(
     model=Export, task=EXPORT_SNAPSHOT, noun="the export", thread_prefix="export", attempt_field="attempt",
     worker_field="worker", retry_hint="retry it",
     labels={Export.Status.QUEUED: JobStatus.QUEUED, Export.Status.RUNNING: JobStatus.RUNNING,
-            Export.Status.DONE: JobStatus.SUCCEEDED, Export.Status.FAILED: JobStatus.FAILED})
+            Export.Status.DONE: JobStatus.SUCCEEDED, Export.Status.FAILED: JobStatus.FAILED,
+            Export.Status.CANCELLED: JobStatus.CANCELLED})
+
+
+class ExportCancelled(Exception):
+    """Raised at a running export's heartbeat once a user asked it to stop: it unwinds the snapshot writer, which
+    removes its hidden folder, and export_run records the export cancelled."""
 
 
 def default_out_dir(*, project: Project, export_id: int) -> Path:
@@ -90,8 +100,19 @@ def export_create(*, project: Project, filters: ExportFilters, created_by: Abstr
 
 
 def _touch(export: Export, **fields) -> None:
-    """Record progress (and that the export is alive) while it is running under this attempt."""
+    """Record progress (and that the export is alive) while it is running under this attempt; raise
+    ExportCancelled when a user has asked it to stop."""
     EXPORT_JOB.heartbeat(export.pk, export.attempt, **fields)
+    if Export.objects.filter(pk=export.pk, attempt=export.attempt, cancel_requested=True).exists():
+        raise ExportCancelled
+
+
+def _cancelled_line(export: Export, *, stage: str, done: int, total: int | None) -> str:
+    """The one line a running export cancelled by a user ends with: who, while doing what, how far it got."""
+    who = export.cancelled_by.get_username() if export.cancelled_by else "a user"
+    progress = f"{done} of {total}" if total is not None else f"{done}"
+    return (f"cancelled by {who} while {stage or 'starting'} ({progress} pairs done); nothing was written, "
+            "start a new export to get a snapshot")
 
 
 def _claim(*, export_id: int, attempt: int, worker: str) -> Export | None:
@@ -115,6 +136,12 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
     try:
         filters = filters_parse(export.filters)
         total = None  # known when the votes query answers: its rows carry it
+        stage, done_so_far = "starting", 0  # where a cancel found it, for its one line
+
+        def stage_reached(name: str) -> None:
+            nonlocal stage
+            stage = name
+            _touch(export, stage=name)
 
         def total_known(pairs_total: int) -> None:
             nonlocal total
@@ -122,6 +149,8 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
             _touch(export, pairs_total=total)
 
         def progress(done: int) -> None:
+            nonlocal done_so_far
+            done_so_far = done
             _touch(export, pairs_done=done)
             if on_progress is not None:
                 on_progress(done, total)
@@ -131,9 +160,17 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
         manifest = snapshot_write(
             project=export.project, filters=filters, out_dir=out_dir,
             created_at=export.created_at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            code_version=code_version(), on_stage=lambda stage: _touch(export, stage=stage), on_progress=progress,
-            on_total=total_known,
+            code_version=code_version(), on_stage=stage_reached, on_progress=progress, on_total=total_known,
         )
+    except ExportCancelled:
+        # The writer has removed its hidden folder already; whatever a killed earlier attempt left goes too.
+        _discard_partial(export)
+        export = Export.objects.select_related("cancelled_by").get(pk=export.pk)
+        EXPORT_JOB.finish(export.pk, export.attempt, JobStatus.CANCELLED, stage="", heartbeat_at=timezone.now(),
+                          error=_cancelled_line(export, stage=stage, done=done_so_far, total=total))
+        logger.info("export %s cancelled while %s", export.pk, stage)
+        export.refresh_from_db()
+        return export
     except BaseException as error:
         if isinstance(error, ExportError | OSError):
             message = str(error)
@@ -151,6 +188,22 @@ def export_run(*, export_id: int, attempt: int, worker: str = "in-process",
                       pairs_total=manifest["counts"]["pairs_considered"], heartbeat_at=timezone.now())
     export.refresh_from_db()
     return export
+
+
+def export_cancel(*, export: Export, by: AbstractBaseUser | None) -> Export:
+    """Cancel an export (the lifecycle's cancel, annotate/jobs.py): a queued one at once; a running one is asked to
+    stop and its worker stops it at its next heartbeat. An export that has ended is refused (409)."""
+    who = by.get_username() if by is not None else "a user"
+    # Who asked is written under the cancel's row lock, in one commit with it: the worker that stops reads it.
+    with transaction.atomic():
+        try:
+            EXPORT_JOB.cancel(export.pk, message=f"cancelled by {who} before it started; nothing was written, "
+                                                 "start a new export to get a snapshot")
+        except JobFinished as finished:
+            raise ExportError(f"export {export.pk} is {finished.row.status}; only a queued or running export can be "
+                              "cancelled", status=409) from None
+        Export.objects.filter(pk=export.pk).update(cancelled_by=by)
+    return Export.objects.select_related("project", "created_by", "cancelled_by").get(pk=export.pk)
 
 
 def _discard_partial(export: Export) -> None:
@@ -184,6 +237,7 @@ def export_retry(*, export: Export) -> Export:
         export.status = Export.Status.QUEUED
         export.error = export.stage = export.worker = ""
         export.pairs_done = 0
+        export.cancel_requested, export.cancelled_by = False, None  # a cancel asked of the failed attempt ends with it
         export.started_at = export.heartbeat_at = export.finished_at = None
         export.save()
         discard_partial(export.out_dir)  # what a killed attempt left beside it

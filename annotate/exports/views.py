@@ -52,12 +52,30 @@ def exports_page(request, slug: str):
     })
 
 
+def _export_of_project_or_404(project, export_id: int) -> Export:
+    export = selectors.export_get(export_id=export_id)
+    if export is None or export.project_id != project.pk:
+        raise Http404(f"no export {export_id} in {project.slug!r}")
+    return export
+
+
+@require_POST
+def export_cancel_page(request, slug: str, export_id: int):
+    project = project_for_staff_page(request, slug, to="export snapshots")
+    export = _export_of_project_or_404(project, export_id)
+    try:
+        export = services.export_cancel(export=export, by=request.user)
+        messages.success(request, f"Export {export.pk} cancelled." if export.status == Export.Status.CANCELLED
+                         else f"Export {export.pk} is stopping; it leaves no folder behind.")
+    except ExportError as exc:
+        messages.error(request, str(exc))
+    return redirect("exports-page", slug=project.slug)
+
+
 @require_POST
 def export_retry_page(request, slug: str, export_id: int):
     project = project_for_staff_page(request, slug, to="export snapshots")
-    export = selectors.export_get(export_id=export_id)
-    if export is None or export.project_id != project.pk:
-        raise Http404(f"no export {export_id} in {slug!r}")
+    export = _export_of_project_or_404(project, export_id)
     try:
         services.export_retry(export=export)
         messages.success(request, f"Export {export.pk} queued again.")
