@@ -94,17 +94,41 @@ def test_the_half_billion_configuration_has_qwen2_5_0_5bs_shape():
     assert model.config.num_key_value_heads == 2 and model.config.num_hidden_layers == 24
 
 
-def test_dpo_and_reward_runs_train_on_the_bpe_model(tmp_path, bpe_checkpoint, tiny_snapshot):
+def test_dpo_reward_reward_eval_and_sample_run_on_the_bpe_model(tmp_path, bpe_checkpoint, tiny_snapshot):
+    """DPO and the reward model train on it; reward-eval reads both against the snapshot's test pairs; sample writes
+    a review file of the parent's and the DPO child's answers (a comparison's command), all in BPE tokens."""
     for command in ("dpo", "reward"):
         folder = tmp_path / command
         folder.mkdir()
         config = write_snapshot_run_config(folder, bpe_checkpoint, tiny_snapshot, name=command, max_steps=1,
-                                           report_to=["none"], max_length=256)
+                                           report_to=["none"], max_length=256, learning_rate=0.05)
         result = run_training_cli(command, "--config", str(config))
         assert result.returncode == 0, result.stderr[-3000:]
         record = json.loads((folder / "run" / "run.json").read_text())
         assert record["status"] == "completed"
         assert (folder / "run" / "checkpoint" / "model.safetensors").is_file()
+    dpo, reward = tmp_path / "dpo" / "run" / "checkpoint", tmp_path / "reward" / "run" / "checkpoint"
+
+    out = tmp_path / "reward-eval.json"
+    result = run_training_cli("reward-eval", "--reward-checkpoint", str(reward), "--snapshot", str(tiny_snapshot),
+                              "--dpo-checkpoint", str(dpo), "--dpo-reference", str(bpe_checkpoint), "--beta", "0.1",
+                              "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    test_pairs = figures["snapshot"]["test_pairs"]
+    assert test_pairs > 0 and figures["reward_model"]["test"]["n"] == figures["dpo"]["test"]["n"] == test_pairs
+    assert 0.0 <= figures["reward_model"]["test"]["accuracy"] <= 1.0
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt_id": f"p{i}", "prompt": [{"role": "user", "content": text}]}) + "\n"
+                               for i, text in enumerate(["A train goes 60 km in 2 hours. How fast?", "What is 7 x 8?"])))
+    review = tmp_path / "compare.jsonl"
+    result = run_training_cli("sample", "--checkpoint", f"parent={bpe_checkpoint}", "--checkpoint", f"dpo={dpo}",
+                              "--prompts", str(prompts), "--out", str(review), "--temperature", "1",
+                              "--max-new-tokens", "12")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in review.read_text().splitlines()]
+    assert rows and all({answer["model"] for answer in row["responses"]} == {"parent", "dpo"} for row in rows)
 
 
 def test_lora_finds_the_qwen2_module_names(tmp_path, bpe_checkpoint, tiny_snapshot):
