@@ -201,9 +201,9 @@ def _collate(batch: list[tuple[list[int], int]], pad_id: int):
     return input_ids, attention, labels
 
 
-def train_sft(model, tokenizer, config: TinySFTConfig, log=print) -> list[float]:
+def train_sft(model, tokenizer, config: TinySFTConfig, log=print, stop_after: int | None = None) -> list[float]:
     """One readable SFT loop over fresh problems: AdamW, warm-up then cosine decay, loss on answer tokens.
-    Returns step losses."""
+    Returns step losses. `stop_after` runs only the first steps of the same schedule (the recipe's quick check)."""
     import torch
 
     problems = SFTProblemStream(tokenizer, config)
@@ -218,7 +218,7 @@ def train_sft(model, tokenizer, config: TinySFTConfig, log=print) -> list[float]
     model.train()
     losses = []
     log_every = max(1, config.steps // 10)
-    for step in range(config.steps):
+    for step in range(config.steps if stop_after is None else min(stop_after, config.steps)):
         input_ids, attention, labels = _collate(problems.batch(config.batch_size), tokenizer.pad_token_id)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
@@ -364,6 +364,24 @@ def build_tiny_sft(out: Path, config: TinySFTConfig, log=print) -> dict:
     }
     save_built_checkpoint(out, model, tokenizer, record_name="tiny_sft.json", record=info)
     return info
+
+
+FIRST_STEPS = 20  # the recipe's quick check: what its first steps' losses are
+
+
+def tiny_sft_first_steps(out: Path, config: TinySFTConfig, steps: int = FIRST_STEPS) -> list[float]:
+    """The recipe's first `steps` steps exactly as build_tiny_sft takes them (the same seed, model, problems and
+    schedule), saved to `out` with the tokenizer; returns their losses. A shipped checkpoint records them, so a
+    change to the recipe shows in seconds rather than in a full build (annotate/runs/demo_checkpoint.py)."""
+    out = checked_build_folder(out)
+    seeded_torch(config)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, config)
+    make_tasks(TRAIN_FAMILIES, n=config.eval_tasks, seed=config.seed, variant="heldout")  # as the build draws them
+    losses = train_sft(model, tokenizer, config, log=lambda line: None, stop_after=steps)
+    save_built_checkpoint(out, model, tokenizer, record_name="tiny_sft.json",
+                          record={"recipe": "pairwise.tiny-sft/1", "config": asdict(config), "first_steps": steps})
+    return losses
 
 
 def checked_build_folder(out) -> Path:

@@ -18,6 +18,7 @@ import json
 import platform
 import re
 import shutil
+import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
@@ -52,10 +53,16 @@ def folder_file_hashes(folder: Path) -> dict[str, str]:
 
 def shipped_manifest_write(folder: Path = SHIPPED_FOLDER, manifest: Path = SHIPPED_MANIFEST) -> dict:
     """The manifest of a checkpoint built by the tiny-sft recipe: its recipe and config (from the recipe's own
-    record), the content hash a registered checkpoint gets, every file's sha256, and where it was built (floating
+    record), the content hash a registered checkpoint gets, every file's sha256, the losses of the recipe's first
+    steps (run again here: the quick check that today's recipe is the one shipped), and where it was built (floating
     point sums differ between processors, so a rebuild elsewhere may differ in the last bits)."""
+    from training.tiny import FIRST_STEPS, TinySFTConfig, tiny_sft_first_steps
+
     record = json.loads((folder / RECIPE_RECORD).read_text())
+    with tempfile.TemporaryDirectory(prefix="pairwise-first-steps-") as scratch:
+        first = tiny_sft_first_steps(Path(scratch) / "first", TinySFTConfig(**record["config"]))
     value = {"format": MANIFEST_FORMAT, "name": folder.name, "recipe": record["recipe"], "config": record["config"],
+             "first_losses": {"steps": FIRST_STEPS, "losses": [round(loss, 6) for loss in first]},
              "content_hash": checkpoint_content_hash(folder), "files": folder_file_hashes(folder),
              "built_with": {"torch": version("torch"), "transformers": version("transformers"),
                             "processor": processor_name(), "train_s": record.get("train_s")}}

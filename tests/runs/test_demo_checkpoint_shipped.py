@@ -1,5 +1,6 @@
 """The demo checkpoint that ships with Pairwise: registered at once by seed_demo, checked byte for byte against its
-manifest, and what tiny-sft's recipe makes (a rebuild from the manifest's recipe is compared with it)."""
+manifest, and what tiny-sft's recipe makes (the recipe's first steps, taken again from the manifest's config, are
+compared with the ones the manifest recorded)."""
 
 import io
 import json
@@ -24,7 +25,7 @@ from annotate.runs.demo_checkpoint import (
 )
 from annotate.runs.models import Checkpoint
 from training.run_folder import checkpoint_content_hash
-from training.tiny import TinySFTConfig, build_tiny_sft
+from training.tiny import TinySFTConfig
 
 pytestmark = pytest.mark.django_db
 
@@ -111,23 +112,27 @@ def test_with_no_checkpoint_the_build_form_says_how_long_a_build_takes(client, m
     assert f"the shipped one took {per_step} s a step on\n      {built['processor']}, so about" in page
 
 
-@pytest.mark.slow
-def test_the_recipe_rebuilds_the_shipped_checkpoint(tmp_path):
-    """tiny-sft's recipe, from the manifest's own config, makes the shipped checkpoint: the same tokenizer and
-    model config byte for byte, and weights that are the same bits on a processor whose floating-point sums match
-    the one that built them; elsewhere (sums differ in the last bits and 320 steps carry that on) the same
-    training loss and held-out figures within a stated tolerance."""
+def test_the_recipe_of_today_takes_the_shipped_checkpoints_first_steps(tmp_path):
+    """tiny-sft's recipe, from the manifest's own config, takes the first steps the shipped build took: the same
+    tokenizer and model config byte for byte, and the losses the manifest recorded for those steps (the same seed,
+    model, problems and schedule), within float rounding between processors and thread counts. A change to the
+    recipe shows here in seconds, not after the full build's hour (which `manage.py ship_demo_checkpoint` runs when
+    the recipe changes on purpose)."""
+    from training.tiny import tiny_sft_first_steps
+
     manifest = shipped_manifest()
-    rebuilt = tmp_path / "tiny-sft"
-    info = build_tiny_sft(rebuilt, TinySFTConfig(**manifest["config"]), log=lambda line: None)
-    found = folder_file_hashes(rebuilt)
+    first = tmp_path / "first-steps"
+    losses = tiny_sft_first_steps(first, TinySFTConfig(**manifest["config"]), steps=manifest["first_losses"]["steps"])
+    found = folder_file_hashes(first)
     assert found.keys() == manifest["files"].keys()
-    for name in found.keys() - {"model.safetensors", "tiny_sft.json"}:
+    for name in found.keys() - {"model.safetensors", "tiny_sft.json", "tokenizer.json"}:
         assert found[name] == manifest["files"][name], name
-    shipped = json.loads((SHIPPED_FOLDER / "tiny_sft.json").read_text())
-    if checkpoint_content_hash(rebuilt) == manifest["content_hash"]:
-        assert info["heldout"] == shipped["heldout"]
-        return
-    assert abs(info["final_loss"] - shipped["final_loss"]) < 0.1
-    for figure in ("greedy_accuracy", "pass@1"):
-        assert abs(info["heldout"]["overall"][figure] - shipped["heldout"]["overall"][figure]) <= 0.15, figure
+    # The full build's held-out evaluation pads batches, and the tokenizers backend saves that padding state with the
+    # vocabulary; everything else in tokenizer.json is the same.
+    taken, shipped = (json.loads((folder / "tokenizer.json").read_text()) for folder in (first, SHIPPED_FOLDER))
+    assert {**taken, "padding": None} == {**shipped, "padding": None}
+    assert losses == pytest.approx(manifest["first_losses"]["losses"], abs=1e-3)
+    # Another recipe takes other steps: a changed learning rate moves the losses far past that tolerance.
+    other = tiny_sft_first_steps(tmp_path / "other", TinySFTConfig(**{**manifest["config"], "learning_rate": 0.004}),
+                                 steps=manifest["first_losses"]["steps"])
+    assert max(abs(a - b) for a, b in zip(other, manifest["first_losses"]["losses"], strict=True)) > 0.01
