@@ -7,7 +7,9 @@ seed), each a fresh `python -m training dpo` pinned to the same cores with tasks
   two        `accelerate launch` with deploy/accelerate/cpu_ddp.yaml: two processes, one thread each, half the
              batch each, gradients averaged over gloo every step;
   half-solo  one process, one thread, half the batch: the work of one of the two processes without anyone to
-             talk to.
+             talk to;
+  zero2, zero3  with --sharded: two processes as `two`, under deploy/accelerate/zero2.yaml and zero3.yaml with the
+             CPU settings docs/deploy.md gives, in the sharded-training environment (scripts/install_deepspeed.sh).
 
 Steps/s are the trainer's own (max_steps / train_runtime). The share of a two-process step spent communicating
 (the gradient all-reduce, the logged metrics' gathers, and waiting for the slower process) is
@@ -15,7 +17,7 @@ Steps/s are the trainer's own (max_steps / train_runtime). The share of a two-pr
 left is what the second process costs. It is an estimate from medians of separate runs on a machine that may be
 shared, so it is printed with the spread of the rounds.
 
-    python bench/data_parallel.py [--processes 1,2] [--rounds 3] [--steps 20] [--batch 8] [--cores 0,1]
+    python bench/data_parallel.py [--processes 1,2] [--rounds 3] [--steps 20] [--batch 8] [--cores 0,1] [--sharded]
 
 Prints a table and writes bench/results/data_parallel.json.
 """
@@ -35,6 +37,21 @@ from bench.common import ROOT, machine, results_path, run_measured, utc_timestam
 RESULTS = results_path("data_parallel")
 CHECKPOINT = ROOT / "annotate" / "runs" / "demo_files" / "tiny-sft"
 CPU_DDP = ROOT / "deploy" / "accelerate" / "cpu_ddp.yaml"
+DEEPSPEED_PYTHON = ROOT / ".venv-deepspeed" / "bin" / "python"
+LABELS = {"one": "1 process x 2 threads", "two": "2 processes x 1 thread (gloo)",
+          "half-solo": "1 process x 1 thread, half batch", "zero2": "2 processes x 1 thread, ZeRO-2",
+          "zero3": "2 processes x 1 thread, ZeRO-3"}
+
+
+def cpu_zero_config(folder: Path, stage: str) -> Path:
+    """deploy/accelerate/STAGE.yaml with the CPU settings docs/deploy.md gives (as tests/training/test_deepspeed_zero.py)."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "deploy" / "accelerate" / f"{stage}.yaml").read_text())
+    config.update(mixed_precision="no", use_cpu=True, num_processes=2)
+    path = folder / f"cpu-{stage}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def config_file(folder: Path, snapshot: Path, *, name: str, steps: int, per_device: int, threads: int) -> Path:
@@ -63,6 +80,9 @@ def one_run(folder: Path, snapshot: Path, *, variant: str, processes: int, steps
     training = ["-m", "training", "dpo", "--config", str(config)]
     if processes == 1:
         command = [sys.executable, *training]
+    elif variant in ("zero2", "zero3"):
+        command = [str(DEEPSPEED_PYTHON), "-m", "accelerate.commands.launch", "--config_file",
+                   str(cpu_zero_config(folder, variant)), "--num_processes", str(processes), *training]
     else:
         command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(CPU_DDP),
                    "--num_processes", str(processes), *training]
@@ -82,10 +102,15 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=8, help="global batch (pairs a step), even")
     parser.add_argument("--cores", default="0,1", help="the cores every run is pinned to (taskset -c)")
+    parser.add_argument("--sharded", action="store_true", help="add two-process DeepSpeed ZeRO-2 and ZeRO-3 runs")
     args = parser.parse_args(argv)
     counts = [int(part) for part in args.processes.split(",")]
     if counts != [1, 2] or args.batch % 2 or args.rounds < 1 or args.steps < 1:
         raise SystemExit("compares --processes 1,2 only, with an even --batch and at least one round and step")
+    if args.sharded and not DEEPSPEED_PYTHON.is_file():
+        raise SystemExit(f"--sharded needs the sharded-training environment {DEEPSPEED_PYTHON}: run "
+                         "scripts/install_deepspeed.sh")
+    variants = [("one", 1), ("two", 2), ("half-solo", 1)] + ([("zero2", 2), ("zero3", 2)] if args.sharded else [])
     from training.tiny import write_tiny_snapshot
 
     with tempfile.TemporaryDirectory(prefix="data-parallel-") as temporary:
@@ -94,7 +119,7 @@ def main(argv=None) -> int:
         write_tiny_snapshot(snapshot, train=max(args.batch * args.steps, 64), test=8, seed=0)
         rows = []
         for round_number in range(args.rounds):
-            for variant, processes in (("one", 1), ("two", 2), ("half-solo", 1)):
+            for variant, processes in variants:
                 rows.append(one_run(folder, snapshot, variant=variant, processes=processes, steps=args.steps,
                                     batch=args.batch, cores=args.cores, round_number=round_number))
                 print(json.dumps(rows[-1]), flush=True)
@@ -102,25 +127,32 @@ def main(argv=None) -> int:
     def median(variant: str, key: str) -> float:
         return statistics.median(row[key] for row in rows if row["variant"] == variant)
 
-    shares = [1 - solo["step_s"] / two["step_s"] for solo, two in
-              zip([r for r in rows if r["variant"] == "half-solo"], [r for r in rows if r["variant"] == "two"],
-                  strict=True)]
+    solos = [row for row in rows if row["variant"] == "half-solo"]
+
+    def shares(variant: str) -> dict:
+        """1 - the lone half's step time / the variant's, round by round."""
+        each = [1 - solo["step_s"] / row["step_s"]
+                for solo, row in zip(solos, [r for r in rows if r["variant"] == variant], strict=True)]
+        return {"median": round(statistics.median(each), 3), "min": round(min(each), 3), "max": round(max(each), 3)}
+
+    names = [variant for variant, _ in variants]
     summary = {variant: {"steps_per_s": median(variant, "steps_per_s"), "step_s": median(variant, "step_s"),
-                         "wall_s": median(variant, "wall_s")} for variant in ("one", "two", "half-solo")}
-    communication = {"median": round(statistics.median(shares), 3), "min": round(min(shares), 3),
-                     "max": round(max(shares), 3)}
+                         "wall_s": median(variant, "wall_s")} for variant in names}
+    communication = shares("two")
+    sharded = {variant: shares(variant) for variant in names if variant.startswith("zero")}
     print(f"\nDPO, global batch {args.batch}, {args.steps} steps, cores {args.cores}, median of {args.rounds} rounds")
-    print(f"{'run':<34}{'steps/s':>9}{'s/step':>9}{'wall s':>9}")
-    labels = {"one": "1 process x 2 threads", "two": "2 processes x 1 thread (gloo)",
-              "half-solo": "1 process x 1 thread, half batch"}
-    for variant, label in labels.items():
+    print(f"{'run':<36}{'steps/s':>9}{'s/step':>9}{'wall s':>9}")
+    for variant in names:
         row = summary[variant]
-        print(f"{label:<34}{row['steps_per_s']:>9.2f}{row['step_s']:>9.3f}{row['wall_s']:>9.1f}")
+        print(f"{LABELS[variant]:<36}{row['steps_per_s']:>9.2f}{row['step_s']:>9.3f}{row['wall_s']:>9.1f}")
     print(f"share of a two-process step spent communicating and waiting: {communication['median']:.0%} "
           f"(rounds {communication['min']:.0%} to {communication['max']:.0%})")
+    for variant, share in sharded.items():
+        print(f"  the same under {LABELS[variant].rsplit(', ', 1)[1]}: {share['median']:.0%} "
+              f"(rounds {share['min']:.0%} to {share['max']:.0%})")
     shown = write_results(RESULTS, {"benchmark": "data_parallel", "at": utc_timestamp(), "machine": machine(),
                                     "settings": vars(args), "runs": rows, "summary": summary,
-                                    "communication_share": communication})
+                                    "communication_share": communication, "sharded_communication_share": sharded})
     print(f"wrote {shown}")
     return 0
 
