@@ -259,8 +259,11 @@ def test_munge_or_slurmctld_not_answering_fails_the_launch_in_one_line_naming_wh
 def test_a_staged_grpo_cycle_is_one_job_per_stage_chained_with_afterok_and_runs_to_done(engineer_api,
                                                                                          base_checkpoint, tmp_path,
                                                                                          page, cpu_partition):
+    """With processes: 2, as a user scales the update past one process: the update job trains as two data-parallel
+    processes on the node (accelerate launch from grpo_stage.sbatch), the other stages as one."""
     tasks = write_unlearnable_tasks(tmp_path / "tasks.jsonl")
-    run = launched(engineer_api, None, {**GRPO_ONE_CYCLE, "mode": "staged"}, kind="grpo", tasks=tasks)
+    queue_emptied(cpu_partition)  # both CPUs free for the two-process update
+    run = launched(engineer_api, None, {**GRPO_ONE_CYCLE, "mode": "staged", "processes": 2}, kind="grpo", tasks=tasks)
     assert run.status == "running", run.error
     prefix = f"pairwise-run-{run.pk}"
     jobs = dict(line.split(" ", 1)[::-1] for line in Path(run.folder + ".jobs").read_text().splitlines())
@@ -274,6 +277,12 @@ def test_a_staged_grpo_cycle_is_one_job_per_stage_chained_with_afterok_and_runs_
     assert run.status == "succeeded", run.error
     logs = Path(run.folder + ".logs")
     assert sorted(path.name.rsplit("-", 1)[0] for path in logs.glob("*.out")) == sorted(jobs)
+    stage_logs = {path.name.rsplit("-", 1)[0]: path.read_text() for path in logs.glob("*.out")}
+    launcher = "2 processes: accelerate launch --config_file deploy/accelerate/cpu_ddp.yaml --num_processes 2"
+    assert launcher in stage_logs[f"{prefix}-update-v0000"]
+    assert not any(launcher in text for name, text in stage_logs.items() if "-update-" not in name)
+    [cycle] = json.loads((Path(run.folder) / "ledger.json").read_text())["cycle"]["per_cycle"]
+    assert cycle["update_world_size"] == 2
     for name, job in jobs.items():
         left_queue(cpu_partition, job)
         ended = cpu_partition.command("sacct", "--completion", "-n", "-P", "-j", job, "-o", "JobName,State")
