@@ -14,8 +14,10 @@ asks the run to beat the parent (held-out success above the parent's 95% interva
 its interval holds the untrained parent too, and a run that learned nothing would pass.
 
     python bench/grpo_cycle.py [--seeds 0 1 2] [--parents DIR] [--steps N] [--modes in_process staged overlapped-1]
+                               [--out FILE]
 
-Prints a table and writes bench/results/grpo_cycle.json.
+Mode staged-vllm is the staged cycle generating with vLLM (generation_engine: vllm); its rows add the two engines'
+log-probability difference per token. Prints a table and writes bench/results/grpo_cycle.json (or --out).
 """
 
 import argparse
@@ -42,6 +44,9 @@ RESULTS = results_path("grpo_cycle")
 MODES = {  # name -> the config keys that make it, and torch threads per process on the two cores
     "in_process": ({"mode": "in_process"}, 2),
     "staged": ({"mode": "staged"}, 2),
+    # The staged cycle with vLLM's offline engine as the generate stage (the generation environment,
+    # scripts/install_vllm.sh): each batch starts the engine on the version's folder, which the ledger counts as switching.
+    "staged-vllm": ({"mode": "staged", "generation_engine": "vllm"}, 2),
     "overlapped-1": ({"mode": "overlapped", "max_staleness": 1}, 1),
     "overlapped-2": ({"mode": "overlapped", "max_staleness": 2}, 1),
     # The same overlap with long-lived lanes: the generation lane keeps its model, the update lane its trainer.
@@ -67,11 +72,13 @@ def ledger_split(run: Path) -> dict:
         return {"generation_s": cycle["generation_s"], "verification_s": cycle["verification_s"],
                 "switching_s": cycle["switching_s"], "update_s": cycle["update_s"], "idle_s": cycle["idle_s"],
                 "records_dropped_stale": cycle["records_dropped_stale"], "stage_restarts": cycle["stage_restarts"],
-                "tokens_generated": cycle["tokens_generated"]}
+                "tokens_generated": cycle["tokens_generated"],
+                "sampler_mismatch": cycle.get("sampler_mismatch")}
     time_s = ledger["time_s"]
     return {"generation_s": time_s["generation"], "verification_s": time_s["verification"],
             "switching_s": time_s["loading_switching"], "update_s": time_s["update"], "idle_s": {},
-            "records_dropped_stale": 0, "stage_restarts": 0, "tokens_generated": ledger["tokens_generated"]}
+            "records_dropped_stale": 0, "stage_restarts": 0, "tokens_generated": ledger["tokens_generated"],
+            "sampler_mismatch": None}
 
 
 def quick_parent(workdir: Path, seed: int, args) -> Path:
@@ -117,6 +124,7 @@ def main() -> int:
     parser.add_argument("--parent-steps", type=int, default=None,
                         help="build a weaker parent of this many tiny-sft steps instead of the recipe's 5,000 (a quick "
                              "look at the timings; its held-out figures do not compare with bench/grpo_learning.py)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="the results file (default %(default)s)")
     args = parser.parse_args()
     if "in_process" not in args.modes:
         parser.error("--modes must include in_process: every target compares with it")
@@ -170,9 +178,14 @@ def main() -> int:
             if mode in ("overlapped-1", "overlapped-1-lanes"):
                 verdicts.append((f"{mode} >= 1.3x faster, inside in-process interval and above the parent's", seed,
                                  inside and speedup >= MIN_OVERLAP_SPEEDUP))
+    for row in rows:
+        if row["sampler_mismatch"]:
+            mismatch = row["sampler_mismatch"]
+            print(f"seed {row['seed']} {row['mode']}: vLLM against the training forward, per token: mean |difference| "
+                  f"{mismatch['mean_abs']:.2e}, max {mismatch['max_abs']:.2e} over {mismatch['batches']} batches")
     for name, seed, met in verdicts:
         print(f"target, seed {seed}: {name}: {'met' if met else 'NOT met'}")
-    shown = write_results(RESULTS, {
+    shown = write_results(args.out, {
         "benchmark": "grpo_cycle", "machine": machine(),
         "settings": {"seeds": args.seeds, "steps": args.steps, "modes": args.modes, "heldout": args.heldout,
                      "samples": args.samples, "family": args.family,
