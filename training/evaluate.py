@@ -230,12 +230,14 @@ def _load_model(checkpoint: str, *, chat_prompts: bool, weights: bool = True):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as transformers_logging
 
+    from training.generation import check_chat_template
     from training.run_folder import check_causal_lm_checkpoint
 
     transformers_logging.disable_progress_bar()  # eval prints its own progress, one line per checkpoint
 
     folder = check_causal_lm_checkpoint(checkpoint, key="--checkpoint")
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    check_chat_template(tokenizer, f"--checkpoint {checkpoint}")
     if chat_prompts and not getattr(tokenizer, "chat_template", None):
         raise PairwiseInputError(f"--checkpoint {checkpoint}: its tokenizer has no chat template, and the task "
                                  "file has chat-message prompts; use a chat (SFT) checkpoint or string prompts")

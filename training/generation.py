@@ -16,6 +16,23 @@ def chat_prompt(tokenizer, prompt) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
+def check_chat_template(tokenizer, where: str) -> None:
+    """Refuse, in one line, a chat template that cannot render a conversation (a Jinja syntax error, a variable it
+    cannot read): it would otherwise fail deep inside TRL or generate, after the model has loaded."""
+    if not getattr(tokenizer, "chat_template", None):
+        return
+    conversation = [{"role": "user", "content": "2 + 2?"}, {"role": "assistant", "content": "4"}]
+    try:
+        tokenizer.apply_chat_template(conversation[:1], tokenize=False, add_generation_prompt=True)
+        tokenizer.apply_chat_template(conversation, tokenize=False)
+    except Exception as error:  # jinja2's TemplateError and what the template itself raises
+        from training.errors import PairwiseInputError
+
+        raise PairwiseInputError(f"{where}: its chat template fails to render a conversation "
+                                 f"({type(error).__name__}: {' '.join(str(error).split())}); fix chat_template.jinja "
+                                 "(or tokenizer_config.json's chat_template) in that folder") from None
+
+
 def generate_completions(model, tokenizer, prompts: list, *, samples: int, temperature: float,
                          max_new_tokens: int, batch_size: int = 64, top_p: float = 1.0,
                          top_k: int = 0) -> list[list[str]]:

@@ -269,6 +269,7 @@ def snapshot_run_inputs(config, *, check_base) -> SnapshotRunInputs:
     from transformers import AutoTokenizer
 
     from training import snapshot as snapshot_format
+    from training.generation import check_chat_template
     from training.run_folder import RunFolder
 
     quiet_other_processes()
@@ -281,6 +282,7 @@ def snapshot_run_inputs(config, *, check_base) -> SnapshotRunInputs:
     if len(splits["train"]) == 0:
         raise PairwiseInputError(f"snapshot {config.snapshot} has no train rows; export it with looser filters")
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
+    check_chat_template(tokenizer, f"base_checkpoint {base_path}")
     if manifest.get("row_format", "conversational") == "conversational" and not tokenizer.chat_template:
         raise PairwiseInputError(f"base_checkpoint {base_path} has no chat template but snapshot {config.snapshot} "
                                  "is conversational; export with --format standard or use a chat checkpoint")

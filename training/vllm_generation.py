@@ -97,7 +97,7 @@ def vllm_generate(model: Path, prompt_ids: list[list[int]], seeds: list[int], sa
     python = vllm_python()
     request = {"model": str(model), "prompt_ids": [list(map(int, ids)) for ids in prompt_ids],
                "seeds": [int(seed) for seed in seeds], "sampling": vars(sampling),
-               "stop_token_ids": sorted({int(i) for i in eos_token_ids})}
+               "stop_token_ids": sorted({int(i) for i in eos_token_ids}), "vllm_range": trl_vllm_range()}
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))}
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", KV_CACHE_GIB)
     if threads is not None:
@@ -114,12 +114,53 @@ def vllm_generate(model: Path, prompt_ids: list[list[int]], seeds: list[int], sa
             last = lines[-1].strip() if lines else "no output"
             if "No module named 'vllm'" in (done.stderr or ""):
                 raise PairwiseInputError(f"{python} has no vllm: {MISSING}")
+            if last.startswith(REFUSED):  # the child's own one-line refusal, before the engine loads anything
+                raise PairwiseInputError(last.removeprefix(REFUSED))
             raise RuntimeError(f"vLLM's engine ({python}) failed on {model} (exit {done.returncode}): {last}")
         answers = json.loads(answer_path.read_text(encoding="utf-8"))
     return VLLMAnswers(token_ids=answers["token_ids"], logprobs=answers["logprobs"],
                        finish_reasons=answers["finish_reasons"], engine_start_s=answers["engine_start_s"],
                        generation_s=answers["generation_s"], process_s=round(process_s, 3),
                        vllm_version=answers["vllm_version"])
+
+
+REFUSED = "pairwise refused: "  # how the child's one-line refusals start on its stderr
+
+
+def trl_vllm_range() -> str | None:
+    """The vLLM versions the installed TRL supports (its `vllm` extra, e.g. ">=0.22.0,<=0.31.0"); None without TRL."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        requirements = requires("trl") or []
+    except PackageNotFoundError:
+        return None
+    for requirement in requirements:
+        spec, _, marker = requirement.partition(";")
+        if spec.strip().startswith("vllm") and 'extra == "vllm"' in marker:
+            return spec.strip().removeprefix("vllm").strip() or None
+    return None
+
+
+def refusal_before_loading(model: str, version: str, supported_range: str | None, supported_architectures) -> str | None:
+    """Why vLLM should not load `model`, in one line, or None: a vLLM outside the range the training side's TRL
+    supports, a folder without config.json, or an architecture vLLM does not implement."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    if supported_range and Version(version) not in SpecifierSet(supported_range):
+        return (f"the generation environment has vLLM {version}, outside the {supported_range} that TRL supports; "
+                f"install a vLLM in that range there (scripts/install_vllm.sh installs 0.31.0)")
+    config_path = Path(model) / "config.json"
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"vLLM cannot load {model}: {config_path.name} is missing or unreadable ({type(error).__name__})"
+    architectures = config.get("architectures") or []
+    if not any(name in supported_architectures for name in architectures):
+        return (f"vLLM {version} cannot load {model}: its architecture {', '.join(architectures) or '(none named)'} "
+                f"(config.json architectures) is not one vLLM implements; sample it with transformers instead")
+    return None
 
 
 def whole_prompt_limits(prompt_ids: list[list[int]]) -> dict:
@@ -139,6 +180,13 @@ def _answer(request_path: str, answer_path: str) -> None:
     from vllm.inputs import TokensPrompt
 
     request = json.loads(Path(request_path).read_text(encoding="utf-8"))
+    from vllm import ModelRegistry
+
+    refused = refusal_before_loading(request["model"], vllm.__version__, request.get("vllm_range"),
+                                     ModelRegistry.get_supported_archs())
+    if refused:
+        print(REFUSED + refused, file=sys.stderr, flush=True)
+        sys.exit(2)
     sampling = request["sampling"]
     # Token ids in, token ids out: the checkpoint's tokenizer stays on the training side, whose transformers may
     # read it differently. float32, as the policy trains; processed log-probabilities (after the temperature), as

@@ -184,6 +184,42 @@ def test_eval_with_vllm_gives_the_same_answers_for_the_same_seed(generation_envi
     assert first["checkpoints"][0]["families"] and first == second
 
 
+def test_a_checkpoint_vllm_cannot_load_is_refused_in_one_line_naming_its_architecture(generation_environment,
+                                                                                      grpo_checkpoint, speed_tasks,
+                                                                                      tmp_path):
+    """Checked in the generation environment before the engine loads anything (vLLM's own error would come after
+    its engine start, as a traceback)."""
+    import shutil
+
+    folder = tmp_path / "unknown-architecture"
+    shutil.copytree(grpo_checkpoint, folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "architectures": ["PairwiseToyForCausalLM"]}))
+    out = tmp_path / "eval.json"
+    result = run_training_cli("eval", "--checkpoint", str(folder), "--tasks", str(speed_tasks), "--engine", "vllm",
+                              "--out", str(out), timeout=600)
+    assert result.returncode != 0 and not out.exists()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: vLLM 0.31.0 cannot load {folder}: its architecture PairwiseToyForCausalLM "
+                      "(config.json architectures) is not one vLLM implements; sample it with transformers instead"]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("version", "refused"), [("0.31.0", False), ("0.22.0", False), ("0.32.0", True),
+                                                  ("0.21.1", True)])
+def test_a_vllm_outside_trls_range_is_refused_before_it_loads(grpo_checkpoint, version, refused):
+    from training.vllm_generation import refusal_before_loading, trl_vllm_range
+
+    supported = trl_vllm_range()
+    assert supported is not None and "0.31.0" in supported  # TRL 1.16's vllm extra
+    why = refusal_before_loading(str(grpo_checkpoint), version, supported, {"LlamaForCausalLM"})
+    if refused:
+        assert why == (f"the generation environment has vLLM {version}, outside the {supported} that TRL supports; "
+                       "install a vLLM in that range there (scripts/install_vllm.sh installs 0.31.0)")
+    else:
+        assert why is None
+
+
 def test_the_generation_environment_imports_pairwise(generation_environment):
     """The install puts Pairwise in the generation environment, so its command line starts there."""
     result = subprocess.run([generation_environment, "-m", "training", "--help"], capture_output=True, text=True,

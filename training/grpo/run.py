@@ -135,6 +135,7 @@ def grpo_task_inputs(config: GRPORunConfig) -> tuple[Path, Path | None, list[dic
     dataset rows."""
     from transformers import AutoTokenizer
 
+    from training.generation import check_chat_template
     from training.grpo.difficulty import check_sandbox_for_code
     from training.run_folder import check_causal_lm_checkpoint
 
@@ -143,6 +144,7 @@ def grpo_task_inputs(config: GRPORunConfig) -> tuple[Path, Path | None, list[dic
     tasks = load_tasks(config.tasks)
     check_sandbox_for_code(tasks, config.tasks)
     tokenizer = AutoTokenizer.from_pretrained(base_path, local_files_only=True)
+    check_chat_template(tokenizer, f"base_checkpoint {base_path}")
     rows = dataset_rows(tasks, tokenizer, base_path)  # refuses chat prompts without a chat template
     check_reward_model_setup(config, tasks)
     return base_path, reference_path, tasks, tokenizer, rows

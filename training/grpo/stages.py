@@ -222,6 +222,7 @@ def _stage_trainer(config, run: Path, version: int, *, step: int, reward_funcs, 
     from datasets import Dataset
     from transformers import AutoTokenizer
 
+    from training.generation import check_chat_template
     from training.grpo.ledger import Ledger
     from training.grpo.run import dataset_rows
     from training.run_folder import RunFolder
@@ -232,6 +233,7 @@ def _stage_trainer(config, run: Path, version: int, *, step: int, reward_funcs, 
     tasks = load_tasks(Path(run) / "tasks.jsonl", check_solutions=False)
     folder = version_path(run, version)
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    check_chat_template(tokenizer, f"version {folder}")
     args = copy.copy(trainer_arguments(config, RunFolder(run)))
     args.use_vllm = False
     for key, value in args_changes.items():
