@@ -43,12 +43,14 @@ LABELS = {"one": "1 process x 2 threads", "two": "2 processes x 1 thread (gloo)"
           "zero3": "2 processes x 1 thread, ZeRO-3"}
 
 
-def cpu_zero_config(folder: Path, stage: str) -> Path:
-    """deploy/accelerate/STAGE.yaml with the CPU settings docs/deploy.md gives (as tests/training/test_deepspeed_zero.py)."""
+def cpu_zero_config(folder: Path, stage: str, **deepspeed_overrides) -> Path:
+    """deploy/accelerate/STAGE.yaml with the CPU settings docs/deploy.md tells a user to change, and nothing else
+    but `deepspeed_overrides` (tests/training/test_deepspeed_zero.py runs the same files)."""
     import yaml
 
     config = yaml.safe_load((ROOT / "deploy" / "accelerate" / f"{stage}.yaml").read_text())
     config.update(mixed_precision="no", use_cpu=True, num_processes=2)
+    config["deepspeed_config"].update(deepspeed_overrides)
     path = folder / f"cpu-{stage}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path

@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PYTHON_ENV = "PAIRWISE_VLLM_PYTHON"
+# The longest one vLLM child (engine start, weight load and sampling) may run before it is stopped with all it started.
+TIMEOUT_ENV = "PAIRWISE_VLLM_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 3600.0
 DEFAULT_STEP_TOKENS = 4096  # vLLM's token budget of a step on a CPU (its engine arguments' default)
 REPOSITORY = Path(__file__).resolve().parent.parent
 DEFAULT_PYTHON = REPOSITORY / ".venv-vllm" / "bin" / "python"
@@ -106,8 +109,8 @@ def vllm_generate(model: Path, prompt_ids: list[list[int]], seeds: list[int], sa
         request_path, answer_path = Path(folder) / "request.json", Path(folder) / "answers.json"
         request_path.write_text(json.dumps(request), encoding="utf-8")
         began = time.perf_counter()
-        done = subprocess.run([str(python), "-m", "training.vllm_generation", str(request_path), str(answer_path)],
-                              env=env, capture_output=True, text=True, check=False)
+        done = _run_bounded([str(python), "-m", "training.vllm_generation", str(request_path), str(answer_path)],
+                            env=env, what=f"vLLM's engine ({python}) on {model}")
         process_s = time.perf_counter() - began
         if done.returncode != 0 or not answer_path.is_file():
             lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
@@ -122,6 +125,26 @@ def vllm_generate(model: Path, prompt_ids: list[list[int]], seeds: list[int], sa
                        finish_reasons=answers["finish_reasons"], engine_start_s=answers["engine_start_s"],
                        generation_s=answers["generation_s"], process_s=round(process_s, 3),
                        vllm_version=answers["vllm_version"])
+
+
+def _run_bounded(command: list[str], *, env: dict, what: str) -> subprocess.CompletedProcess:
+    """Run the child in a session of its own, and stop it with every process it started (vLLM's engine core is a
+    process of its own) once it has run past PAIRWISE_VLLM_TIMEOUT_S, saying so in one line."""
+    import signal
+
+    bound = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=bound)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            from training.errors import PairwiseInputError
+
+            raise PairwiseInputError(f"{what} ran past {bound:g} s ({TIMEOUT_ENV}) and was stopped; raise the bound "
+                                     "where the command runs, or sample fewer or shorter answers") from None
+    return subprocess.CompletedProcess(command, child.returncode, stdout, stderr)
 
 
 REFUSED = "pairwise refused: "  # how the child's one-line refusals start on its stderr

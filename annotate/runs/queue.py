@@ -51,9 +51,11 @@ def generation_engine_checked(engine) -> str:
 
 def vllm_ready() -> bool:
     """Whether this machine has the generation environment that engine vllm samples in."""
+    from annotate.errors import UserMistake
+
     try:
         generation_engine_checked("vllm")
-    except Exception:  # UserMistake: what the launch would say, shown beside the choice instead
+    except UserMistake:  # what a launch with it would say; the forms show the choice greyed out instead
         return False
     return True
 

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
+from bench.data_parallel import cpu_zero_config
 from tests.training.conftest import REPO
 from tests.training.helpers import load_weights, write_snapshot_run_config
 from tests.training.test_data_parallel import GLOBAL_BATCH, STEPS, assert_same_curve, launch_training
@@ -27,16 +27,6 @@ def deepspeed_python() -> str:
     if not DEEPSPEED_PYTHON.is_file():
         pytest.fail("these tests need the sharded-training environment: run scripts/install_deepspeed.sh")
     return str(DEEPSPEED_PYTHON)
-
-
-def cpu_accelerate_config(folder: Path, shipped: str, **deepspeed_overrides) -> Path:
-    """deploy/accelerate/SHIPPED with the CPU settings docs/deploy.md tells a user to change, and nothing else."""
-    config = yaml.safe_load((REPO / "deploy" / "accelerate" / shipped).read_text())
-    config.update(mixed_precision="no", use_cpu=True, num_processes=2)
-    config["deepspeed_config"].update(deepspeed_overrides)
-    path = folder / f"cpu-{shipped}"
-    path.write_text(yaml.safe_dump(config))
-    return path
 
 
 def dpo_run(folder: Path, checkpoint: Path, snapshot: Path, processes: int, *, accelerate_config: Path | None = None,
@@ -58,12 +48,12 @@ def one_process_dpo(tmp_path_factory, tiny_checkpoint, tiny_snapshot) -> Path:
     return run
 
 
-@pytest.mark.parametrize("shipped", ["zero2.yaml", "zero3.yaml"])
+@pytest.mark.parametrize("shipped", ["zero2", "zero3"])
 def test_two_process_zero_dpo_matches_one_process(tmp_path, deepspeed_python, one_process_dpo, tiny_checkpoint,
                                                   tiny_snapshot, shipped):
     from transformers import AutoModelForCausalLM
 
-    config = cpu_accelerate_config(tmp_path, shipped)
+    config = cpu_zero_config(tmp_path, shipped)
     run, result = dpo_run(tmp_path / "zero", tiny_checkpoint, tiny_snapshot, 2, accelerate_config=config,
                           python=deepspeed_python)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -79,7 +69,7 @@ def test_two_process_zero_dpo_matches_one_process(tmp_path, deepspeed_python, on
     if "lm_head.weight" in sharded:
         assert sharded["lm_head.weight"].equal(sharded["model.embed_tokens.weight"])
     AutoModelForCausalLM.from_pretrained(run / "checkpoint", local_files_only=True)
-    if shipped == "zero3.yaml":  # its sharded weights are not gathered to score the test split: said, not skipped
+    if shipped == "zero3":  # its sharded weights are not gathered to score the test split: said, not skipped
         assert record["results"]["test"] is None and "ZeRO-3" in record["results"]["note"]
     else:
         assert record["results"]["test"] is not None
@@ -87,7 +77,7 @@ def test_two_process_zero_dpo_matches_one_process(tmp_path, deepspeed_python, on
 
 def test_a_deepspeed_setting_deepspeed_refuses_is_its_own_message_on_one_line(tmp_path, deepspeed_python,
                                                                              tiny_checkpoint, tiny_snapshot):
-    config = cpu_accelerate_config(tmp_path, "zero2.yaml", zero_stage=7)
+    config = cpu_zero_config(tmp_path, "zero2", zero_stage=7)
     run, result = dpo_run(tmp_path / "bad", tiny_checkpoint, tiny_snapshot, 2, accelerate_config=config,
                           python=deepspeed_python)
     assert result.returncode != 0

@@ -205,6 +205,34 @@ def test_a_checkpoint_vllm_cannot_load_is_refused_in_one_line_naming_its_archite
     assert "Traceback" not in result.stderr
 
 
+def test_a_vllm_child_past_its_bound_is_stopped_with_all_it_started_in_one_line(generation_environment,
+                                                                                grpo_checkpoint, speed_tasks,
+                                                                                tmp_path, monkeypatch):
+    import psutil
+
+    from training.vllm_generation import TIMEOUT_ENV
+
+    monkeypatch.setenv(TIMEOUT_ENV, "2")  # past the child's own imports, before its engine has loaded
+    mark = f"bounded-{tmp_path.name}"  # inherited by the child and what it starts; nothing else carries it
+    monkeypatch.setenv("PAIRWISE_TEST_MARK", mark)
+    out = tmp_path / "eval.json"
+    result = run_training_cli("eval", "--checkpoint", str(grpo_checkpoint), "--tasks", str(speed_tasks), "--engine",
+                              "vllm", "--out", str(out), timeout=300)
+    assert result.returncode != 0 and not out.exists()
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: vLLM's engine ({generation_environment}) on {grpo_checkpoint} ran past 2 s "
+                      f"({TIMEOUT_ENV}) and was stopped; raise the bound where the command runs, or sample fewer or "
+                      "shorter answers"]
+
+    def marked(process) -> bool:
+        try:
+            return process.environ().get("PAIRWISE_TEST_MARK") == mark
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            return False
+
+    assert [process.pid for process in psutil.process_iter() if marked(process)] == []
+
+
 @pytest.mark.parametrize(("version", "refused"), [("0.31.0", False), ("0.22.0", False), ("0.32.0", True),
                                                   ("0.21.1", True)])
 def test_a_vllm_outside_trls_range_is_refused_before_it_loads(grpo_checkpoint, version, refused):
