@@ -37,17 +37,16 @@ class TouchPoint:
 
 
 TOUCH_POINTS = (
-    TouchPoint("trl.GRPOTrainer", "_generate", (OVERRIDE, CALL),
-               ("training.grpo.trainer:PairwiseGRPOTrainer._generate",
-                "training.grpo.trainer:PairwiseGRPOTrainer.sample_answers",
-                "training.grpo.stages:StageTrainer._generate"),
-               "the one place every answer is sampled, in training and in the generate stage: timed, seeded per "
-               "batch, its token ids kept for the records; TRL's rollout_func replaces sampling rather than wrapping it",
-               parameters=("prompts",)),
+    TouchPoint("trl.GRPOTrainer", "_generate_single_turn", (CALL,),
+               ("training.grpo.trainer:trl_answers",),
+               "TRL's own sampler (transformers' generate, or TRL's vLLM engine) behind the public rollout_func seam, "
+               "through which every answer reaches TRL: rollout_func replaces TRL's sampling, and no public method "
+               "samples the way TRL's generation does",
+               parameters=("prompt_ids", "images", "multimodal_fields", "num_generations")),
     TouchPoint("trl.GRPOTrainer", "_tokenize_prompts", (CALL,),
-               ("training.grpo.vllm_answers:sample_with_vllm",),
-               "the prompt token ids TRL's own generation samples from (chat template, tools), handed to vLLM in the "
-               "generate stage so that both engines answer the same tokens",
+               ("training.grpo.trainer:trl_answers", "training.grpo.vllm_answers:sample_with_vllm"),
+               "the prompt token ids TRL's own generation samples from (chat template, tools): TRL's sampler behind "
+               "rollout_func, and vLLM in the generate stage, answer the same tokens",
                parameters=("prompts",)),
     TouchPoint("trl.GRPOTrainer", "_generate_and_score_completions", (OVERRIDE, CALL),
                ("training.grpo.trainer:PairwiseGRPOTrainer._generate_and_score_completions",
@@ -69,11 +68,8 @@ TOUCH_POINTS = (
     TouchPoint("trl.GRPOTrainer", "use_vllm", (OVERRIDE,),
                ("training.grpo.stages:StageTrainer.use_vllm",),
                "a property in place of TRL's attribute: TRL applies its importance-sampling correction only to vLLM's "
-               "answers, and a stage update switches it on for answers an older version recorded"),
-    TouchPoint("trl.GRPOTrainer", "_last_loaded_step", (WRITE,),
-               ("training.grpo.stages:StageTrainer._generate",),
-               "with use_vllm on, TRL syncs weights into a vLLM engine unless this says the step's weights are loaded; "
-               "a stage trainer has no engine"),
+               "answers, and a stage update switches it on, once the round's answers are in hand, for answers an "
+               "older version recorded"),
     TouchPoint("trl.generation.vllm_generation.VLLMGeneration", "sync_weights", (PATCH,),
                ("training.grpo.trainer:PairwiseGRPOTrainer._time_weight_sync",),
                "the ledger's switching time: TRL calls it from inside _generate, with no hook around it"),

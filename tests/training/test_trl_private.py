@@ -31,8 +31,8 @@ def test_a_touch_point_the_installed_trl_lacks_is_refused_in_one_line_naming_it(
         check_touch_points((*TOUCH_POINTS, moved))
     assert str(refused.value) == (
         f"trl.GRPOTrainer._generate_batch does not exist in the installed TRL {trl.__version__}, but "
-        "training.grpo.trainer:PairwiseGRPOTrainer._generate overrides it (training/trl_private.py); install a TRL in "
-        "the supported range (pip install 'trl>=1.16,<1.17')")
+        "training.grpo.trainer:trl_answers calls it (training/trl_private.py); install a TRL in the supported range "
+        "(pip install 'trl>=1.16,<1.17')")
 
 
 def test_a_touch_point_whose_signature_changed_is_refused_in_one_line_naming_the_parameter():

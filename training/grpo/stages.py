@@ -179,7 +179,9 @@ def _stage_trainer_class():
 
         In an update, answers come from the records (`rollout_func`); `recorded_correction` turns on TRL's own
         importance-sampling correction between the trainer's policy and the recorded log-probabilities (TRL applies
-        it to vLLM's answers; here the answers of an older version play that part)."""
+        it to vLLM's answers; here the answers of an older version play that part). TRL reads `use_vllm` both to
+        sync its engine's weights before it asks for answers and to correct them once it has them; a stage trainer
+        has no engine, so `use_vllm` reads true only once the round's recorded answers are in hand."""
 
         target_step = 0
         recorded_correction = False
@@ -193,7 +195,7 @@ def _stage_trainer_class():
 
         @property
         def use_vllm(self):
-            return self.recorded_correction
+            return self.recorded_correction and self.answers_in_hand
 
         @use_vllm.setter
         def use_vllm(self, value):
@@ -201,9 +203,6 @@ def _stage_trainer_class():
                 raise PairwiseInputError("a stage trainer never holds a vLLM engine: the generate stage uses "
                                          "transformers here, the update stage reads recorded answers")
 
-        def _generate(self, prompts):
-            self._last_loaded_step = self.state.global_step  # no engine to sync: the answers are recorded
-            return super()._generate(prompts)
 
     return StageTrainer
 
@@ -329,11 +328,12 @@ def generate_batch(trainer, run: Path, config, *, batch: int, version: int, meta
     seed = generation_seed(config.seed, batch, trainer.accelerator.process_index)
     engine = {}
     if config.generation_engine == "vllm":
-        prompt_ids, completion_ids, logps, engine = _vllm_answers(trainer, run, config, rows, version=version,
-                                                                  seed=seed, clock=clock)
+        prompt_ids, completion_ids, logps, engine = _vllm_answers(trainer, run, config, rows, batch=batch,
+                                                                  version=version, seed=seed, clock=clock)
         source = LOGPROBS_SOURCE_VLLM
     else:
-        prompt_ids, completion_ids = trainer.sample_answers([row["prompt"] for row in rows], batch=batch)
+        answers = trainer.sample_answers([row["prompt"] for row in rows], batch=batch)
+        prompt_ids, completion_ids = answers["prompt_ids"], answers["completion_ids"]
         logps = _generation_logprobs(trainer, prompt_ids, completion_ids)
         source = LOGPROBS_SOURCE_FORWARD
     texts = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
@@ -363,14 +363,24 @@ def generate_batch(trainer, run: Path, config, *, batch: int, version: int, meta
     return record
 
 
-def _vllm_answers(trainer, run: Path, config, rows: list[dict], *, version: int, seed: int, clock: StageClock):
+def _vllm_answers(trainer, run: Path, config, rows: list[dict], *, batch: int, version: int, seed: int,
+                  clock: StageClock):
     """The batch's answers sampled by vLLM from version `version`'s folder, and how far vLLM's log-probabilities lie
     from the training forward's on the same weights (the forward the update repeats); vLLM's process start, imports,
     engine start and weight load are timed as the stage's loading (switching), its sampling as generation."""
     from training.grpo.vllm_answers import sample_with_vllm, sampler_mismatch
 
-    prompt_ids, completion_ids, logps, answers = sample_with_vllm(
-        trainer, run, [row["prompt"] for row in rows], version=version, batch_seed=seed, threads=config.torch_threads)
+    engine_answers = []
+
+    def vllm_answers(prompts, trainer):  # the trainer's answer seam, with vLLM's offline engine as the sampler
+        prompt_ids, completion_ids, logps, answers = sample_with_vllm(
+            trainer, run, prompts, version=version, batch_seed=seed, threads=config.torch_threads)
+        engine_answers.append(answers)
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logps}
+
+    sampled = trainer.sample_answers([row["prompt"] for row in rows], batch=batch, source=vllm_answers)
+    prompt_ids, completion_ids, logps = sampled["prompt_ids"], sampled["completion_ids"], sampled["logprobs"]
+    answers = engine_answers[-1]
     clock.lap("generation")
     clock.move(max(0.0, answers.process_s - answers.generation_s), "generation", "loading")
     mismatch = sampler_mismatch(logps, _generation_logprobs(trainer, prompt_ids, completion_ids))
