@@ -29,6 +29,7 @@ from pathlib import Path
 
 from training.errors import PairwiseInputError
 from training.grpo.stages import (
+    LOGPROBS_SOURCE_VLLM,
     SPAWNED_AT_ENV,
     RecordedModelScores,
     RecordedRewards,
@@ -201,7 +202,10 @@ class UpdateLane:
         if self.model_scores is not None:
             self.model_scores.records = records
             self.model_scores.identity = records[0]["reward_model"] if records else None
-        trainer.recorded_correction = request["stale"] > 0  # TRL's truncated importance sampling, for older answers
+        # TRL's truncated importance sampling, for answers of older versions and for answers vLLM sampled (as the
+        # update stage turns it on)
+        trainer.recorded_correction = request["stale"] > 0 or any(
+            r.get("logprobs_source") == LOGPROBS_SOURCE_VLLM for r in records)
         trainer.provenance = {r["rollout_id"]: r for r in records}
         request["clock"].lap("loading")
         return recorded_rollouts(records, prompts, source=request["source"], batch=version)
