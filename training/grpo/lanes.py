@@ -29,7 +29,6 @@ from pathlib import Path
 
 from training.errors import PairwiseInputError
 from training.grpo.stages import (
-    LOGPROBS_SOURCE_VLLM,
     SPAWNED_AT_ENV,
     RecordedModelScores,
     RecordedRewards,
@@ -39,6 +38,7 @@ from training.grpo.stages import (
     generate_batch,
     generation_trainer,
     load_run_config,
+    needs_recorded_correction,
     recorded_rollouts,
     scored_records_for_update,
     set_torch_threads,
@@ -202,10 +202,7 @@ class UpdateLane:
         if self.model_scores is not None:
             self.model_scores.records = records
             self.model_scores.identity = records[0]["reward_model"] if records else None
-        # TRL's truncated importance sampling, for answers of older versions and for answers vLLM sampled (as the
-        # update stage turns it on)
-        trainer.recorded_correction = request["stale"] > 0 or any(
-            r.get("logprobs_source") == LOGPROBS_SOURCE_VLLM for r in records)
+        trainer.recorded_correction = needs_recorded_correction(records, stale=request["stale"])  # as the update stage
         trainer.provenance = {r["rollout_id"]: r for r in records}
         request["clock"].lap("loading")
         return recorded_rollouts(records, prompts, source=request["source"], batch=version)

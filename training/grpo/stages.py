@@ -600,6 +600,12 @@ def recorded_rollouts(records: list[dict], prompts: list, *, source: Path, batch
             "pairwise_record": list(range(first, first + len(share)))}
 
 
+def needs_recorded_correction(records: list[dict], *, stale: int) -> bool:
+    """Whether an update corrects its recorded answers with TRL's truncated importance sampling: answers of older
+    versions (`stale` > 0), and answers vLLM sampled, whose log-probabilities are another engine's, at any lag."""
+    return stale > 0 or any(r.get("logprobs_source") == LOGPROBS_SOURCE_VLLM for r in records)
+
+
 def per_process_batch(config, records: list[dict], processes: int, *, source: Path) -> dict:
     """The trainer arguments that split the batch's records, the step's global batch (what the one-process generate
     stage wrote: per_device_train_batch_size answers, the staged modes keeping steps_per_generation at 1), evenly
@@ -723,8 +729,7 @@ def update_stage(run: Path, version: int) -> dict:
 
     trainer = update_trainer(config, run, version, staging=staging, rewards=rewards, model_scores=model_scores,
                              rollout_func=rollout_func, callbacks=[one_step], ledger=ledger, batch_split=batch_split)
-    # TRL's truncated importance sampling, for answers of older versions and for answers vLLM sampled
-    trainer.recorded_correction = stale > 0 or any(r.get("logprobs_source") == LOGPROBS_SOURCE_VLLM for r in records)
+    trainer.recorded_correction = needs_recorded_correction(records, stale=stale)
     trainer.provenance = {r["rollout_id"]: r for r in records}
     clock.lap("loading")
     resume = str(version_path(run, version)) if version > 0 else None
