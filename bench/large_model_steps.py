@@ -14,7 +14,8 @@ Per command: wall seconds; seconds per optimizer step (DPO and reward: TRL's tra
 steps run.json records, which leaves out loading, the test split's scoring and saving; the cycle: the ledger's update
 seconds over its cycles, beside its generation, switching and vLLM engine-start seconds); and peak resident memory
 two ways: the largest single process of the command's tree (wait4's ru_maxrss, which covers every descendant it
-reaped) and the whole tree's resident memory summed, sampled every half second (what the machine must hold at once:
+reaped) and the whole tree's memory summed (proportional set size: a page forked processes share counts once),
+sampled every half second (what the machine must hold at once:
 the generate stage keeps its trainer's model while vLLM's engine loads a second copy).
 
     python bench/large_model_steps.py [--checkpoint DIR] [--commands dpo,reward,cycle] [--batch 2] [--max-length 128]
@@ -80,8 +81,8 @@ def write_config(workdir: Path, command: str, checkpoint: Path, inputs: dict, ar
 
 
 class TreeMemory:
-    """The resident memory of this process's descendants (the one command running), sampled in a thread: the peak
-    of their sum, and the largest any one of them reached."""
+    """The memory of this process's descendants (the one command running), sampled in a thread: the peak of their
+    summed proportional set size, and the largest resident set any one of them reached."""
 
     def __init__(self):
         import psutil
@@ -95,8 +96,10 @@ class TreeMemory:
             sizes = []
             for process in self.me.children(recursive=True):
                 with contextlib.suppress(self.psutil.NoSuchProcess, self.psutil.AccessDenied):
-                    sizes.append(process.memory_info().rss)  # suppressed: it ended between the listing and the read
-            self.peak, self.largest = max(self.peak, sum(sizes)), max([self.largest, *sizes])
+                    sizes.append(process.memory_full_info())  # suppressed: it ended between the listing and the read
+            # PSS splits the pages forked processes share (the stage server's imports), which summed RSS counts twice
+            self.peak = max(self.peak, sum(size.pss for size in sizes))
+            self.largest = max([self.largest, *(size.rss for size in sizes)])
 
     def __enter__(self):
         self.thread.start()
