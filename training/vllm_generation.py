@@ -195,9 +195,21 @@ def whole_prompt_limits(prompt_ids: list[list[int]]) -> dict:
             "max_num_batched_tokens": max(DEFAULT_STEP_TOKENS, sum(map(len, prompt_ids)) + len(prompt_ids))}
 
 
+def keep_cpu_engine_in_process() -> None:
+    """On a CPU, vLLM's engine runs in this process (this child is already the engine's own process). vLLM's default
+    worker process binds one OpenMP thread per core and leaves a core to the engine, so on two cores it sampled on one
+    thread, and it added about 10 s to every start (docs/benchmarks/generation.md, "What each changed"). A
+    GPU keeps vLLM's default layout; VLLM_ENABLE_V1_MULTIPROCESSING set by the caller is kept either way."""
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
+
 def _answer(request_path: str, answer_path: str) -> None:
     """The child: load the checkpoint in vLLM's offline engine, sample every prompt, write the answers."""
     began = time.perf_counter()
+    keep_cpu_engine_in_process()
     import vllm
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
