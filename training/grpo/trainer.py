@@ -154,7 +154,7 @@ def correction_statistics(ratio: torch.Tensor, completion_mask: torch.Tensor) ->
 
 
 def trl_answers(prompts: list, trainer) -> dict:
-    """TRL's own sampling as a rollout_func: the prompts tokenized as TRL tokenizes them (chat template, tools) and
+    """TRL's own sampling as a rollout_func: the prompts tokenized as TRL tokenizes them (its chat template) and
     answered by the trainer's model through whichever backend TRL is set for (transformers' generate, TRL's vLLM
     engine), in the shape rollout_func returns: prompt and completion token ids (EOS included), and the sampler's
     log-probabilities (vLLM's) or None."""
