@@ -1,5 +1,5 @@
 """What the benchmarks share: where results go and how they are written, the machine they ran on, a PostgreSQL
-database of their own and Django on it, measured child processes, local servers and their ports, latency
+database of their own and Django on it, measured child processes and the memory of a process tree, local servers and their ports, latency
 percentiles, and the database checks after simulated reviewers.
 
 A benchmark runs as `python bench/NAME.py` (or `python -m bench.NAME` from the repository root): it puts the
@@ -118,6 +118,45 @@ def run_measured(command: list[str], *, env: dict, keep: Literal["stdout", "stde
         output = printed.read()
     return ChildRun(exit_code=process.returncode, wall_s=wall, cpu_s=usage.ru_utime + usage.ru_stime,
                     peak_rss_bytes=usage.ru_maxrss * 1024, output=output)  # ru_maxrss is in KiB on Linux
+
+
+class TreeMemory:
+    """The memory of this process's descendants (and of this process, with `include_self`), sampled in a thread while
+    the block runs: `peak`, the largest sum of their proportional set sizes (PSS splits a page that forked processes
+    share, where summed RSS would count it in each), and `largest`, the largest resident set any one of them reached.
+    wait4's ru_maxrss sees only the processes a child reaps, not those a server it started forks."""
+
+    def __init__(self, *, include_self: bool = False, every_s: float = 0.5):
+        import threading
+
+        import psutil
+
+        self.psutil, self.me, self.include_self, self.every_s = psutil, psutil.Process(), include_self, every_s
+        self.peak = self.largest = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
+        while not self.stop.wait(self.every_s):
+            sizes = []
+            for process in [self.me] * self.include_self + self.me.children(recursive=True):
+                with contextlib.suppress(self.psutil.NoSuchProcess, self.psutil.AccessDenied):
+                    sizes.append(process.memory_full_info())  # suppressed: it ended between the listing and the read
+            self.peak = max(self.peak, sum(size.pss for size in sizes))
+            self.largest = max([self.largest, *(size.rss for size in sizes)])
+
+    def __enter__(self) -> "TreeMemory":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def load_average() -> list[float]:
+    """The 1, 5 and 15 minute load averages, rounded: how busy the shared cores were beside a figure."""
+    return [round(value, 2) for value in os.getloadavg()]
 
 
 # A child's ru_maxrss (what run_measured reports) starts at its parent's peak on Linux: exec keeps the larger of

@@ -16,7 +16,7 @@ being `:`-separated keys:
 
   process=in       the engine in the child's own process (VLLM_ENABLE_V1_MULTIPROCESSING=0, vLLM's uniprocess
                    executor): it never reads VLLM_CPU_OMP_THREADS_BIND, and its threads are OMP_NUM_THREADS=--threads;
-  process=worker   vLLM's default layout, what the staged cycle's generate stage runs: an engine-core process and a
+  process=worker   vLLM's default layout (the generate stage keeps it on a GPU only): an engine-core process and a
                    worker process (the multiprocess executor), which binds its OpenMP threads by `bind`;
   bind=VALUE       VLLM_CPU_OMP_THREADS_BIND (process=worker only): `auto` (vLLM's default: one logical CPU per
                    physical core of the NUMA node, less the cores it reserves for the engine core), `nobind`, or CPU
@@ -52,13 +52,21 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and training
 
-from bench.common import ROOT, machine, results_path, run_measured, utc_timestamp, write_results
+from bench.common import (
+    ROOT,
+    TreeMemory,
+    load_average,
+    machine,
+    results_path,
+    run_measured,
+    utc_timestamp,
+    write_results,
+)
 
 RESULTS = results_path("generation")
 TINY = ROOT / "annotate" / "runs" / "demo_files" / "tiny-sft"
@@ -149,34 +157,6 @@ def generate_with_vllm(model_dir: str, prompts: list[list[int]], *, max_new_toke
     return load_s, generate_s, rows
 
 
-class TreePeak:
-    """The summed proportional set size (PSS) of this process and its descendants (vLLM's engine core and worker),
-    sampled: PSS splits a page that forked processes share between them, where summed RSS would count it in each."""
-
-    def __init__(self, every_s: float = 0.2):
-        import psutil
-
-        self.psutil, self.me, self.every_s, self.peak = psutil, psutil.Process(), every_s, 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.sample, daemon=True)
-        self.thread.start()
-
-    def sample(self):
-        while not self.stop.wait(self.every_s):
-            total = 0
-            for process in [self.me, *self.me.children(recursive=True)]:
-                try:
-                    total += process.memory_full_info().pss
-                except (self.psutil.NoSuchProcess, self.psutil.AccessDenied):
-                    continue  # it ended between the listing and the read
-            self.peak = max(self.peak, total)
-
-    def close(self) -> int:
-        self.stop.set()
-        self.thread.join()
-        return self.peak
-
-
 def own_high_water_bytes() -> int:
     """VmHWM: this process's own peak resident memory since its exec (ru_maxrss would start at its parent's)."""
     with open("/proc/self/status") as status:
@@ -185,14 +165,16 @@ def own_high_water_bytes() -> int:
 
 def child_generate(args) -> None:
     prompts = json.loads(Path(args.prompts).read_text())
-    tree = TreePeak()
-    if args.engine == "transformers":
-        load_s, generate_s, rows = generate_with_transformers(args.model, prompts, max_new_tokens=args.max_new_tokens,
-                                                  seed=args.seed, threads=args.threads)
-    else:
-        load_s, generate_s, rows = generate_with_vllm(args.model, prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                                          threads=args.threads, eager=args.engine == "vllm-eager")
-    peak = max(tree.close(), own_high_water_bytes())
+    with TreeMemory(include_self=True, every_s=0.2) as tree:  # vLLM's engine core and worker are its descendants
+        if args.engine == "transformers":
+            load_s, generate_s, rows = generate_with_transformers(args.model, prompts,
+                                                                  max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                                                  threads=args.threads)
+        else:
+            load_s, generate_s, rows = generate_with_vllm(args.model, prompts, max_new_tokens=args.max_new_tokens,
+                                                          seed=args.seed, threads=args.threads,
+                                                          eager=args.engine == "vllm-eager")
+    peak = max(tree.peak, own_high_water_bytes())
     Path(args.out).write_text(json.dumps({"load_s": load_s, "generate_s": generate_s, "peak_bytes": peak,
                                           "rows": rows}))
 
@@ -420,8 +402,7 @@ def main(argv=None) -> None:
                                               max_new_tokens=args.max_new_tokens, seed=args.seed, threads=args.threads,
                                               setting=setting, folder=folder, compare=args.compare_sequences)
                         # the 1, 5 and 15 minute load averages as the row ends: how busy the shared cores were
-                        loads = [round(value, 2) for value in os.getloadavg()]
-                        rows.append({"model": name, "sequences": n, **row, "load_average": loads})
+                        rows.append({"model": name, "sequences": n, **row, "load_average": load_average()})
     table = format_table(rows)
     print(table)
     shared = {key: getattr(args, key) for key in ("max_new_tokens", "threads", "kv_cache_gb", "seed", "vllm_settings",

@@ -25,17 +25,25 @@ Prints a table and writes bench/results/large_model_steps.json (or --out).
 """
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository: bench.common and training
 
-from bench.common import ROOT, machine, results_path, run_measured, shown_path, utc_timestamp, write_results
+from bench.common import (
+    ROOT,
+    TreeMemory,
+    load_average,
+    machine,
+    results_path,
+    run_measured,
+    shown_path,
+    utc_timestamp,
+    write_results,
+)
 
 RESULTS = results_path("large_model_steps")
 COMMANDS = ("dpo", "reward", "cycle")
@@ -80,40 +88,10 @@ def write_config(workdir: Path, command: str, checkpoint: Path, inputs: dict, ar
     return path, run
 
 
-class TreeMemory:
-    """The memory of this process's descendants (the one command running), sampled in a thread: the peak of their
-    summed proportional set size, and the largest resident set any one of them reached."""
-
-    def __init__(self):
-        import psutil
-
-        self.psutil, self.me, self.stop = psutil, psutil.Process(), threading.Event()
-        self.peak = self.largest = 0
-        self.thread = threading.Thread(target=self.sample, daemon=True)
-
-    def sample(self):
-        while not self.stop.wait(SAMPLE_EVERY_S):
-            sizes = []
-            for process in self.me.children(recursive=True):
-                with contextlib.suppress(self.psutil.NoSuchProcess, self.psutil.AccessDenied):
-                    sizes.append(process.memory_full_info())  # suppressed: it ended between the listing and the read
-            # PSS splits the pages forked processes share (the stage server's imports), which summed RSS counts twice
-            self.peak = max(self.peak, sum(size.pss for size in sizes))
-            self.largest = max([self.largest, *(size.rss for size in sizes)])
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-
-
 def measured(command: list[str], args) -> tuple:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(args.threads),
            "TOKENIZERS_PARALLELISM": "false"}
-    with TreeMemory() as tree:
+    with TreeMemory(every_s=SAMPLE_EVERY_S) as tree:
         child = run_measured(command, env=env, keep="both")
     return child, tree
 
@@ -183,10 +161,6 @@ def format_table(rows: list[dict]) -> str:
                      f"{'' if per_step is None else f'{per_step:.1f}'} | "
                      f"{row['peak_process_gb']:.2f} | {row['peak_tree_gb']:.2f} | {notes} |")
     return "\n".join(lines)
-
-
-def load_average() -> list[float]:
-    return [round(value, 2) for value in os.getloadavg()]
 
 
 def main(argv=None) -> int:
