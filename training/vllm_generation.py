@@ -11,6 +11,7 @@ in the generation environment, where the training packages need not be installed
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -53,6 +54,32 @@ def vllm_python() -> Path:
     raise PairwiseInputError(MISSING)
 
 
+def vllm_timeout_s() -> float:
+    """PAIRWISE_VLLM_TIMEOUT_S, the longest one vLLM child may run (default 3600); refused in one line unless it is a
+    number of seconds above 0."""
+    from training.errors import PairwiseInputError
+
+    named = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not named:
+        return DEFAULT_TIMEOUT_S
+    try:
+        bound = float(named)
+    except ValueError:
+        bound = math.nan
+    if not (math.isfinite(bound) and bound > 0):
+        raise PairwiseInputError(f"{TIMEOUT_ENV}={named} is not a number of seconds above 0; set it to one (default "
+                                 f"{DEFAULT_TIMEOUT_S:g}) or unset it")
+    return bound
+
+
+def check_generation_environment() -> Path:
+    """What vLLM sampling needs on this machine, checked before anything is queued or loaded: the generation
+    environment's interpreter (returned) and a valid PAIRWISE_VLLM_TIMEOUT_S."""
+    python = vllm_python()
+    vllm_timeout_s()
+    return python
+
+
 def check_engine(engine: str, *, where: str) -> None:
     """Refuse an unknown engine, and vllm without the generation environment, in one line."""
     from training.errors import PairwiseInputError
@@ -60,7 +87,7 @@ def check_engine(engine: str, *, where: str) -> None:
     if engine not in ENGINES:
         raise PairwiseInputError(f"{where}: the generation engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "vllm":
-        vllm_python()
+        check_generation_environment()
 
 
 @dataclass
@@ -97,7 +124,7 @@ def vllm_generate(model: Path, prompt_ids: list[list[int]], seeds: list[int], sa
     temperature (vLLM's processed log-probabilities, as TRL asks of vLLM), before top-k/top-p."""
     from training.errors import PairwiseInputError
 
-    python = vllm_python()
+    python = check_generation_environment()
     request = {"model": str(model), "prompt_ids": [list(map(int, ids)) for ids in prompt_ids],
                "seeds": [int(seed) for seed in seeds], "sampling": vars(sampling),
                "stop_token_ids": sorted({int(i) for i in eos_token_ids}), "vllm_range": trl_vllm_range()}
@@ -128,11 +155,11 @@ def vllm_generate(model: Path, prompt_ids: list[list[int]], seeds: list[int], sa
 
 
 def _run_bounded(command: list[str], *, env: dict, what: str) -> subprocess.CompletedProcess:
-    """Run the child in a session of its own, and stop it with every process it started (vLLM's engine core is a
-    process of its own) once it has run past PAIRWISE_VLLM_TIMEOUT_S, saying so in one line."""
+    """Run the child in a session of its own, and stop it with every process it started (on a GPU vLLM's engine core
+    is a process of its own) once it has run past PAIRWISE_VLLM_TIMEOUT_S, saying so in one line."""
     import signal
 
-    bound = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT_S)
+    bound = vllm_timeout_s()
     with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as child:
         try:
@@ -211,12 +238,10 @@ def _answer(request_path: str, answer_path: str) -> None:
     began = time.perf_counter()
     keep_cpu_engine_in_process()
     import vllm
-    from vllm import LLM, SamplingParams
+    from vllm import LLM, ModelRegistry, SamplingParams
     from vllm.inputs import TokensPrompt
 
     request = json.loads(Path(request_path).read_text(encoding="utf-8"))
-    from vllm import ModelRegistry
-
     refused = refusal_before_loading(request["model"], vllm.__version__, request.get("vllm_range"),
                                      ModelRegistry.get_supported_archs())
     if refused:

@@ -233,6 +233,33 @@ def test_a_vllm_child_past_its_bound_is_stopped_with_all_it_started_in_one_line(
     assert [process.pid for process in psutil.process_iter() if marked(process)] == []
 
 
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "nan", "inf"])
+def test_a_vllm_bound_that_is_not_seconds_is_refused_by_the_check_the_run_shares(generation_environment, value,
+                                                                                  monkeypatch):
+    from training.errors import PairwiseInputError
+    from training.vllm_generation import TIMEOUT_ENV, check_engine
+
+    monkeypatch.setenv(TIMEOUT_ENV, value)
+    with pytest.raises(PairwiseInputError) as refused:  # what the app's launch forms and the configs call
+        check_engine("vllm", where="--engine")
+    assert str(refused.value) == (f"{TIMEOUT_ENV}={value} is not a number of seconds above 0; set it to one "
+                                  "(default 3600) or unset it")
+
+
+def test_a_vllm_bound_that_is_not_seconds_stops_eval_in_one_line_before_it_loads(generation_environment,
+                                                                                  grpo_checkpoint, speed_tasks,
+                                                                                  tmp_path, monkeypatch):
+    from training.vllm_generation import TIMEOUT_ENV
+
+    monkeypatch.setenv(TIMEOUT_ENV, "an hour")
+    out = tmp_path / "eval.json"
+    result = run_training_cli("eval", "--checkpoint", str(grpo_checkpoint), "--tasks", str(speed_tasks), "--engine",
+                              "vllm", "--out", str(out), timeout=300)
+    assert result.returncode != 0 and not out.exists() and "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("error: ")] == [
+        f"error: {TIMEOUT_ENV}=an hour is not a number of seconds above 0; set it to one (default 3600) or unset it"]
+
+
 @pytest.mark.parametrize(("version", "refused"), [("0.31.0", False), ("0.22.0", False), ("0.32.0", True),
                                                   ("0.21.1", True)])
 def test_a_vllm_outside_trls_range_is_refused_before_it_loads(grpo_checkpoint, version, refused):

@@ -266,7 +266,7 @@ def _check_batch_splits_over_processes(values: dict, source: str) -> None:
 
 def _check_generation_engine(values: dict, source: str) -> None:
     """generation_engine: vllm samples in the staged cycle's generate stage, in the generation environment."""
-    from training.vllm_generation import ENGINES, vllm_python
+    from training.vllm_generation import ENGINES, check_generation_environment
 
     engine = values["generation_engine"]
     if engine not in ENGINES:
@@ -282,7 +282,7 @@ def _check_generation_engine(values: dict, source: str) -> None:
                                                      "(temperature, top_p, top_k, min_p, repetition_penalty) only; "
                                                      "remove it or set generation_engine: transformers")
     try:
-        vllm_python()
+        check_generation_environment()
     except PairwiseInputError as error:
         raise key_error(source, "generation_engine", f"is vllm: {error}") from None
 

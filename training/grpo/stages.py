@@ -203,7 +203,6 @@ def _stage_trainer_class():
                 raise PairwiseInputError("a stage trainer never holds a vLLM engine: the generate stage uses "
                                          "transformers here, the update stage reads recorded answers")
 
-
     return StageTrainer
 
 
